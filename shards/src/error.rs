@@ -1,0 +1,42 @@
+//! The engine's errors. The server maps them to protocol codes in one place.
+
+use crate::board::Window;
+
+/// Everything that can go wrong inside a shard.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// An `incr` would leave the i64 range; nothing was changed.
+    #[error("score overflow: the result is outside the 64-bit range")]
+    Overflow,
+    /// The window is not served yet.
+    #[error("window {0} is not supported yet")]
+    UnsupportedWindow(Window),
+    /// A read that scans storage ran while writes were staged: the caller must
+    /// commit first (a bug in the caller, never a client's fault).
+    #[error("operation needs the open batch committed first")]
+    NeedsCommit,
+    /// The data dir was made with another branching factor.
+    #[error("data dir uses branching factor {stored}, not {wanted}; start with --branching {stored}")]
+    BranchingMismatch {
+        /// What the data dir holds.
+        stored: u32,
+        /// What was asked for.
+        wanted: u32,
+    },
+    /// The storage engine failed (disk full, I/O error): the batch did not apply.
+    #[error("storage: {0}")]
+    Storage(#[from] fjall::Error),
+    /// Stored bytes do not decode: the data dir is damaged.
+    #[error("corrupt data: {0}")]
+    Corrupt(&'static str),
+    /// A stored tree leaf is damaged.
+    #[error(transparent)]
+    CorruptLeaf(#[from] crate::tree::CorruptLeaf),
+    /// Counts and index disagree (found by [`crate::Shard::check`]).
+    #[error("inconsistent shard: {0}")]
+    Inconsistent(String),
+    /// Invalid branching factor.
+    #[error(transparent)]
+    Branching(#[from] crate::tree::BadBranching),
+}

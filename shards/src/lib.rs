@@ -1,0 +1,25 @@
+//! rankd's engine: persistent count trees over fjall, applied in atomic
+//! batches. No networking and no actors: the server wires this to the world,
+//! and anything else may embed it.
+//!
+//! - [`tree`]: the count tree that makes ranks O(log n);
+//! - [`key`]: order-preserving byte layouts of scores and storage keys;
+//! - [`shard`]: one shard's storage and batch application;
+//! - [`dense`]: distinct-score counting across shards for dense ranks;
+//! - [`board`]: boards, orders, tie rules, windows and write modes.
+
+#![warn(missing_docs)]
+
+pub mod board;
+pub mod dense;
+pub mod error;
+pub mod key;
+pub mod shard;
+pub mod tree;
+
+pub use board::{Board, BoardConfig, Mode, Order, Ties, Window};
+pub use dense::DenseIndex;
+pub use error::ShardError;
+pub use key::TreeId;
+pub use shard::{DenseChange, Direction, Durability, ListEntry, Record, Shard, ShardOptions};
+pub use tree::CountTree;

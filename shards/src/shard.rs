@@ -1,0 +1,602 @@
+//! One shard's engine: its count trees, players and score index, kept in its
+//! own fjall database and changed in atomic batches.
+//!
+//! Writes are *staged*: they update the in-memory trees at once (so later
+//! requests of the same batch see them) and collect their key changes, one
+//! final value per key. [`Shard::commit`] writes the whole batch — players,
+//! index entries, changed tree leaves and the sequence high-water mark — as
+//! ONE fjall write batch and persists it, so after a crash the trees and the
+//! players can never disagree. The caller acknowledges the batch's requests
+//! only after `commit` returns.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+use crate::board::{Board, BoardConfig, Mode, Order, Ties, Window};
+use crate::error::ShardError;
+use crate::key::{self, TreeId, TREE_PREFIX_LEN};
+use crate::tree::{self, CountTree, LeafId};
+
+/// When a committed batch counts as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// fsync the journal before acknowledging (the default): survives power loss.
+    #[default]
+    Sync,
+    /// Hand the journal to the OS before acknowledging: survives a crash of
+    /// the process (kill -9), not of the machine.
+    Buffered,
+}
+
+/// How a shard is opened.
+#[derive(Debug, Clone)]
+pub struct ShardOptions {
+    /// Count-tree branching factor; must match what the data dir was made with.
+    pub branching: u32,
+    /// When a commit returns.
+    pub durability: Durability,
+    /// fjall block cache, bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for ShardOptions {
+    fn default() -> Self {
+        Self { branching: tree::DEFAULT_BRANCHING, durability: Durability::Sync, cache_bytes: 32 << 20 }
+    }
+}
+
+/// A player's stored state in one tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// Current score.
+    pub score: i64,
+    /// Global arrival sequence of the write that reached this score.
+    pub seq: u64,
+}
+
+impl Record {
+    fn encode(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.score.to_be_bytes());
+        out[8..].copy_from_slice(&self.seq.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, ShardError> {
+        let (score, seq) = bytes.split_first_chunk::<8>().ok_or(ShardError::Corrupt("player record"))?;
+        let seq: [u8; 8] = seq.try_into().map_err(|_| ShardError::Corrupt("player record"))?;
+        Ok(Self { score: i64::from_be_bytes(*score), seq: u64::from_be_bytes(seq) })
+    }
+}
+
+/// One entry of a list read, with its position for merging across shards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEntry {
+    /// Index bytes after the tree prefix; compares like the list order.
+    pub position: Vec<u8>,
+    /// Player name.
+    pub player: String,
+    /// Score.
+    pub score: i64,
+    /// Reach sequence (ordinal boards only, else 0).
+    pub seq: u64,
+}
+
+/// A change to the set of scores held in a dense-ranked tree, reported by
+/// [`Shard::commit`] so the engine-wide distinct-score index can follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DenseChange {
+    /// Which tree.
+    pub tree: TreeId,
+    /// Score key that lost a player.
+    pub removed: Option<u64>,
+    /// Score key that gained a player.
+    pub added: Option<u64>,
+}
+
+/// Which way a list read walks from its position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Worse scores, starting at the position (inclusive).
+    Forward,
+    /// Better scores, ending before the position (exclusive), nearest first.
+    Backward,
+}
+
+/// Key changes of the open batch: one final value per key, so a player
+/// written twice in a batch is stored once (and fjall never sees two values
+/// for one key in one atomic batch).
+#[derive(Default)]
+struct Staged {
+    players: HashMap<Vec<u8>, Option<Record>>,
+    index: HashMap<Vec<u8>, bool>,
+    meta: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    dirty_trees: HashSet<TreeId>,
+    dense: Vec<DenseChange>,
+    seq_dirty: bool,
+    ops: usize,
+}
+
+const META_BOARD: &[u8] = b"board/";
+const META_MAX_SEQ: &[u8] = b"max_seq";
+const META_MAX_BOARD: &[u8] = b"max_board_id";
+const META_BRANCHING: &[u8] = b"branching";
+
+/// One shard: see the module docs.
+pub struct Shard {
+    db: Database,
+    players: Keyspace,
+    index: Keyspace,
+    leaves: Keyspace,
+    meta: Keyspace,
+    options: ShardOptions,
+    trees: HashMap<TreeId, CountTree>,
+    boards: HashMap<u64, Board>,
+    max_seq: u64,
+    max_board_id: u64,
+    staged: Staged,
+}
+
+impl Shard {
+    /// Opens (or creates) the shard stored at `path` and loads its count trees
+    /// from their stored leaves (not from the players).
+    pub fn open(path: &Path, options: ShardOptions) -> Result<Self, ShardError> {
+        tree::branching_bits(options.branching)?;
+        let db = Database::builder(path).cache_size(options.cache_bytes).open()?;
+        let players = db.keyspace("players", KeyspaceCreateOptions::default)?;
+        let index = db.keyspace("index", KeyspaceCreateOptions::default)?;
+        let leaves = db.keyspace("tree", KeyspaceCreateOptions::default)?;
+        let meta = db.keyspace("meta", KeyspaceCreateOptions::default)?;
+        let mut shard = Self {
+            db,
+            players,
+            index,
+            leaves,
+            meta,
+            options,
+            trees: HashMap::new(),
+            boards: HashMap::new(),
+            max_seq: 0,
+            max_board_id: 0,
+            staged: Staged::default(),
+        };
+        shard.check_branching()?;
+        shard.load()?;
+        Ok(shard)
+    }
+
+    fn check_branching(&mut self) -> Result<(), ShardError> {
+        let wanted = self.options.branching;
+        match self.meta.get(META_BRANCHING)? {
+            Some(stored) => {
+                let stored =
+                    u32::from_be_bytes(stored.as_ref().try_into().map_err(|_| ShardError::Corrupt("branching"))?);
+                if stored != wanted {
+                    return Err(ShardError::BranchingMismatch { stored, wanted });
+                }
+            }
+            None => {
+                self.meta.insert(META_BRANCHING, wanted.to_be_bytes())?;
+                self.db.persist(PersistMode::SyncAll)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// (Re)builds the in-memory state from what is on disk.
+    fn load(&mut self) -> Result<(), ShardError> {
+        self.trees.clear();
+        self.boards.clear();
+        self.staged = Staged::default();
+        self.max_seq = read_u64(&self.meta, META_MAX_SEQ)?;
+        self.max_board_id = read_u64(&self.meta, META_MAX_BOARD)?;
+        for item in self.meta.prefix(META_BOARD) {
+            let (key, value) = item.into_inner()?;
+            let id_bytes: [u8; 8] =
+                key.get(META_BOARD.len()..).and_then(|b| b.try_into().ok()).ok_or(ShardError::Corrupt("board key"))?;
+            let id = u64::from_be_bytes(id_bytes);
+            let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
+            self.boards.insert(id, Board { id, name, config });
+        }
+        for item in self.leaves.iter() {
+            let (key, value) = item.into_inner()?;
+            let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
+            let rest = &key[TREE_PREFIX_LEN..];
+            let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
+            let &[depth] = depth else { return Err(ShardError::Corrupt("leaf key")) };
+            let id = LeafId { prefix: u128::from_be_bytes(*prefix), depth };
+            let tree = match self.trees.entry(tree_id) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(CountTree::new(self.options.branching)?),
+            };
+            tree.install_leaf(id, &value)?;
+        }
+        Ok(())
+    }
+
+    /// Boards whose config this shard holds (it saw a write or a create).
+    pub fn boards(&self) -> impl Iterator<Item = &Board> {
+        self.boards.values()
+    }
+
+    /// Highest reach sequence this shard has stored.
+    pub fn max_seq(&self) -> u64 {
+        self.max_seq
+    }
+
+    /// Highest board id this shard has ever stored.
+    pub fn max_board_id(&self) -> u64 {
+        self.max_board_id
+    }
+
+    /// Whether the open batch holds writes not yet committed.
+    pub fn has_staged(&self) -> bool {
+        self.staged.ops > 0
+    }
+
+    /// Number of players in the open batch's writes.
+    pub fn staged_ops(&self) -> usize {
+        self.staged.ops
+    }
+
+    /// Persists `board`'s config in this shard if it is not there yet.
+    pub fn ensure_board(&mut self, board: &Board) {
+        if self.boards.get(&board.id).is_some_and(|b| b == board) {
+            return;
+        }
+        self.boards.insert(board.id, board.clone());
+        self.staged.meta.insert(board_meta_key(board.id), Some(board.config.encode(&board.name)));
+        if board.id > self.max_board_id {
+            self.max_board_id = board.id;
+            self.staged.meta.insert(META_MAX_BOARD.to_vec(), Some(board.id.to_be_bytes().to_vec()));
+        }
+        self.staged.ops += 1;
+    }
+
+    /// Stages a score write to every window of `board` and returns the score
+    /// stored in its first window. `seq` is the write's global arrival
+    /// sequence. An `incr` that would overflow changes nothing.
+    pub fn write(&mut self, board: &Board, player: &str, score: i64, mode: Mode, seq: u64) -> Result<i64, ShardError> {
+        let windows = tree_ids(board)?;
+        let mut plans = Vec::with_capacity(windows.len());
+        for tree in windows {
+            let old = self.get(tree, player)?;
+            let new = match (mode, old) {
+                (Mode::Set, _) | (Mode::Best | Mode::Incr, None) => score,
+                (Mode::Best, Some(old)) => better(board.config.order, old.score, score),
+                (Mode::Incr, Some(old)) => old.score.checked_add(score).ok_or(ShardError::Overflow)?,
+            };
+            plans.push((tree, old, new));
+        }
+        self.ensure_board(board);
+        let stored = plans.first().map_or(score, |p| p.2);
+        for (tree, old, new) in plans {
+            if old.is_some_and(|o| o.score == new) {
+                continue; // unchanged: keeps when the player reached it
+            }
+            self.stage(board, tree, player, old, Some(Record { score: new, seq }));
+        }
+        if seq > self.max_seq {
+            self.max_seq = seq;
+            self.staged.seq_dirty = true;
+        }
+        self.staged.ops += 1;
+        Ok(stored)
+    }
+
+    /// Stages `(player, score, seq)` writes in order, all or none: if one
+    /// `incr` would overflow, nothing is staged.
+    pub fn write_many(
+        &mut self,
+        board: &Board,
+        entries: &[(String, i64, u64)],
+        mode: Mode,
+    ) -> Result<Vec<i64>, ShardError> {
+        if mode == Mode::Incr {
+            for tree in tree_ids(board)? {
+                let mut running: HashMap<&str, i64> = HashMap::new();
+                for (player, score, _) in entries {
+                    let current = match running.get(player.as_str()) {
+                        Some(s) => Some(*s),
+                        None => self.get(tree, player)?.map(|r| r.score),
+                    };
+                    let next = current.unwrap_or(0).checked_add(*score).ok_or(ShardError::Overflow)?;
+                    running.insert(player, next);
+                }
+            }
+        }
+        entries.iter().map(|(player, score, seq)| self.write(board, player, *score, mode, *seq)).collect()
+    }
+
+    /// Stages removing `player` from the current period of every window;
+    /// returns whether they were in the first window.
+    pub fn remove(&mut self, board: &Board, player: &str) -> Result<bool, ShardError> {
+        let mut first = None;
+        for tree in tree_ids(board)? {
+            let old = self.get(tree, player)?;
+            first.get_or_insert(old.is_some());
+            if old.is_some() {
+                self.stage(board, tree, player, old, None);
+            }
+        }
+        self.staged.ops += 1;
+        Ok(first.unwrap_or(false))
+    }
+
+    /// Moves `player` from `old` to `new` in the tree, index and players.
+    fn stage(&mut self, board: &Board, tree: TreeId, player: &str, old: Option<Record>, new: Option<Record>) {
+        let (order, ties) = (board.config.order, board.config.ties);
+        let prefix = tree.prefix();
+        let count_tree = match self.trees.entry(tree) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(CountTree::new(self.options.branching).expect("branching validated at open"))
+            }
+        };
+        let mut dense = DenseChange { tree, removed: None, added: None };
+        for (record, delta) in [(old, -1i64), (new, 1)] {
+            let Some(record) = record else { continue };
+            let sk = key::score_key(record.score, order);
+            count_tree.add(key::tree_key(sk, key::tiebreak(ties, player, record.seq)), delta);
+            let mut index_key = prefix.to_vec();
+            index_key.extend_from_slice(&key::list_position(ties, sk, record.seq, player));
+            self.staged.index.insert(index_key, delta > 0);
+            if delta > 0 {
+                dense.added = Some(sk);
+            } else {
+                dense.removed = Some(sk);
+            }
+        }
+        self.staged.players.insert(player_key(tree, player), new);
+        self.staged.dirty_trees.insert(tree);
+        if ties == Ties::Dense {
+            self.staged.dense.push(dense);
+        }
+    }
+
+    /// Stages deleting everything stored for the board with `board_id`.
+    /// Needs a committed state (it scans storage); returns whether it existed.
+    pub fn drop_board(&mut self, board_id: u64) -> Result<bool, ShardError> {
+        if self.has_staged() {
+            return Err(ShardError::NeedsCommit);
+        }
+        let existed = self.boards.remove(&board_id).is_some();
+        let prefix = board_id.to_be_bytes();
+        let mut batch = self.db.batch().durability(Some(self.persist_mode()));
+        for keyspace in [&self.players, &self.index, &self.leaves] {
+            for item in keyspace.prefix(prefix) {
+                batch.remove(keyspace, item.key()?);
+            }
+        }
+        batch.remove(&self.meta, board_meta_key(board_id));
+        batch.commit()?;
+        self.trees.retain(|tree, _| tree.board != board_id);
+        Ok(existed)
+    }
+
+    /// Writes the open batch atomically and persists it. On failure the
+    /// in-memory state is rebuilt from disk, so it never runs ahead of what is
+    /// stored, and the error is returned: none of the batch may be acknowledged.
+    pub fn commit(&mut self) -> Result<Vec<DenseChange>, ShardError> {
+        if !self.has_staged() {
+            return Ok(Vec::new());
+        }
+        let staged = std::mem::take(&mut self.staged);
+        match self.write_batch(&staged) {
+            Ok(()) => Ok(staged.dense),
+            Err(err) => {
+                // Best effort: if even reading fails, later requests fail too.
+                if let Err(reload) = self.load() {
+                    tracing::error!(error = %reload, "reloading shard state after a failed commit failed");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn write_batch(&mut self, staged: &Staged) -> Result<(), ShardError> {
+        let mut batch = self.db.batch().durability(Some(self.persist_mode()));
+        for (key, record) in &staged.players {
+            match record {
+                Some(r) => batch.insert(&self.players, key.as_slice(), r.encode()),
+                None => batch.remove(&self.players, key.as_slice()),
+            }
+        }
+        for (key, present) in &staged.index {
+            if *present {
+                batch.insert(&self.index, key.as_slice(), []);
+            } else {
+                batch.remove(&self.index, key.as_slice());
+            }
+        }
+        for (key, value) in &staged.meta {
+            match value {
+                Some(v) => batch.insert(&self.meta, key.as_slice(), v.as_slice()),
+                None => batch.remove(&self.meta, key.as_slice()),
+            }
+        }
+        for tree_id in &staged.dirty_trees {
+            let Some(tree) = self.trees.get_mut(tree_id) else { continue };
+            for (leaf, bytes) in tree.take_dirty() {
+                let key = leaf_key(*tree_id, leaf);
+                match bytes {
+                    Some(b) => batch.insert(&self.leaves, key, b),
+                    None => batch.remove(&self.leaves, key),
+                }
+            }
+        }
+        if staged.seq_dirty {
+            batch.insert(&self.meta, META_MAX_SEQ, self.max_seq.to_be_bytes());
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    fn persist_mode(&self) -> PersistMode {
+        match self.options.durability {
+            Durability::Sync => PersistMode::SyncData,
+            Durability::Buffered => PersistMode::Buffer,
+        }
+    }
+
+    /// A player's record in `tree`, seeing the open batch.
+    pub fn get(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
+        let key = player_key(tree, player);
+        if let Some(staged) = self.staged.players.get(&key) {
+            return Ok(*staged);
+        }
+        self.players.get(&key)?.map(|v| Record::decode(&v)).transpose()
+    }
+
+    /// Players in `tree`.
+    pub fn count(&self, tree: TreeId) -> u64 {
+        self.trees.get(&tree).map_or(0, CountTree::total)
+    }
+
+    /// For each key, how many players of `tree` sort strictly before it.
+    pub fn count_before(&self, tree: TreeId, keys: &[u128]) -> Vec<u64> {
+        match self.trees.get(&tree) {
+            Some(t) => keys.iter().map(|&k| t.count_before(k)).collect(),
+            None => vec![0; keys.len()],
+        }
+    }
+
+    /// Distinct score keys of `tree` with their player counts (for dense
+    /// ranks), read from the count tree, not from the players.
+    pub fn score_counts(&self, tree: TreeId) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        if let Some(t) = self.trees.get(&tree) {
+            for (key, count) in t.entries() {
+                let sk = (key >> 64) as u64;
+                match out.last_mut() {
+                    Some((last, n)) if *last == sk => *n += count,
+                    _ => out.push((sk, count)),
+                }
+            }
+        }
+        out
+    }
+
+    /// Trees this shard holds players for.
+    pub fn tree_ids(&self) -> impl Iterator<Item = TreeId> + '_ {
+        self.trees.keys().copied()
+    }
+
+    /// Up to `limit` entries of `tree` in list order from `position`. Reads
+    /// committed storage only, so it needs no open batch.
+    pub fn list(
+        &self,
+        tree: TreeId,
+        ties: Ties,
+        order: Order,
+        position: &[u8],
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<ListEntry>, ShardError> {
+        if self.has_staged() {
+            return Err(ShardError::NeedsCommit);
+        }
+        let prefix = tree.prefix();
+        let mut at = prefix.to_vec();
+        at.extend_from_slice(position);
+        let mut end = prefix.to_vec();
+        end.push(0xFF); // tree prefixes are fixed-length, so this bounds the tree
+        end.extend_from_slice(&[0xFF; 16]);
+        let iter = match direction {
+            Direction::Forward => self.index.range(at..end),
+            Direction::Backward => self.index.range(prefix.to_vec()..at),
+        };
+        let take = |key: fjall::UserKey| -> Result<ListEntry, ShardError> {
+            let pos = &key[TREE_PREFIX_LEN..];
+            let (sk, seq, player) = key::parse_list_position(ties, pos).ok_or(ShardError::Corrupt("index key"))?;
+            Ok(ListEntry {
+                position: pos.to_vec(),
+                player: player.to_string(),
+                score: key::score_from_key(sk, order),
+                seq,
+            })
+        };
+        let mut out = Vec::with_capacity(limit.min(1024));
+        match direction {
+            Direction::Forward => {
+                for item in iter.take(limit) {
+                    out.push(take(item.key()?)?);
+                }
+            }
+            Direction::Backward => {
+                for item in iter.rev().take(limit) {
+                    out.push(take(item.key()?)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks that each tree's counts equal its score index and players:
+    /// the invariant a crash must never break.
+    pub fn check(&self) -> Result<(), ShardError> {
+        if self.has_staged() {
+            return Err(ShardError::NeedsCommit);
+        }
+        for (id, tree) in &self.trees {
+            tree.check().map_err(|e| ShardError::Inconsistent(format!("{id:?}: {e}")))?;
+            let indexed = self.index.prefix(id.prefix()).count() as u64;
+            let players = self.players.prefix(id.prefix()).count() as u64;
+            if indexed != tree.total() || players != tree.total() {
+                return Err(ShardError::Inconsistent(format!(
+                    "{id:?}: tree counts {} players, index holds {indexed}, players {players}",
+                    tree.total()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The trees a write to `board` touches: the current period of each window.
+fn tree_ids(board: &Board) -> Result<Vec<TreeId>, ShardError> {
+    board
+        .config
+        .windows
+        .iter()
+        .map(|w| match w {
+            Window::All => Ok(TreeId { board: board.id, window: w.code(), period: 0 }),
+            other => Err(ShardError::UnsupportedWindow(*other)),
+        })
+        .collect()
+}
+
+fn better(order: Order, a: i64, b: i64) -> i64 {
+    match order {
+        Order::Desc => a.max(b),
+        Order::Asc => a.min(b),
+    }
+}
+
+fn player_key(tree: TreeId, player: &str) -> Vec<u8> {
+    let mut key = tree.prefix().to_vec();
+    key.extend_from_slice(player.as_bytes());
+    key
+}
+
+fn leaf_key(tree: TreeId, leaf: LeafId) -> Vec<u8> {
+    let mut key = tree.prefix().to_vec();
+    key.extend_from_slice(&leaf.prefix.to_be_bytes());
+    key.push(leaf.depth);
+    key
+}
+
+fn board_meta_key(id: u64) -> Vec<u8> {
+    let mut key = META_BOARD.to_vec();
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+fn read_u64(meta: &Keyspace, key: &[u8]) -> Result<u64, ShardError> {
+    match meta.get(key)? {
+        Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| ShardError::Corrupt("meta counter"))?)),
+        None => Ok(0),
+    }
+}

@@ -1,0 +1,529 @@
+//! The count tree: how rankd answers "how many players rank before this key?"
+//! in O(log n) without scanning players.
+//!
+//! This is the design of the Google Code Jam ranking library: the whole key
+//! space is split into `branching` equal sub-ranges, each of those again, and
+//! so on; every node counts the players in its sub-range. A rank query walks
+//! one root-to-leaf path and sums the counts of the sibling ranges that come
+//! before the key. Because the boundaries are fixed (they depend only on the
+//! key, never on the data), every shard's tree splits the key space the same
+//! way, which is what lets the router combine shards.
+//!
+//! Keys are `u128`: the high 64 bits are the score mapped so that *smaller is
+//! better* (see [`crate::key`]), the low 64 bits a tiebreak. The tree is exact
+//! over the whole range and sparse: a sub-range only gets a node once it holds
+//! players, and a node whose sub-range holds at most [`LEAF_CAPACITY`] distinct
+//! keys is a sorted *leaf* rather than a chain of single-child nodes (a burst
+//! trie). Memory therefore grows with the players, not with the score range.
+//!
+//! Persistence: only leaves are stored (the inner counts are sums of leaves and
+//! are rebuilt on load). The tree remembers which leaves changed since the last
+//! [`CountTree::take_dirty`] so a batch writes each changed leaf once.
+
+use std::collections::HashSet;
+
+/// A leaf bursts into an inner node once it holds more distinct keys than
+/// this. Small enough that the linear sum inside a leaf stays cheap, large
+/// enough that inner nodes (which cost `branching` counters) stay rare.
+pub const LEAF_CAPACITY: usize = 64;
+
+/// The branching factors a tree can be built with.
+pub const BRANCHINGS: [u32; 8] = [2, 4, 8, 16, 32, 64, 128, 256];
+
+/// Default branching factor. 16 measured fastest for mixed update/rank loads
+/// (see `benches/tree.rs`): wide enough for a shallow tree, narrow enough that
+/// an inner node (16 counters) fits in two cache lines.
+pub const DEFAULT_BRANCHING: u32 = 16;
+
+const KEY_BITS: u32 = 128;
+
+/// Where a leaf sits: its depth and the key bits above it (lower bits zero).
+/// This is also the leaf's identity on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeafId {
+    /// Key bits shared by every key in the leaf, lower bits cleared.
+    pub prefix: u128,
+    /// Number of levels above the leaf (0 = the root).
+    pub depth: u8,
+}
+
+#[derive(Debug)]
+enum Node {
+    Leaf(Leaf),
+    Inner(Box<Inner>),
+}
+
+/// Sorted `(key, count)` pairs of one sub-range.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Leaf {
+    entries: Vec<(u128, u64)>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Players per child sub-range; `counts[d]` is the total under `children[d]`.
+    counts: Box<[u64]>,
+    children: Box<[Option<Node>]>,
+}
+
+/// The count tree of one board window period in one shard.
+#[derive(Debug)]
+pub struct CountTree {
+    bits: u32,
+    root: Node,
+    total: u64,
+    dirty: HashSet<LeafId>,
+}
+
+/// Rejected branching factor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("branching factor {0} is not one of 2, 4, 8, 16, 32, 64, 128, 256")]
+pub struct BadBranching(pub u32);
+
+/// Validates a branching factor and returns its number of key bits per level.
+pub fn branching_bits(branching: u32) -> Result<u32, BadBranching> {
+    if BRANCHINGS.contains(&branching) {
+        Ok(branching.trailing_zeros())
+    } else {
+        Err(BadBranching(branching))
+    }
+}
+
+impl CountTree {
+    /// An empty tree. `branching` must be one of [`BRANCHINGS`].
+    pub fn new(branching: u32) -> Result<Self, BadBranching> {
+        Ok(Self {
+            bits: branching_bits(branching)?,
+            root: Node::Leaf(Leaf::default()),
+            total: 0,
+            dirty: HashSet::new(),
+        })
+    }
+
+    /// Number of players (sum of all counts).
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Adds `delta` players at `key`. Removing more than present is a caller
+    /// bug; it is clamped (and caught by [`CountTree::check`] in tests).
+    pub fn add(&mut self, key: u128, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        self.total = self.total.saturating_add_signed(delta);
+        let bits = self.bits;
+        let dirty = &mut self.dirty;
+        add_at(&mut self.root, bits, 0, key, delta, dirty);
+    }
+
+    /// How many players have a key strictly less than `key` (rank before it).
+    pub fn count_before(&self, key: u128) -> u64 {
+        let mut node = &self.root;
+        let mut depth = 0u32;
+        let mut before = 0u64;
+        loop {
+            match node {
+                Node::Leaf(leaf) => {
+                    let end = leaf.entries.partition_point(|&(k, _)| k < key);
+                    return before + leaf.entries[..end].iter().map(|&(_, c)| c).sum::<u64>();
+                }
+                Node::Inner(inner) => {
+                    let d = digit(key, depth, self.bits);
+                    before += inner.counts[..d].iter().sum::<u64>();
+                    match &inner.children[d] {
+                        Some(child) => node = child,
+                        None => return before,
+                    }
+                    depth += 1;
+                }
+            }
+        }
+    }
+
+    /// All `(key, count)` pairs in key order.
+    pub fn entries(&self) -> Vec<(u128, u64)> {
+        let mut out = Vec::new();
+        collect(&self.root, &mut out);
+        out
+    }
+
+    /// Leaves changed since the last call, each with its new encoding, or
+    /// `None` if the leaf no longer exists (emptied or burst).
+    pub fn take_dirty(&mut self) -> Vec<(LeafId, Option<Vec<u8>>)> {
+        let mut ids: Vec<LeafId> = self.dirty.drain().collect();
+        ids.sort_unstable();
+        ids.into_iter().map(|id| (id, self.leaf_at(id).map(encode_leaf))).collect()
+    }
+
+    /// Forgets pending dirty leaves (after the state was reloaded from disk).
+    pub fn clear_dirty(&mut self) {
+        self.dirty.clear();
+    }
+
+    /// Places a stored leaf back into the tree while loading. Leaves may come
+    /// in any order; inner nodes on the way are created as needed.
+    pub fn install_leaf(&mut self, id: LeafId, bytes: &[u8]) -> Result<(), CorruptLeaf> {
+        let leaf = decode_leaf(bytes)?;
+        if leaf.entries.is_empty() {
+            return Ok(());
+        }
+        let leaf_total: u64 = leaf.entries.iter().map(|&(_, c)| c).sum();
+        if leaf.entries.iter().any(|&(k, _)| leaf_id_of(k, id.depth, self.bits) != id) {
+            return Err(CorruptLeaf("leaf key outside its range"));
+        }
+        if u32::from(id.depth) > max_depth(self.bits) {
+            return Err(CorruptLeaf("leaf deeper than the tree"));
+        }
+        self.total += leaf_total;
+        let mut node = &mut self.root;
+        for depth in 0..u32::from(id.depth) {
+            if let Node::Leaf(existing) = node {
+                if !existing.entries.is_empty() {
+                    return Err(CorruptLeaf("leaves overlap"));
+                }
+                *node = Node::Inner(Box::new(Inner::new(level_width(depth, self.bits))));
+            }
+            let Node::Inner(inner) = node else { unreachable!("made inner above") };
+            let d = digit(id.prefix, depth, self.bits);
+            inner.counts[d] += leaf_total;
+            node = inner.children[d].get_or_insert_with(|| Node::Leaf(Leaf::default()));
+        }
+        match node {
+            Node::Leaf(existing) if existing.entries.is_empty() => {
+                *node = Node::Leaf(leaf);
+                Ok(())
+            }
+            _ => Err(CorruptLeaf("leaves overlap")),
+        }
+    }
+
+    /// Verifies every inner count equals the sum below it and every leaf is
+    /// sorted, in range and positive. Used by tests and `rankd check`.
+    pub fn check(&self) -> Result<(), String> {
+        let sum = check_node(&self.root, self.bits, 0, 0)?;
+        if sum != self.total {
+            return Err(format!("total {} but nodes sum to {sum}", self.total));
+        }
+        Ok(())
+    }
+
+    fn leaf_at(&self, id: LeafId) -> Option<&Leaf> {
+        let mut node = &self.root;
+        for depth in 0..u32::from(id.depth) {
+            match node {
+                Node::Inner(inner) => node = inner.children[digit(id.prefix, depth, self.bits)].as_ref()?,
+                Node::Leaf(_) => return None,
+            }
+        }
+        match node {
+            Node::Leaf(leaf) if !leaf.entries.is_empty() => Some(leaf),
+            _ => None,
+        }
+    }
+}
+
+/// A stored leaf that cannot be decoded: the data dir is damaged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("corrupt count-tree leaf: {0}")]
+pub struct CorruptLeaf(pub &'static str);
+
+impl Inner {
+    fn new(width: usize) -> Self {
+        Self {
+            counts: vec![0; width].into_boxed_slice(),
+            children: std::iter::repeat_with(|| None).take(width).collect(),
+        }
+    }
+}
+
+/// Deepest level a leaf can sit at: below it every key is one value.
+fn max_depth(bits: u32) -> u32 {
+    KEY_BITS.div_ceil(bits)
+}
+
+/// Key bits consumed by the level at `depth` (the last level may be narrower).
+fn level_bits(depth: u32, bits: u32) -> u32 {
+    bits.min(KEY_BITS - bits * depth)
+}
+
+fn level_width(depth: u32, bits: u32) -> usize {
+    1usize << level_bits(depth, bits)
+}
+
+/// The child index of `key` at `depth`.
+fn digit(key: u128, depth: u32, bits: u32) -> usize {
+    let used = bits * depth;
+    let width = level_bits(depth, bits);
+    let shift = KEY_BITS - used - width;
+    ((key >> shift) & ((1u128 << width) - 1)) as usize
+}
+
+fn leaf_id_of(key: u128, depth: u8, bits: u32) -> LeafId {
+    let used = (bits * u32::from(depth)).min(KEY_BITS);
+    let prefix = if used == 0 { 0 } else { key & (u128::MAX << (KEY_BITS - used)) };
+    LeafId { prefix, depth }
+}
+
+fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: &mut HashSet<LeafId>) {
+    match node {
+        Node::Leaf(leaf) => {
+            dirty.insert(leaf_id_of(key, depth as u8, bits));
+            match leaf.entries.binary_search_by(|&(k, _)| k.cmp(&key)) {
+                Ok(i) => {
+                    let count = leaf.entries[i].1.saturating_add_signed(delta);
+                    if count == 0 {
+                        leaf.entries.remove(i);
+                    } else {
+                        leaf.entries[i].1 = count;
+                    }
+                }
+                Err(i) => {
+                    if delta > 0 {
+                        leaf.entries.insert(i, (key, delta.unsigned_abs()));
+                    }
+                }
+            }
+            if leaf.entries.len() > LEAF_CAPACITY && depth < max_depth(bits) {
+                let entries = std::mem::take(&mut leaf.entries);
+                *node = burst(entries, bits, depth, dirty);
+            }
+        }
+        Node::Inner(inner) => {
+            let d = digit(key, depth, bits);
+            inner.counts[d] = inner.counts[d].saturating_add_signed(delta);
+            let child = inner.children[d].get_or_insert_with(|| Node::Leaf(Leaf::default()));
+            add_at(child, bits, depth + 1, key, delta, dirty);
+            if inner.counts[d] == 0 {
+                inner.children[d] = None;
+            }
+        }
+    }
+}
+
+/// Splits an over-full leaf at `depth` into an inner node with leaf children,
+/// recursing while a child is still over-full.
+fn burst(entries: Vec<(u128, u64)>, bits: u32, depth: u32, dirty: &mut HashSet<LeafId>) -> Node {
+    let mut inner = Inner::new(level_width(depth, bits));
+    let mut groups: Vec<Vec<(u128, u64)>> = vec![Vec::new(); inner.counts.len()];
+    for (key, count) in entries {
+        let d = digit(key, depth, bits);
+        inner.counts[d] += count;
+        groups[d].push((key, count));
+    }
+    for (d, group) in groups.into_iter().enumerate() {
+        if let Some(&(first, _)) = group.first() {
+            let child_depth = depth + 1;
+            let child = if group.len() > LEAF_CAPACITY && child_depth < max_depth(bits) {
+                burst(group, bits, child_depth, dirty)
+            } else {
+                dirty.insert(leaf_id_of(first, child_depth as u8, bits));
+                Node::Leaf(Leaf { entries: group })
+            };
+            inner.children[d] = Some(child);
+        }
+    }
+    Node::Inner(Box::new(inner))
+}
+
+fn collect(node: &Node, out: &mut Vec<(u128, u64)>) {
+    match node {
+        Node::Leaf(leaf) => out.extend_from_slice(&leaf.entries),
+        Node::Inner(inner) => inner.children.iter().flatten().for_each(|c| collect(c, out)),
+    }
+}
+
+fn check_node(node: &Node, bits: u32, depth: u32, prefix: u128) -> Result<u64, String> {
+    match node {
+        Node::Leaf(leaf) => {
+            let id = LeafId { prefix, depth: depth as u8 };
+            for pair in leaf.entries.windows(2) {
+                if pair[0].0 >= pair[1].0 {
+                    return Err(format!("leaf {id:?} not sorted"));
+                }
+            }
+            let mut sum = 0u64;
+            for &(key, count) in &leaf.entries {
+                if count == 0 || leaf_id_of(key, depth as u8, bits) != id {
+                    return Err(format!("leaf {id:?} holds bad entry {key:#x}:{count}"));
+                }
+                sum += count;
+            }
+            Ok(sum)
+        }
+        Node::Inner(inner) => {
+            let width = level_bits(depth, bits);
+            let shift = KEY_BITS - bits * depth - width;
+            let mut sum = 0u64;
+            for (d, child) in inner.children.iter().enumerate() {
+                let below = match child {
+                    Some(c) => check_node(c, bits, depth + 1, prefix | ((d as u128) << shift))?,
+                    None => 0,
+                };
+                if below != inner.counts[d] || (child.is_some() && below == 0) {
+                    return Err(format!(
+                        "inner at depth {depth} child {d}: count {} but {below} below",
+                        inner.counts[d]
+                    ));
+                }
+                sum += below;
+            }
+            Ok(sum)
+        }
+    }
+}
+
+fn encode_leaf(leaf: &Leaf) -> Vec<u8> {
+    let mut out = Vec::with_capacity(leaf.entries.len() * 24);
+    for &(key, count) in &leaf.entries {
+        out.extend_from_slice(&key.to_be_bytes());
+        out.extend_from_slice(&count.to_be_bytes());
+    }
+    out
+}
+
+fn decode_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
+    if bytes.len() % 24 != 0 {
+        return Err(CorruptLeaf("length not a multiple of 24"));
+    }
+    let mut entries = Vec::with_capacity(bytes.len() / 24);
+    for chunk in bytes.chunks_exact(24) {
+        let (key, count) = chunk.split_at(16);
+        let key = u128::from_be_bytes(key.try_into().map_err(|_| CorruptLeaf("key"))?);
+        let count = u64::from_be_bytes(count.try_into().map_err(|_| CorruptLeaf("count"))?);
+        if count == 0 || entries.last().is_some_and(|&(k, _)| k >= key) {
+            return Err(CorruptLeaf("entries unsorted or empty"));
+        }
+        entries.push((key, count));
+    }
+    Ok(Leaf { entries })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// The oracle: a plain multiset of keys.
+    #[derive(Default)]
+    struct Oracle(BTreeMap<u128, u64>);
+
+    impl Oracle {
+        fn add(&mut self, key: u128, delta: i64) {
+            let c = self.0.entry(key).or_default();
+            *c = c.saturating_add_signed(delta);
+            if *c == 0 {
+                self.0.remove(&key);
+            }
+        }
+        fn before(&self, key: u128) -> u64 {
+            self.0.range(..key).map(|(_, c)| c).sum()
+        }
+    }
+
+    fn extreme_key() -> impl Strategy<Value = u128> {
+        prop_oneof![
+            Just(0u128),
+            Just(u128::MAX),
+            Just(1u128 << 127),
+            (0u64..8).prop_map(|x| (u128::from(x) << 64) | 7),
+            (any::<u64>(), 0u64..4).prop_map(|(hi, lo)| (u128::from(hi) << 64) | u128::from(lo)),
+            any::<u128>(),
+        ]
+    }
+
+    fn reload(tree: &mut CountTree, disk: &mut BTreeMap<LeafId, Vec<u8>>, branching: u32) -> CountTree {
+        for (id, bytes) in tree.take_dirty() {
+            match bytes {
+                Some(b) => disk.insert(id, b),
+                None => disk.remove(&id),
+            };
+        }
+        let mut fresh = CountTree::new(branching).unwrap();
+        for (id, bytes) in disk.iter() {
+            fresh.install_leaf(*id, bytes).unwrap();
+        }
+        fresh
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        #[test]
+        fn matches_oracle_and_survives_reload(
+            branching in proptest::sample::select(BRANCHINGS.to_vec()),
+            ops in proptest::collection::vec((extreme_key(), prop_oneof![Just(1i64), Just(-1), Just(3)]), 1..600),
+            probes in proptest::collection::vec(extreme_key(), 1..40),
+        ) {
+            let mut tree = CountTree::new(branching).unwrap();
+            let mut oracle = Oracle::default();
+            let mut disk = BTreeMap::new();
+            for (i, (key, delta)) in ops.iter().enumerate() {
+                // Never remove what is not there: the shard never does.
+                let delta = if *delta < 0 && !oracle.0.contains_key(key) { 1 } else { *delta };
+                tree.add(*key, delta);
+                oracle.add(*key, delta);
+                if i % 97 == 0 {
+                    tree = reload(&mut tree, &mut disk, branching);
+                }
+            }
+            tree.check().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(tree.total(), oracle.0.values().sum::<u64>());
+            let entries: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+            prop_assert_eq!(tree.entries(), entries);
+            for probe in probes.iter().chain(oracle.0.keys()) {
+                prop_assert_eq!(tree.count_before(*probe), oracle.before(*probe));
+                prop_assert_eq!(tree.count_before(probe.wrapping_add(1)), oracle.before(probe.wrapping_add(1)));
+            }
+            let reloaded = reload(&mut tree, &mut disk, branching);
+            reloaded.check().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(reloaded.entries(), tree.entries());
+            prop_assert_eq!(reloaded.total(), tree.total());
+        }
+    }
+
+    #[test]
+    fn dense_cluster_bursts_to_full_depth() {
+        // 1000 keys differing only in the last bits force bursts down to the
+        // deepest level; ranks must stay exact there.
+        for branching in BRANCHINGS {
+            let mut tree = CountTree::new(branching).unwrap();
+            for k in 0..1000u128 {
+                tree.add(u128::MAX - k, 1);
+            }
+            tree.check().unwrap();
+            assert_eq!(tree.count_before(u128::MAX), 999);
+            assert_eq!(tree.count_before(u128::MAX - 500), 499);
+            for k in 0..1000u128 {
+                tree.add(u128::MAX - k, -1);
+            }
+            tree.check().unwrap();
+            assert_eq!(tree.total(), 0);
+            assert!(tree.entries().is_empty());
+        }
+    }
+
+    #[test]
+    fn emptied_leaves_are_deleted_on_disk() {
+        let mut tree = CountTree::new(4).unwrap();
+        for k in 0..200u128 {
+            tree.add(k << 100, 1);
+        }
+        let written = tree.take_dirty();
+        assert!(written.iter().any(|(_, b)| b.is_some()));
+        for k in 0..200u128 {
+            tree.add(k << 100, -1);
+        }
+        let after: Vec<_> = tree.take_dirty();
+        assert!(!after.is_empty());
+        assert!(after.iter().all(|(_, b)| b.is_none()));
+    }
+
+    #[test]
+    fn rejects_bad_branching_and_corrupt_leaves() {
+        assert_eq!(CountTree::new(3).unwrap_err(), BadBranching(3));
+        let mut tree = CountTree::new(16).unwrap();
+        assert!(tree.install_leaf(LeafId { prefix: 0, depth: 0 }, &[1, 2, 3]).is_err());
+    }
+}

@@ -1,0 +1,90 @@
+//! The redis-cli style client subcommands: human output by default, the raw
+//! result as JSON with `--json`.
+
+use rmpv::Value;
+
+use crate::client::{Call, Client, ClientError};
+use crate::config::{ClientArgs, Command};
+
+/// Runs a client subcommand against a running server; returns the exit code.
+pub async fn run(command: Command) -> Result<(), ClientError> {
+    let (args, call, show): (ClientArgs, Call, fn(&Value) -> String) = match command {
+        Command::Serve(_) => unreachable!("`serve` is not a client command"),
+        Command::Ping(args) => (args, Call::new("ping"), plain),
+        Command::Set { client, board, player, score, mode } => (
+            client,
+            Call::new("set").with("board", board).with("player", player).with("score", score).with("mode", mode),
+            plain,
+        ),
+        Command::Get { client, board, player } => {
+            (client, Call::new("get").with("board", board).with("player", player), plain)
+        }
+        Command::Rank { client, board, player } => {
+            (client, Call::new("rank").with("board", board).with("player", player), show_rank)
+        }
+        Command::Top { client, board, limit, offset } => {
+            (client, Call::new("top").with("board", board).with("limit", limit).with("offset", offset), show_entries)
+        }
+        Command::Around { client, board, player, before, after } => (
+            client,
+            Call::new("around").with("board", board).with("player", player).with("before", before).with("after", after),
+            show_entries,
+        ),
+        Command::Count { client, board } => (client, Call::new("count").with("board", board), plain),
+        Command::Boards(args) => (args, Call::new("boards"), show_boards),
+    };
+    let mut client = Client::connect(args.server.as_str()).await?;
+    let result = client.call(call).await?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&result).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        println!("{json}");
+    } else {
+        println!("{}", show(&result));
+    }
+    Ok(())
+}
+
+fn plain(value: &Value) -> String {
+    match value {
+        Value::Nil => "(nil)".to_string(),
+        Value::String(s) => s.as_str().unwrap_or_default().to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn show_rank(value: &Value) -> String {
+    if value.is_nil() {
+        return "(nil)".to_string();
+    }
+    format!("rank {} of {} (score {})", value["rank"], value["count"], value["score"])
+}
+
+fn show_entries(value: &Value) -> String {
+    let Some(rows) = value.as_array() else { return plain(value) };
+    if rows.is_empty() {
+        return "(empty)".to_string();
+    }
+    let mut out = format!("{:>8}  {:>20}  player", "rank", "score");
+    for row in rows {
+        out.push_str(&format!("\n{:>8}  {:>20}  {}", row["rank"], row["score"], plain(&row["player"])));
+    }
+    out
+}
+
+fn show_boards(value: &Value) -> String {
+    let Some(rows) = value.as_array() else { return plain(value) };
+    if rows.is_empty() {
+        return "(no boards)".to_string();
+    }
+    let mut out = format!("{:<32} {:<5} {:<12} {:>12}", "board", "order", "ties", "players");
+    for row in rows {
+        out.push_str(&format!(
+            "\n{:<32} {:<5} {:<12} {:>12}",
+            plain(&row["board"]),
+            plain(&row["order"]),
+            plain(&row["ties"]),
+            row["count"]
+        ));
+    }
+    out
+}

@@ -1,0 +1,254 @@
+//! Command line (clap) and the optional TOML config file. Every server knob
+//! can be set in both; a flag wins over the file, the file over the default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+use crate::protocol::DEFAULT_MAX_FRAME;
+
+/// rankd: exact, durable, sharded leaderboards.
+#[derive(Debug, Parser)]
+#[command(name = "rankd", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands: the server, and redis-cli style clients.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Check a running server answers.
+    Ping(ClientArgs),
+    /// Write a score: `rankd set BOARD PLAYER SCORE [--mode best|incr]`.
+    Set {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        player: String,
+        #[arg(allow_hyphen_values = true)]
+        score: i64,
+        /// set, best or incr.
+        #[arg(long, default_value = "set")]
+        mode: String,
+    },
+    /// A player's score.
+    Get {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        player: String,
+    },
+    /// A player's rank.
+    Rank {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        player: String,
+    },
+    /// The best players.
+    Top {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        #[arg(long, default_value_t = 10)]
+        limit: u64,
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+    },
+    /// A player and their neighbours.
+    Around {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        player: String,
+        #[arg(long, default_value_t = 5)]
+        before: u64,
+        #[arg(long, default_value_t = 5)]
+        after: u64,
+    },
+    /// Players on a board.
+    Count {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+    },
+    /// All boards.
+    Boards(ClientArgs),
+}
+
+/// Where a client subcommand connects and how it prints.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Server address.
+    #[arg(long, short = 's', default_value = "127.0.0.1:7070", env = "RANKD_SERVER")]
+    pub server: String,
+    /// Print the raw result as JSON instead of a human table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// When a write is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityArg {
+    /// fsync before acknowledging (survives power loss).
+    #[default]
+    Sync,
+    /// Hand to the OS before acknowledging (survives kill -9, not power loss).
+    Buffered,
+}
+
+/// `rankd serve` flags; unset ones fall back to the config file, then defaults.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML file with any of the settings below (flags win).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Client address [default: 127.0.0.1:7070].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Prometheus metrics address [default: 127.0.0.1:7071].
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Where the shards store their data [default: ./rankd-data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Number of tree shards, each on its own thread [default: number of cores].
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// Count-tree branching factor: 2, 4, 8, 16, 32, 64, 128 or 256 [default: 16].
+    #[arg(long)]
+    pub branching: Option<u32>,
+    /// Most requests one shard applies in one atomic batch [default: 4096].
+    #[arg(long)]
+    pub max_batch: Option<usize>,
+    /// Largest frame accepted, bytes [default: 1 MiB].
+    #[arg(long)]
+    pub max_frame: Option<usize>,
+    /// Requests a connection may have in flight before the server stops
+    /// reading from it [default: 4096].
+    #[arg(long)]
+    pub max_inflight: Option<usize>,
+    /// When writes are acknowledged [default: sync].
+    #[arg(long, value_enum)]
+    pub durability: Option<DurabilityArg>,
+}
+
+/// The config file: the same settings as the flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeFile {
+    listen: Option<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    shards: Option<usize>,
+    branching: Option<u32>,
+    max_batch: Option<usize>,
+    max_frame: Option<usize>,
+    max_inflight: Option<usize>,
+    durability: Option<DurabilityArg>,
+}
+
+/// Resolved server settings.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Client address.
+    pub listen: SocketAddr,
+    /// Metrics address.
+    pub metrics_listen: SocketAddr,
+    /// Data dir.
+    pub data_dir: PathBuf,
+    /// Shards.
+    pub shards: usize,
+    /// Branching factor.
+    pub branching: u32,
+    /// Max requests per batch.
+    pub max_batch: usize,
+    /// Max frame bytes.
+    pub max_frame: usize,
+    /// Max in-flight requests per connection.
+    pub max_inflight: usize,
+    /// Durability.
+    pub durability: DurabilityArg,
+}
+
+/// A bad setting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read config file {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    /// The file is not valid.
+    #[error("invalid config file {0}: {1}")]
+    Parse(PathBuf, toml::de::Error),
+    /// A value is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ServeArgs {
+    /// Merges flags over the file over the defaults, and validates.
+    pub fn resolve(&self) -> Result<ServeConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.clone(), e))?;
+                toml::from_str(&text).map_err(|e| ConfigError::Parse(path.clone(), e))?
+            }
+            None => ServeFile::default(),
+        };
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let config = ServeConfig {
+            listen: self.listen.or(file.listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
+            metrics_listen: self
+                .metrics_listen
+                .or(file.metrics_listen)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7071))),
+            data_dir: self.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("rankd-data")),
+            shards: self.shards.or(file.shards).unwrap_or(cores),
+            branching: self.branching.or(file.branching).unwrap_or(rankd_shards::tree::DEFAULT_BRANCHING),
+            max_batch: self.max_batch.or(file.max_batch).unwrap_or(4096),
+            max_frame: self.max_frame.or(file.max_frame).unwrap_or(DEFAULT_MAX_FRAME),
+            max_inflight: self.max_inflight.or(file.max_inflight).unwrap_or(4096),
+            durability: self.durability.or(file.durability).unwrap_or_default(),
+        };
+        if !(1..=256).contains(&config.shards) {
+            return Err(ConfigError::Invalid("--shards must be 1 to 256".into()));
+        }
+        rankd_shards::tree::branching_bits(config.branching).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if config.max_batch == 0 || config.max_inflight == 0 {
+            return Err(ConfigError::Invalid("--max-batch and --max-inflight must be at least 1".into()));
+        }
+        if !(64..=64 << 20).contains(&config.max_frame) {
+            return Err(ConfigError::Invalid("--max-frame must be 64 bytes to 64 MiB".into()));
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rankd.toml");
+        std::fs::write(&path, "shards = 3\nbranching = 64\nlisten = \"127.0.0.1:9000\"\n").unwrap();
+        let args = ServeArgs { config: Some(path.clone()), shards: Some(5), ..ServeArgs::default() };
+        let config = args.resolve().unwrap();
+        assert_eq!((config.shards, config.branching, config.listen.port()), (5, 64, 9000));
+
+        std::fs::write(&path, "shardz = 3\n").unwrap();
+        assert!(matches!(
+            ServeArgs { config: Some(path), ..ServeArgs::default() }.resolve(),
+            Err(ConfigError::Parse(..))
+        ));
+        assert!(ServeArgs { branching: Some(3), ..ServeArgs::default() }.resolve().is_err());
+    }
+}

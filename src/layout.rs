@@ -1,0 +1,123 @@
+//! The data dir's layout file: how many shards and which branching factor it
+//! was made with. Opening it with another shard count would hash players to
+//! the wrong shards, so it is refused with a clear message instead.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// File name inside the data dir.
+pub const LAYOUT_FILE: &str = "rankd.layout.toml";
+const FORMAT: u32 = 1;
+
+/// What a data dir was created with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// On-disk format version.
+    pub format: u32,
+    /// Number of shards (and `shard-<i>` directories).
+    pub shards: usize,
+    /// Count-tree branching factor.
+    pub branching: u32,
+}
+
+/// Why a data dir cannot be opened as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    /// Shard count differs from the data dir's.
+    #[error("data dir {dir} holds {stored} shards but --shards {wanted} was asked; restart with --shards {stored} (rankd does not rebalance a data dir)")]
+    Shards {
+        /// The data dir.
+        dir: PathBuf,
+        /// What it holds.
+        stored: usize,
+        /// What was asked.
+        wanted: usize,
+    },
+    /// Branching differs from the data dir's.
+    #[error("data dir {dir} uses branching factor {stored} but {wanted} was asked; restart with --branching {stored}")]
+    Branching {
+        /// The data dir.
+        dir: PathBuf,
+        /// What it holds.
+        stored: u32,
+        /// What was asked.
+        wanted: u32,
+    },
+    /// Unreadable or from a newer rankd.
+    #[error("cannot use layout file {path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// I/O.
+    #[error("data dir {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+/// Directory of shard `index`.
+pub fn shard_dir(data_dir: &Path, index: usize) -> PathBuf {
+    data_dir.join(format!("shard-{index}"))
+}
+
+/// Creates the layout file in a new data dir, or checks an existing one
+/// matches `shards` and `branching`.
+pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result<Layout, LayoutError> {
+    let path = data_dir.join(LAYOUT_FILE);
+    let wanted = Layout { format: FORMAT, shards, branching };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let stored: Layout = toml::from_str(&text)
+                .map_err(|e| LayoutError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            if stored.format != FORMAT {
+                return Err(LayoutError::Invalid { path, reason: format!("format {} is not {FORMAT}", stored.format) });
+            }
+            if stored.shards != shards {
+                return Err(LayoutError::Shards { dir: data_dir.to_path_buf(), stored: stored.shards, wanted: shards });
+            }
+            if stored.branching != branching {
+                return Err(LayoutError::Branching {
+                    dir: data_dir.to_path_buf(),
+                    stored: stored.branching,
+                    wanted: branching,
+                });
+            }
+            Ok(stored)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if data_dir.join("shard-0").exists() {
+                return Err(LayoutError::Invalid {
+                    path,
+                    reason: "shard directories exist but the layout file is missing".into(),
+                });
+            }
+            std::fs::create_dir_all(data_dir).map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
+            let text = toml::to_string(&wanted)
+                .map_err(|e| LayoutError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            // Write-then-rename so a crash never leaves a half-written layout.
+            let tmp = data_dir.join(format!("{LAYOUT_FILE}.tmp"));
+            std::fs::write(&tmp, text)
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
+            Ok(wanted)
+        }
+        Err(e) => Err(LayoutError::Io(data_dir.to_path_buf(), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_another_shard_count() {
+        let dir = tempfile::tempdir().unwrap();
+        check_or_create(dir.path(), 4, 16).unwrap();
+        check_or_create(dir.path(), 4, 16).unwrap();
+        let err = check_or_create(dir.path(), 2, 16).unwrap_err().to_string();
+        assert!(err.contains("holds 4 shards") && err.contains("--shards 4"), "{err}");
+        assert!(check_or_create(dir.path(), 4, 64).is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! rankd, the server: wires the engine in `rankd-shards` to the world.
+//!
+//! - [`protocol`]: frames and msgpack requests/replies (the contract);
+//! - [`router`]: the router actor — hashes players to shards, fans reads out;
+//! - [`shard`]: the tree-shard actor running the batch loop;
+//! - [`server`]: TCP listener and per-connection pipelining;
+//! - [`client`]: a pipelining Rust client, used by the CLI and the tests;
+//! - [`config`]: CLI flags and the TOML file;
+//! - [`layout`]: what a data dir holds and the check that it fits;
+//! - [`error`]: the one place errors become protocol codes.
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod layout;
+pub mod protocol;
+pub mod router;
+pub mod server;
+pub mod shard;

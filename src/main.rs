@@ -1,0 +1,45 @@
+//! The `rankd` binary: `rankd serve` runs the server; the other subcommands
+//! are clients of a running server.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use rankd::config::{Cli, Command};
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RANKD_LOG")
+                .unwrap_or_else(|_| "info,fjall=warn,lsm_tree=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = match args.resolve() {
+                Ok(config) => config,
+                Err(e) => return fail(&e),
+            };
+            match rankd::server::run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        client => {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return fail(&e),
+            };
+            match runtime.block_on(rankd::cli::run(client)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+    }
+}
+
+fn fail(error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("rankd: {error}");
+    ExitCode::FAILURE
+}

@@ -1,0 +1,124 @@
+//! Framing: a 4-byte big-endian length, then that many bytes.
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Default `max_frame`: 1 MiB, as the protocol specifies.
+pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+
+/// Why no frame could be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The length prefix exceeds `max_frame`; the connection must close.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// Announced length.
+        len: usize,
+        /// The server's limit.
+        max: usize,
+    },
+    /// A zero length prefix: no msgpack value at all.
+    #[error("empty frame")]
+    Empty,
+    /// The peer closed in the middle of a frame.
+    #[error("connection closed mid-frame")]
+    Truncated,
+    /// Socket error.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads frames from a byte stream. Cancel-safe: everything read so far stays
+/// in the buffer, so it can sit in a `select!`.
+pub struct FrameReader<R> {
+    inner: R,
+    buf: BytesMut,
+    max_frame: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Wraps a stream; frames over `max_frame` are refused before any of their
+    /// body is buffered, which bounds memory per connection.
+    pub fn new(inner: R, max_frame: usize) -> Self {
+        Self { inner, buf: BytesMut::with_capacity(16 * 1024), max_frame }
+    }
+
+    /// The next frame's body, or `None` at a clean end of stream.
+    pub async fn next_frame(&mut self) -> Result<Option<BytesMut>, FrameError> {
+        loop {
+            if let Some(frame) = self.parse()? {
+                return Ok(Some(frame));
+            }
+            if self.inner.read_buf(&mut self.buf).await? == 0 {
+                return if self.buf.is_empty() { Ok(None) } else { Err(FrameError::Truncated) };
+            }
+        }
+    }
+
+    /// Whether a complete frame is already buffered (no read needed).
+    pub fn has_buffered_frame(&self) -> bool {
+        self.buf.len() >= 4 && {
+            let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+            len == 0 || len > self.max_frame || self.buf.len() >= 4 + len
+        }
+    }
+
+    fn parse(&mut self) -> Result<Option<BytesMut>, FrameError> {
+        let Some(header) = self.buf.first_chunk::<4>() else { return Ok(None) };
+        let len = u32::from_be_bytes(*header) as usize;
+        if len > self.max_frame {
+            return Err(FrameError::TooLarge { len, max: self.max_frame });
+        }
+        if len == 0 {
+            self.buf.advance(4);
+            return Err(FrameError::Empty);
+        }
+        if self.buf.len() < 4 + len {
+            self.buf.reserve(4 + len - self.buf.len());
+            return Ok(None);
+        }
+        self.buf.advance(4);
+        Ok(Some(self.buf.split_to(len)))
+    }
+}
+
+/// Appends one frame holding `body` to `out`.
+pub fn write_frame(out: &mut Vec<u8>, body: &[u8]) {
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn frames(bytes: &[u8], max: usize) -> Vec<Result<Option<Vec<u8>>, String>> {
+        let mut reader = FrameReader::new(bytes, max);
+        let mut out = Vec::new();
+        loop {
+            let item = reader.next_frame().await.map(|f| f.map(|b| b.to_vec())).map_err(|e| e.to_string());
+            let stop = matches!(item, Ok(None)) || matches!(&item, Err(e) if !e.contains("empty"));
+            out.push(item);
+            if stop {
+                return out;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn splits_frames_and_reports_bad_lengths() {
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, b"ab");
+        bytes.extend_from_slice(&[0, 0, 0, 0]);
+        write_frame(&mut bytes, b"c");
+        let got = frames(&bytes, 16).await;
+        assert_eq!(got[0], Ok(Some(b"ab".to_vec())));
+        assert!(got[1].as_ref().is_err_and(|e| e.contains("empty")));
+        assert_eq!(got[2], Ok(Some(b"c".to_vec())));
+        assert_eq!(got[3], Ok(None));
+
+        let huge = [0xFF, 0xFF, 0xFF, 0xFF, 1];
+        assert!(frames(&huge, 16).await[0].as_ref().is_err_and(|e| e.contains("exceeds")));
+        assert!(frames(&[0, 0, 0, 9, 1], 16).await[0].as_ref().is_err_and(|e| e.contains("mid-frame")));
+    }
+}

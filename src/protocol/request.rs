@@ -1,0 +1,393 @@
+//! Decoding a frame into a typed [`Request`], with an error that says which
+//! field is wrong. Unknown fields are ignored, as the protocol requires.
+
+use rankd_shards::board::{valid_board_name, valid_player_name};
+use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
+use rmpv::ValueRef;
+
+use crate::error::Error;
+
+/// `set_many` entries per request.
+pub const MAX_SET_MANY: usize = 10_000;
+/// `top` limit.
+pub const MAX_TOP_LIMIT: u64 = 1000;
+/// `around` before/after.
+pub const MAX_AROUND: u64 = 500;
+/// Decoder recursion budget. rmpv spends one unit per nesting level and one
+/// per string, so the deepest legal request (`entries`: map, list, pair,
+/// string) needs 5; anything far deeper is hostile and refused unrecursed.
+const MAX_DEPTH: usize = 16;
+
+/// One decoded request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Client-chosen id, echoed back.
+    pub id: u64,
+    /// What to do.
+    pub op: Op,
+}
+
+/// Which window and period a read looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct View {
+    /// `None` means the board's first window.
+    pub window: Option<Window>,
+    /// 0 is the current period, -1 the previous, ...
+    pub period: i64,
+}
+
+/// The operations of the protocol, with their validated fields.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum Op {
+    Ping,
+    Auth { token: String },
+    CreateBoard { board: String, config: BoardConfig },
+    DropBoard { board: String },
+    Boards,
+    Set { board: String, player: String, score: i64, mode: Mode },
+    SetMany { board: String, entries: Vec<(String, i64)>, mode: Mode },
+    Get { board: String, player: String, view: View },
+    Remove { board: String, player: String },
+    Count { board: String, view: View },
+    Rank { board: String, player: String, view: View },
+    RankOfScore { board: String, score: i64, view: View },
+    Top { board: String, limit: usize, offset: u64, view: View },
+    Around { board: String, player: String, before: usize, after: usize, view: View },
+}
+
+impl Op {
+    /// The op's protocol name (also its metrics label).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Ping => "ping",
+            Self::Auth { .. } => "auth",
+            Self::CreateBoard { .. } => "create_board",
+            Self::DropBoard { .. } => "drop_board",
+            Self::Boards => "boards",
+            Self::Set { .. } => "set",
+            Self::SetMany { .. } => "set_many",
+            Self::Get { .. } => "get",
+            Self::Remove { .. } => "remove",
+            Self::Count { .. } => "count",
+            Self::Rank { .. } => "rank",
+            Self::RankOfScore { .. } => "rank_of_score",
+            Self::Top { .. } => "top",
+            Self::Around { .. } => "around",
+        }
+    }
+
+    /// Whether the op changes state. A connection never lets a write overtake
+    /// a multi-step read sent before it, so reads see exactly the writes sent
+    /// before them on their connection.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Self::CreateBoard { .. }
+                | Self::DropBoard { .. }
+                | Self::Set { .. }
+                | Self::SetMany { .. }
+                | Self::Remove { .. }
+        )
+    }
+}
+
+/// Decodes one frame body. On failure returns the request's id when it could
+/// be read (0 otherwise) with the error to answer.
+pub fn parse(body: &[u8]) -> Result<Request, (u64, Error)> {
+    let mut rest = body;
+    let value = rmpv::decode::read_value_ref_with_max_depth(&mut rest, MAX_DEPTH)
+        .map_err(|e| (0, Error::BadFrame(format!("not a msgpack value: {e}"))))?;
+    if !rest.is_empty() {
+        return Err((0, Error::BadFrame("frame holds more than one msgpack value".into())));
+    }
+    let ValueRef::Map(pairs) = value else {
+        return Err((0, Error::BadFrame("a request must be a msgpack map".into())));
+    };
+    let fields = Fields::new(&pairs).map_err(|e| (0, e))?;
+    let id = match fields.get("id") {
+        None => return Err((0, Error::BadRequest("missing field `id`".into()))),
+        Some(v) => v.as_u64().ok_or_else(|| (0, Error::BadRequest("field `id` must be an unsigned integer".into())))?,
+    };
+    let op = fields.op().map_err(|e| (id, e))?;
+    Ok(Request { id, op })
+}
+
+/// The map's string-keyed fields.
+struct Fields<'a> {
+    pairs: Vec<(&'a str, &'a ValueRef<'a>)>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(pairs: &'a [(ValueRef<'a>, ValueRef<'a>)]) -> Result<Self, Error> {
+        let pairs = pairs
+            .iter()
+            .map(|(k, v)| match k {
+                ValueRef::String(s) => s.as_str().map(|s| (s, v)),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::BadFrame("request map keys must be UTF-8 strings".into()))?;
+        Ok(Self { pairs })
+    }
+
+    fn get(&self, name: &str) -> Option<&'a ValueRef<'a>> {
+        self.pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v).filter(|v| !matches!(v, ValueRef::Nil))
+    }
+
+    fn op(&self) -> Result<Op, Error> {
+        let op = self.str("op")?;
+        Ok(match op {
+            "ping" => Op::Ping,
+            "auth" => Op::Auth { token: self.str("token")?.to_string() },
+            "create_board" => Op::CreateBoard { board: self.board()?, config: self.config()? },
+            "drop_board" => Op::DropBoard { board: self.board()? },
+            "boards" => Op::Boards,
+            "set" => {
+                Op::Set { board: self.board()?, player: self.player()?, score: self.i64("score")?, mode: self.mode()? }
+            }
+            "set_many" => Op::SetMany { board: self.board()?, entries: self.entries()?, mode: self.mode()? },
+            "get" => Op::Get { board: self.board()?, player: self.player()?, view: self.view()? },
+            "remove" => Op::Remove { board: self.board()?, player: self.player()? },
+            "count" => Op::Count { board: self.board()?, view: self.view()? },
+            "rank" => Op::Rank { board: self.board()?, player: self.player()?, view: self.view()? },
+            "rank_of_score" => Op::RankOfScore { board: self.board()?, score: self.i64("score")?, view: self.view()? },
+            "top" => Op::Top {
+                board: self.board()?,
+                limit: self.bounded("limit", 10, MAX_TOP_LIMIT)?,
+                offset: self.opt_u64("offset")?.unwrap_or(0),
+                view: self.view()?,
+            },
+            "around" => Op::Around {
+                board: self.board()?,
+                player: self.player()?,
+                before: self.bounded("before", 5, MAX_AROUND)?,
+                after: self.bounded("after", 5, MAX_AROUND)?,
+                view: self.view()?,
+            },
+            other => return Err(Error::UnknownOp(other.chars().take(64).collect())),
+        })
+    }
+
+    fn required(&self, name: &str) -> Result<&'a ValueRef<'a>, Error> {
+        self.get(name).ok_or_else(|| Error::BadRequest(format!("missing field `{name}`")))
+    }
+
+    fn str(&self, name: &str) -> Result<&'a str, Error> {
+        as_str(self.required(name)?, name)
+    }
+
+    fn opt_str(&self, name: &str) -> Result<Option<&'a str>, Error> {
+        self.get(name).map(|v| as_str(v, name)).transpose()
+    }
+
+    fn i64(&self, name: &str) -> Result<i64, Error> {
+        as_i64(self.required(name)?)
+            .ok_or_else(|| Error::BadRequest(format!("field `{name}` must be an integer in the signed 64-bit range")))
+    }
+
+    fn opt_u64(&self, name: &str) -> Result<Option<u64>, Error> {
+        self.get(name)
+            .map(|v| v.as_u64().ok_or_else(|| Error::BadRequest(format!("field `{name}` must be an unsigned integer"))))
+            .transpose()
+    }
+
+    /// An optional count with a default and a protocol maximum.
+    fn bounded(&self, name: &str, default: u64, max: u64) -> Result<usize, Error> {
+        let value = self.opt_u64(name)?.unwrap_or(default);
+        if value > max {
+            return Err(Error::BadRequest(format!("field `{name}` must be at most {max}")));
+        }
+        Ok(value as usize)
+    }
+
+    fn board(&self) -> Result<String, Error> {
+        let board = self.str("board")?;
+        if !valid_board_name(board) {
+            return Err(Error::BadRequest("field `board` must be 1-128 bytes of [A-Za-z0-9_.:-]".into()));
+        }
+        Ok(board.to_string())
+    }
+
+    fn player(&self) -> Result<String, Error> {
+        let player = self.str("player")?;
+        check_player(player)?;
+        Ok(player.to_string())
+    }
+
+    fn mode(&self) -> Result<Mode, Error> {
+        self.opt_str("mode")?.map_or(Ok(Mode::Set), |m| {
+            Mode::parse(m).ok_or_else(|| Error::BadRequest(format!("unknown mode `{}`", clip(m))))
+        })
+    }
+
+    fn view(&self) -> Result<View, Error> {
+        let window = self
+            .opt_str("window")?
+            .map(|w| Window::parse(w).ok_or_else(|| Error::BadRequest(format!("unknown window `{}`", clip(w)))))
+            .transpose()?;
+        let period = match self.get("period") {
+            None => 0,
+            Some(v) => as_i64(v)
+                .filter(|p| *p <= 0)
+                .ok_or_else(|| Error::BadRequest("field `period` must be 0 or a negative integer".into()))?,
+        };
+        Ok(View { window, period })
+    }
+
+    fn config(&self) -> Result<BoardConfig, Error> {
+        let mut config = BoardConfig::default();
+        if let Some(order) = self.opt_str("order")? {
+            config.order =
+                Order::parse(order).ok_or_else(|| Error::BadRequest(format!("unknown order `{}`", clip(order))))?;
+        }
+        if let Some(ties) = self.opt_str("ties")? {
+            config.ties =
+                Ties::parse(ties).ok_or_else(|| Error::BadRequest(format!("unknown ties `{}`", clip(ties))))?;
+        }
+        if let Some(windows) = self.get("windows") {
+            let ValueRef::Array(items) = windows else {
+                return Err(Error::BadRequest("field `windows` must be a list of strings".into()));
+            };
+            if items.is_empty() || items.len() > 4 {
+                return Err(Error::BadRequest("field `windows` must list 1 to 4 windows".into()));
+            }
+            let mut windows = Vec::with_capacity(items.len());
+            for item in items {
+                let name = as_str(item, "windows")?;
+                let window =
+                    Window::parse(name).ok_or_else(|| Error::BadRequest(format!("unknown window `{}`", clip(name))))?;
+                if windows.contains(&window) {
+                    return Err(Error::BadRequest(format!("window `{name}` listed twice")));
+                }
+                windows.push(window);
+            }
+            config.windows = windows;
+        }
+        if let Some(keep) = self.opt_u64("keep")? {
+            config.keep = u32::try_from(keep)
+                .ok()
+                .filter(|k| (1..=1000).contains(k))
+                .ok_or_else(|| Error::BadRequest("field `keep` must be 1 to 1000".into()))?;
+        }
+        Ok(config)
+    }
+
+    fn entries(&self) -> Result<Vec<(String, i64)>, Error> {
+        let ValueRef::Array(items) = self.required("entries")? else {
+            return Err(Error::BadRequest("field `entries` must be a list of [player, score] pairs".into()));
+        };
+        if items.len() > MAX_SET_MANY {
+            return Err(Error::TooLarge(format!(
+                "`entries` holds {} entries; the limit is {MAX_SET_MANY}",
+                items.len()
+            )));
+        }
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                ValueRef::Array(pair) if pair.len() == 2 => {
+                    let player = as_str(&pair[0], "entries")?;
+                    check_player(player)?;
+                    let score = as_i64(&pair[1]).ok_or_else(|| {
+                        Error::BadRequest(format!("entries[{i}]: score must be a signed 64-bit integer"))
+                    })?;
+                    Ok((player.to_string(), score))
+                }
+                _ => Err(Error::BadRequest(format!("entries[{i}] must be a [player, score] pair"))),
+            })
+            .collect()
+    }
+}
+
+fn as_str<'a>(value: &'a ValueRef<'a>, name: &str) -> Result<&'a str, Error> {
+    match value {
+        ValueRef::String(s) => {
+            s.as_str().ok_or_else(|| Error::BadRequest(format!("field `{name}` is not valid UTF-8")))
+        }
+        _ => Err(Error::BadRequest(format!("field `{name}` must be a string"))),
+    }
+}
+
+fn as_i64(value: &ValueRef<'_>) -> Option<i64> {
+    match value {
+        ValueRef::Integer(i) => i.as_i64(),
+        _ => None,
+    }
+}
+
+fn check_player(player: &str) -> Result<(), Error> {
+    if valid_player_name(player) {
+        Ok(())
+    } else {
+        Err(Error::BadRequest("field `player` must be 1-256 bytes of UTF-8".into()))
+    }
+}
+
+/// Echoing client text back is handy, but never a lot of it.
+fn clip(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmpv::Value;
+
+    fn encode(pairs: Vec<(&str, Value)>) -> Vec<u8> {
+        let map = Value::Map(pairs.into_iter().map(|(k, v)| (Value::from(k), v)).collect());
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, &map).unwrap();
+        out
+    }
+
+    #[test]
+    fn parses_a_set_with_defaults() {
+        let body = encode(vec![
+            ("id", 7.into()),
+            ("op", "set".into()),
+            ("board", "b".into()),
+            ("player", "p".into()),
+            ("score", (-3).into()),
+            ("extra", true.into()),
+        ]);
+        assert_eq!(
+            parse(&body),
+            Ok(Request { id: 7, op: Op::Set { board: "b".into(), player: "p".into(), score: -3, mode: Mode::Set } })
+        );
+    }
+
+    #[test]
+    fn names_the_bad_field_and_keeps_the_id() {
+        let body = encode(vec![
+            ("id", 9.into()),
+            ("op", "set".into()),
+            ("board", "b".into()),
+            ("player", "p".into()),
+            ("score", "x".into()),
+        ]);
+        let (id, err) = parse(&body).unwrap_err();
+        assert_eq!(id, 9);
+        assert_eq!(err.code(), "bad_request");
+        assert!(err.to_string().contains("score"));
+
+        let body = encode(vec![("id", 1.into()), ("op", "fly".into())]);
+        assert_eq!(parse(&body).unwrap_err().1, Error::UnknownOp("fly".into()));
+
+        let body = encode(vec![("id", 1.into()), ("op", "top".into()), ("board", "b".into()), ("limit", 1001.into())]);
+        assert_eq!(parse(&body).unwrap_err().1.code(), "bad_request");
+    }
+
+    #[test]
+    fn rejects_non_maps_and_garbage() {
+        let mut body = Vec::new();
+        rmpv::encode::write_value(&mut body, &Value::from(vec![Value::from(1)])).unwrap();
+        assert_eq!(parse(&body).unwrap_err(), (0, Error::BadFrame("a request must be a msgpack map".into())));
+        assert_eq!(parse(&[0xc1]).unwrap_err().1.code(), "bad_frame");
+        // A map announcing far more entries than the frame holds.
+        assert_eq!(parse(&[0xdf, 0xff, 0xff, 0xff, 0xff]).unwrap_err().1.code(), "bad_frame");
+        // Deep nesting is refused, not recursed into.
+        assert_eq!(parse(&[0x91; 64]).unwrap_err().1.code(), "bad_frame");
+    }
+}

@@ -1,0 +1,136 @@
+//! Encoding replies: `{"id", "ok"}` or `{"id", "err": {"code", "msg"}}`,
+//! framed, with string keys (rmp-serde's named encoding).
+
+use serde::Serialize;
+
+use crate::error::Error;
+
+/// A successful result, shaped as `protocol.md` lists it per op.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// `ping`.
+    Text(&'static str),
+    /// `auth`, `create_board`, `drop_board`, `remove`.
+    Bool(bool),
+    /// `set`.
+    Score(i64),
+    /// `set_many`.
+    Scores(Vec<i64>),
+    /// `get`.
+    MaybeScore(Option<i64>),
+    /// `count`, `rank_of_score`.
+    Count(u64),
+    /// `rank`.
+    Rank(Option<RankInfo>),
+    /// `top`, `around`.
+    Entries(Vec<Entry>),
+    /// `boards`.
+    Boards(Vec<BoardInfo>),
+}
+
+/// `rank`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RankInfo {
+    /// 1-based rank under the board's tie rule.
+    pub rank: u64,
+    /// The player's score.
+    pub score: i64,
+    /// Players on the board.
+    pub count: u64,
+}
+
+/// One row of `top` / `around`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Entry {
+    /// Player name.
+    pub player: String,
+    /// Score.
+    pub score: i64,
+    /// 1-based rank under the board's tie rule.
+    pub rank: u64,
+}
+
+/// One row of `boards`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct BoardInfo {
+    /// Name.
+    pub board: String,
+    /// `desc` or `asc`.
+    pub order: String,
+    /// Tie rule.
+    pub ties: String,
+    /// Windows kept.
+    pub windows: Vec<String>,
+    /// Past periods kept.
+    pub keep: u32,
+    /// Players in the first window's current period.
+    pub count: u64,
+}
+
+#[derive(Serialize)]
+struct OkFrame<'a> {
+    id: u64,
+    ok: &'a Reply,
+}
+
+#[derive(Serialize)]
+struct ErrFrame<'a> {
+    id: u64,
+    err: ErrBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrBody<'a> {
+    code: &'static str,
+    msg: &'a str,
+}
+
+/// Appends the framed success response to `out`.
+pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
+    framed(out, &OkFrame { id, ok: reply });
+}
+
+/// Appends the framed error response to `out`.
+pub fn encode_error(out: &mut Vec<u8>, id: u64, error: &Error) {
+    framed(out, &ErrFrame { id, err: ErrBody { code: error.code(), msg: &error.to_string() } });
+}
+
+fn framed<T: Serialize>(out: &mut Vec<u8>, value: &T) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    // Serializing these plain structs into a Vec cannot fail.
+    if rmp_serde::encode::write_named(out, value).is_err() {
+        out.truncate(start);
+        return;
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(frame: &[u8]) -> rmpv::Value {
+        assert_eq!(u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize, frame.len() - 4);
+        rmpv::decode::read_value(&mut &frame[4..]).unwrap()
+    }
+
+    #[test]
+    fn encodes_maps_with_string_keys() {
+        let mut out = Vec::new();
+        encode_reply(&mut out, 3, &Reply::Rank(Some(RankInfo { rank: 1, score: -5, count: 2 })));
+        let v = decode(&out);
+        assert_eq!(v["id"], rmpv::Value::from(3));
+        assert_eq!(v["ok"]["score"], rmpv::Value::from(-5));
+
+        let mut out = Vec::new();
+        encode_reply(&mut out, 4, &Reply::MaybeScore(None));
+        assert!(decode(&out)["ok"].is_nil());
+
+        let mut out = Vec::new();
+        encode_error(&mut out, 0, &Error::TooLarge("big".into()));
+        assert_eq!(decode(&out)["err"]["code"], rmpv::Value::from("too_large"));
+    }
+}

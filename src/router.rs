@@ -1,0 +1,506 @@
+//! The router actor: owns the board registry and the global arrival sequence,
+//! hashes each player to a shard, and fans reads out to every shard.
+//!
+//! Placement: player `p` lives on shard `xxh3_64(p) % shards` (xxHash3, 64-bit,
+//! seed 0, over the player's UTF-8 bytes) for every board. The hash is part
+//! of the data-dir format: changing it would strand players.
+//!
+//! Every first message of a request is enqueued into the shards' mailboxes
+//! synchronously while the router handles the request, so requests reach each
+//! shard in the order the router received them; later rounds of multi-step
+//! reads are sent from the reply future.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::{Actor, Addr, Context, Handler, Message, ResponseFuture};
+use futures::future::try_join_all;
+use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tree_key};
+use rankd_shards::{Board, BoardConfig, DenseIndex, Direction, ListEntry, Ties, TreeId, Window};
+use tokio::sync::oneshot;
+
+use crate::error::Error;
+use crate::protocol::{BoardInfo, Entry, Op, RankInfo, Reply, View};
+use crate::shard::{Answer, Command, DenseRegistry, ShardActor, ShardRequest};
+
+/// The shard a player lives on. See the module docs; stable across versions.
+pub fn shard_of(player: &str, shards: usize) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(player.as_bytes()) % shards as u64) as usize
+}
+
+/// Asks the router to run one operation.
+pub struct Dispatch(pub Op);
+
+impl Message for Dispatch {
+    type Result = Result<Reply, Error>;
+}
+
+/// One shard's part of a `set_many`: entry positions, and the entries with
+/// their arrival sequence.
+#[derive(Default, Clone)]
+struct ShardPart(Vec<usize>, Vec<(String, i64, u64)>);
+
+/// What the router recovered from the shards at start-up.
+pub struct RouterState {
+    /// Boards by name.
+    pub boards: Vec<Board>,
+    /// Highest board id ever used.
+    pub max_board_id: u64,
+    /// Highest arrival sequence ever stored.
+    pub max_seq: u64,
+}
+
+/// The router actor. See the module docs.
+pub struct Router {
+    shards: Arc<[Addr<ShardActor>]>,
+    boards: HashMap<String, Arc<Board>>,
+    next_board_id: u64,
+    next_seq: u64,
+    dense: DenseRegistry,
+    branching: u32,
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}
+
+type Pending = oneshot::Receiver<Result<Answer, Error>>;
+
+/// Enqueues `command` on `shard` now and returns where its answer will arrive.
+fn ask(shard: &Addr<ShardActor>, command: Command) -> Pending {
+    let (reply, answer) = oneshot::channel();
+    shard.do_send(ShardRequest { command, reply });
+    answer
+}
+
+async fn answer(pending: Pending) -> Result<Answer, Error> {
+    pending.await.map_err(|_| Error::Internal("shard stopped".into()))?
+}
+
+/// Counts before each key, summed over all shards, and the total.
+async fn summed_counts(pending: Vec<Pending>, keys: usize) -> Result<(Vec<u64>, u64), Error> {
+    let mut sums = vec![0u64; keys];
+    let mut total = 0;
+    for answers in try_join_all(pending.into_iter().map(answer)).await? {
+        let (before, t) = answers.into_counts()?;
+        sums.iter_mut().zip(before).for_each(|(s, b)| *s += b);
+        total += t;
+    }
+    Ok((sums, total))
+}
+
+/// The context a multi-step read carries across awaits.
+#[derive(Clone)]
+struct Read {
+    shards: Arc<[Addr<ShardActor>]>,
+    board: Arc<Board>,
+    tree: TreeId,
+    dense: DenseRegistry,
+}
+
+impl Read {
+    fn ties(&self) -> Ties {
+        self.board.config.ties
+    }
+
+    fn owner(&self, player: &str) -> &Addr<ShardActor> {
+        &self.shards[shard_of(player, self.shards.len())]
+    }
+
+    fn send_counts(&self, keys: &[u128]) -> Vec<Pending> {
+        self.shards.iter().map(|s| ask(s, Command::CountBefore { tree: self.tree, keys: keys.to_vec() })).collect()
+    }
+
+    async fn counts(&self, keys: Vec<u128>) -> Result<(Vec<u64>, u64), Error> {
+        let n = keys.len();
+        summed_counts(self.send_counts(&keys), n).await
+    }
+
+    fn distinct_before(&self, score_key: u64) -> u64 {
+        self.dense.lock().get(&self.tree).map_or(0, |d| d.distinct_before(score_key))
+    }
+
+    /// The key whose count-before decides a rank: ties at one score share
+    /// `(score, 0)`; ordinal ties are apart by reach sequence.
+    fn rank_key(&self, score_key: u64, seq: u64) -> u128 {
+        match self.ties() {
+            Ties::Ordinal => tree_key(score_key, seq),
+            Ties::Competition | Ties::Dense => tree_key(score_key, 0),
+        }
+    }
+
+    /// Ranks for list entries: one fan-out for the whole list (or none, for
+    /// dense boards, whose ranks come from the distinct-score index).
+    async fn ranked(&self, entries: Vec<ListEntry>) -> Result<Vec<Entry>, Error> {
+        let order = self.board.config.order;
+        let score_keys: Vec<u64> = entries.iter().map(|e| score_key(e.score, order)).collect();
+        let ranks: Vec<u64> = if self.ties() == Ties::Dense {
+            let dense = self.dense.lock();
+            let index = dense.get(&self.tree);
+            score_keys.iter().map(|&sk| 1 + index.map_or(0, |d| d.distinct_before(sk))).collect()
+        } else {
+            let keys: Vec<u128> = entries.iter().zip(&score_keys).map(|(e, &sk)| self.rank_key(sk, e.seq)).collect();
+            self.counts(keys).await?.0.into_iter().map(|b| b + 1).collect()
+        };
+        Ok(entries.into_iter().zip(ranks).map(|(e, rank)| Entry { player: e.player, score: e.score, rank }).collect())
+    }
+
+    /// Lists from every shard, merged into list order.
+    async fn merged(&self, position: Vec<u8>, direction: Direction, limit: usize) -> Result<Vec<ListEntry>, Error> {
+        let config = &self.board.config;
+        let pending = self.shards.iter().map(|s| {
+            ask(
+                s,
+                Command::List {
+                    tree: self.tree,
+                    ties: config.ties,
+                    order: config.order,
+                    position: position.clone(),
+                    direction,
+                    limit,
+                },
+            )
+        });
+        let mut all = Vec::new();
+        for list in try_join_all(pending.map(answer)).await? {
+            all.extend(list.into_list()?);
+        }
+        match direction {
+            Direction::Forward => all.sort_unstable_by(|a, b| a.position.cmp(&b.position)),
+            Direction::Backward => all.sort_unstable_by(|a, b| b.position.cmp(&a.position)),
+        }
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    /// The largest tree key `k` with fewer than or exactly `offset` players
+    /// before it: the key of the player at 0-based position `offset`. Found by
+    /// a 64-way search over the key space — about 22 fan-out rounds, however
+    /// deep the offset — instead of reading `offset` entries per shard.
+    async fn key_at(&self, offset: u64) -> Result<u128, Error> {
+        let (mut lo, mut hi) = (0u128, u128::MAX);
+        while lo < hi {
+            let span = hi - lo;
+            let pivots: Vec<u128> = if span <= 64 {
+                (1..=span).map(|i| lo + i).collect()
+            } else {
+                let step = span / 64;
+                (1..64).map(|i| lo + step * i).chain(std::iter::once(hi)).collect()
+            };
+            let (before, _) = self.counts(pivots.clone()).await?;
+            match before.iter().rposition(|&b| b <= offset) {
+                Some(i) => {
+                    lo = pivots[i];
+                    if let Some(next) = pivots.get(i + 1) {
+                        hi = next - 1;
+                    }
+                }
+                None => hi = pivots[0] - 1,
+            }
+        }
+        Ok(lo)
+    }
+
+    async fn top(self, limit: usize, offset: u64) -> Result<Reply, Error> {
+        if limit == 0 {
+            return Ok(Reply::Entries(Vec::new()));
+        }
+        let (start, skip) = if offset == 0 {
+            (Vec::new(), 0)
+        } else {
+            let (_, total) = self.counts(Vec::new()).await?;
+            if offset >= total {
+                return Ok(Reply::Entries(Vec::new()));
+            }
+            let key = self.key_at(offset).await?;
+            let (before, _) = self.counts(vec![key]).await?;
+            (list_position_of_tree_key(self.ties(), key), (offset - before[0]) as usize)
+        };
+        let mut entries = self.merged(start, Direction::Forward, skip + limit).await?;
+        entries.drain(..skip.min(entries.len()));
+        Ok(Reply::Entries(self.ranked(entries).await?))
+    }
+
+    async fn around(self, found: Pending, player: String, before: usize, after: usize) -> Result<Reply, Error> {
+        let Some(record) = answer(found).await?.into_record()? else {
+            return Ok(Reply::Entries(Vec::new()));
+        };
+        let sk = score_key(record.score, self.board.config.order);
+        let position = list_position(self.ties(), sk, record.seq, &player);
+        let (better, worse) = futures::try_join!(
+            self.merged(position.clone(), Direction::Backward, before),
+            self.merged(position, Direction::Forward, after + 1),
+        )?;
+        let entries = better.into_iter().rev().chain(worse).collect();
+        Ok(Reply::Entries(self.ranked(entries).await?))
+    }
+
+    async fn rank(self, found: Pending) -> Result<Reply, Error> {
+        let Some(record) = answer(found).await?.into_record()? else {
+            return Ok(Reply::Rank(None));
+        };
+        let sk = score_key(record.score, self.board.config.order);
+        let (before, count) = self.counts(vec![self.rank_key(sk, record.seq)]).await?;
+        let rank = 1 + if self.ties() == Ties::Dense { self.distinct_before(sk) } else { before[0] };
+        Ok(Reply::Rank(Some(RankInfo { rank, score: record.score, count })))
+    }
+
+    fn rank_of_score(self, score: i64) -> ResponseFuture<Result<Reply, Error>> {
+        let sk = score_key(score, self.board.config.order);
+        if self.ties() == Ties::Dense {
+            let rank = 1 + self.distinct_before(sk);
+            return Box::pin(async move { Ok(Reply::Count(rank)) });
+        }
+        // Ordinal: a newcomer ranks after everyone already at the score.
+        let key = match (self.ties(), sk.checked_add(1)) {
+            (Ties::Ordinal, Some(next)) => tree_key(next, 0),
+            (Ties::Ordinal, None) => u128::MAX,
+            _ => tree_key(sk, 0),
+        };
+        let pending = self.send_counts(&[key]);
+        Box::pin(async move {
+            let (before, total) = summed_counts(pending, 1).await?;
+            let better = if key == u128::MAX { total } else { before[0] };
+            Ok(Reply::Count(better + 1))
+        })
+    }
+}
+
+impl Router {
+    /// A router over started shards, with the state they recovered.
+    pub fn new(shards: Vec<Addr<ShardActor>>, state: RouterState, dense: DenseRegistry, branching: u32) -> Self {
+        let boards = state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect();
+        Self {
+            shards: shards.into(),
+            boards,
+            next_board_id: state.max_board_id + 1,
+            next_seq: state.max_seq + 1,
+            dense,
+            branching,
+        }
+    }
+
+    fn new_board(&mut self, name: &str, config: BoardConfig) -> Arc<Board> {
+        let board = Arc::new(Board { id: self.next_board_id, name: name.to_string(), config });
+        self.next_board_id += 1;
+        if board.config.ties == Ties::Dense {
+            for tree in current_trees(&board) {
+                if let Ok(index) = DenseIndex::new(self.branching) {
+                    self.dense.lock().insert(tree, index);
+                }
+            }
+        }
+        self.boards.insert(name.to_string(), board.clone());
+        board
+    }
+
+    /// The board a write goes to, created with the default config if new.
+    fn board_for_write(&mut self, name: &str) -> Arc<Board> {
+        match self.boards.get(name) {
+            Some(board) => board.clone(),
+            None => self.new_board(name, BoardConfig::default()),
+        }
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Context for a read of `name`, or `None` if the board does not exist
+    /// (reads of a missing board answer as for an empty board).
+    fn read(&self, name: &str, view: View) -> Result<Option<Read>, Error> {
+        check_view(view)?;
+        let Some(board) = self.boards.get(name) else { return Ok(None) };
+        let window = view.window.unwrap_or(board.config.windows[0]);
+        if !board.config.windows.contains(&window) {
+            return Err(Error::BadRequest(format!("board `{name}` has no `{window}` window")));
+        }
+        let tree = TreeId { board: board.id, window: window.code(), period: 0 };
+        Ok(Some(Read { shards: self.shards.clone(), board: board.clone(), tree, dense: self.dense.clone() }))
+    }
+
+    fn owner(&self, player: &str) -> &Addr<ShardActor> {
+        &self.shards[shard_of(player, self.shards.len())]
+    }
+
+    fn broadcast(&self, command: impl Fn() -> Command) -> Vec<Pending> {
+        self.shards.iter().map(|s| ask(s, command())).collect()
+    }
+
+    fn dispatch(&mut self, op: Op) -> ResponseFuture<Result<Reply, Error>> {
+        let ready = |r: Result<Reply, Error>| -> ResponseFuture<Result<Reply, Error>> { Box::pin(async move { r }) };
+        match op {
+            Op::Ping => ready(Ok(Reply::Text("pong"))),
+            Op::Auth { .. } => ready(Ok(Reply::Bool(true))),
+            Op::CreateBoard { board, config } => {
+                if config.windows != [Window::All] {
+                    return ready(Err(Error::BadRequest("time windows other than `all` are not supported yet".into())));
+                }
+                if let Some(existing) = self.boards.get(&board) {
+                    return ready(if existing.config == config {
+                        Ok(Reply::Bool(false))
+                    } else {
+                        Err(Error::Conflict(format!("board `{board}` exists with another config")))
+                    });
+                }
+                let board = self.new_board(&board, config);
+                let pending = self.broadcast(|| Command::EnsureBoard { board: board.clone() });
+                Box::pin(async move {
+                    try_join_all(pending.into_iter().map(answer)).await?;
+                    Ok(Reply::Bool(true))
+                })
+            }
+            Op::DropBoard { board } => {
+                let Some(board) = self.boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
+                let id = board.id;
+                let pending = self.broadcast(|| Command::DropBoard { board_id: id });
+                let dense = self.dense.clone();
+                Box::pin(async move {
+                    try_join_all(pending.into_iter().map(answer)).await?;
+                    dense.lock().retain(|tree, _| tree.board != id);
+                    Ok(Reply::Bool(true))
+                })
+            }
+            Op::Boards => {
+                let mut boards: Vec<Arc<Board>> = self.boards.values().cloned().collect();
+                boards.sort_by(|a, b| a.name.cmp(&b.name));
+                let counts: Vec<Vec<Pending>> = boards
+                    .iter()
+                    .map(|b| {
+                        let tree = TreeId { board: b.id, window: b.config.windows[0].code(), period: 0 };
+                        self.broadcast(|| Command::CountBefore { tree, keys: Vec::new() })
+                    })
+                    .collect();
+                Box::pin(async move {
+                    let mut out = Vec::with_capacity(boards.len());
+                    for (board, pending) in boards.iter().zip(counts) {
+                        let (_, count) = summed_counts(pending, 0).await?;
+                        out.push(board_info(board, count));
+                    }
+                    Ok(Reply::Boards(out))
+                })
+            }
+            Op::Set { board, player, score, mode } => {
+                let board = self.board_for_write(&board);
+                let seq = self.next_seq();
+                let pending = ask(self.owner(&player), Command::Write { board, player, score, mode, seq });
+                Box::pin(async move { Ok(Reply::Score(answer(pending).await?.into_score()?)) })
+            }
+            Op::SetMany { board, entries, mode } => {
+                let board = self.board_for_write(&board);
+                let n = self.shards.len();
+                let mut per_shard: Vec<ShardPart> = vec![ShardPart::default(); n];
+                for (i, (player, score)) in entries.into_iter().enumerate() {
+                    let seq = self.next_seq();
+                    let slot = &mut per_shard[shard_of(&player, n)];
+                    slot.0.push(i);
+                    slot.1.push((player, score, seq));
+                }
+                let total: usize = per_shard.iter().map(|part| part.0.len()).sum();
+                let mut positions = Vec::new();
+                let mut pending = Vec::new();
+                for (shard, ShardPart(idx, entries)) in self.shards.iter().zip(per_shard) {
+                    if !entries.is_empty() {
+                        positions.push(idx);
+                        pending.push(ask(shard, Command::WriteMany { board: board.clone(), entries, mode }));
+                    }
+                }
+                Box::pin(async move {
+                    let mut out = vec![0i64; total];
+                    for (idx, answers) in
+                        positions.into_iter().zip(try_join_all(pending.into_iter().map(answer)).await?)
+                    {
+                        for (i, score) in idx.into_iter().zip(answers.into_scores()?) {
+                            out[i] = score;
+                        }
+                    }
+                    Ok(Reply::Scores(out))
+                })
+            }
+            Op::Get { board, player, view } => match self.read(&board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::MaybeScore(None))),
+                Ok(Some(read)) => {
+                    let pending = ask(read.owner(&player), Command::Get { tree: read.tree, player });
+                    Box::pin(
+                        async move { Ok(Reply::MaybeScore(answer(pending).await?.into_record()?.map(|r| r.score))) },
+                    )
+                }
+            },
+            Op::Remove { board, player } => {
+                let Some(board) = self.boards.get(&board).cloned() else { return ready(Ok(Reply::Bool(false))) };
+                let pending = ask(self.owner(&player), Command::Remove { board, player });
+                Box::pin(async move { Ok(Reply::Bool(answer(pending).await?.into_bool()?)) })
+            }
+            Op::Count { board, view } => match self.read(&board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Count(0))),
+                Ok(Some(read)) => {
+                    let pending = read.send_counts(&[]);
+                    Box::pin(async move { Ok(Reply::Count(summed_counts(pending, 0).await?.1)) })
+                }
+            },
+            Op::Rank { board, player, view } => match self.read(&board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Rank(None))),
+                Ok(Some(read)) => {
+                    let found = ask(read.owner(&player), Command::Get { tree: read.tree, player });
+                    Box::pin(read.rank(found))
+                }
+            },
+            Op::RankOfScore { board, score, view } => match self.read(&board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Count(1))),
+                Ok(Some(read)) => read.rank_of_score(score),
+            },
+            Op::Top { board, limit, offset, view } => match self.read(&board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
+                Ok(Some(read)) => Box::pin(read.top(limit, offset)),
+            },
+            Op::Around { board, player, before, after, view } => match self.read(&board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
+                Ok(Some(read)) => {
+                    let found = ask(read.owner(&player), Command::Get { tree: read.tree, player: player.clone() });
+                    Box::pin(read.around(found, player, before, after))
+                }
+            },
+        }
+    }
+}
+
+impl Handler<Dispatch> for Router {
+    type Result = ResponseFuture<Result<Reply, Error>>;
+
+    fn handle(&mut self, Dispatch(op): Dispatch, _: &mut Self::Context) -> Self::Result {
+        self.dispatch(op)
+    }
+}
+
+/// Time windows arrive in a later release; until then only the all-time
+/// window's current period can be read.
+fn check_view(view: View) -> Result<(), Error> {
+    if view.window.is_some_and(|w| w != Window::All) || view.period != 0 {
+        return Err(Error::BadRequest("only window `all` with period 0 is supported yet".into()));
+    }
+    Ok(())
+}
+
+/// The trees a board's reads and writes use today.
+pub fn current_trees(board: &Board) -> Vec<TreeId> {
+    board.config.windows.iter().map(|w| TreeId { board: board.id, window: w.code(), period: 0 }).collect()
+}
+
+fn board_info(board: &Board, count: u64) -> BoardInfo {
+    BoardInfo {
+        board: board.name.clone(),
+        order: board.config.order.to_string(),
+        ties: board.config.ties.to_string(),
+        windows: board.config.windows.iter().map(ToString::to_string).collect(),
+        keep: board.config.keep,
+        count,
+    }
+}

@@ -1,0 +1,213 @@
+//! Start-up, the TCP listener, and graceful shutdown.
+//!
+//! Start-up opens every shard in parallel (each loads its count trees from
+//! their stored leaves), rebuilds what the router needs from them (boards,
+//! the arrival sequence, the dense distinct-score indexes), starts one shard
+//! actor per thread and the router, then listens.
+//!
+//! Shutdown (SIGTERM or Ctrl-C): stop accepting, let every connection answer
+//! what it already read, then ask every shard to commit (a `Sync` queued
+//! behind all earlier requests) before the process exits 0.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{Actor, Addr, Arbiter};
+use parking_lot::Mutex;
+use rankd_shards::{Board, DenseIndex, Durability, Shard, ShardOptions, Ties};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::{DurabilityArg, ServeConfig};
+use crate::connection::{self, Limits};
+use crate::layout;
+use crate::router::{current_trees, Router, RouterState};
+use crate::shard::{Command, DenseRegistry, ShardActor, ShardRequest};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data dir does not fit the flags.
+    #[error(transparent)]
+    Layout(#[from] layout::LayoutError),
+    /// A shard could not open.
+    #[error("shard {0}: {1}")]
+    Shard(usize, rankd_shards::ShardError),
+    /// The address cannot be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// Other I/O.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// How long shutdown waits for connections to answer what they read.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Opens the data dir and every shard, in parallel.
+pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
+    layout::check_or_create(&config.data_dir, config.shards, config.branching)?;
+    let options = ShardOptions {
+        branching: config.branching,
+        durability: match config.durability {
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::Buffered => Durability::Buffered,
+        },
+        ..ShardOptions::default()
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..config.shards)
+            .map(|i| {
+                let options = options.clone();
+                let dir = layout::shard_dir(&config.data_dir, i);
+                scope.spawn(move || Shard::open(&dir, options).map_err(|e| StartError::Shard(i, e)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(StartError::Io(std::io::Error::other("shard open panicked")))))
+            .collect()
+    })
+}
+
+/// Boards, sequence and dense indexes recovered from the shards.
+pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry) {
+    let mut boards: HashMap<String, Board> = HashMap::new();
+    for board in shards.iter().flat_map(|s| s.boards()) {
+        // A half-finished drop can leave an older board of the same name in
+        // some shard; the newest id is the live one.
+        if boards.get(&board.name).is_none_or(|b| b.id < board.id) {
+            boards.insert(board.name.clone(), board.clone());
+        }
+    }
+    let mut dense = HashMap::new();
+    for board in boards.values().filter(|b| b.config.ties == Ties::Dense) {
+        for tree in current_trees(board) {
+            let Ok(mut index) = DenseIndex::new(branching) else { continue };
+            for shard in shards {
+                for (score_key, players) in shard.score_counts(tree) {
+                    index.add(score_key, players);
+                }
+            }
+            dense.insert(tree, index);
+        }
+    }
+    let state = RouterState {
+        boards: boards.into_values().collect(),
+        max_board_id: shards.iter().map(Shard::max_board_id).max().unwrap_or(0),
+        max_seq: shards.iter().map(Shard::max_seq).max().unwrap_or(0),
+    };
+    (state, Arc::new(Mutex::new(dense)))
+}
+
+/// Runs the server until SIGTERM/Ctrl-C. Blocks the calling thread.
+pub fn run(config: ServeConfig) -> Result<(), StartError> {
+    let started = Instant::now();
+    let shards = open_shards(&config)?;
+    let players: u64 = shards.iter().map(|s| s.tree_ids().map(|t| s.count(t)).sum::<u64>()).sum();
+    let (state, dense) = recover(&shards, config.branching);
+    tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");
+    let system = actix::System::new();
+    system.block_on(async move {
+        let mut arbiters = Vec::new();
+        let mut addrs = Vec::new();
+        for shard in shards {
+            let arbiter = Arbiter::new();
+            let actor = ShardActor::new(shard, config.max_batch, dense.clone());
+            addrs.push(ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor));
+            arbiters.push(arbiter);
+        }
+        let router = Router::new(addrs.clone(), state, dense, config.branching).start();
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| StartError::Bind(config.listen, e))?;
+        let local = listener.local_addr()?;
+        tracing::info!(%local, ready_ms = started.elapsed().as_millis() as u64, "listening");
+        // Tests and scripts read the bound address (useful with port 0).
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(stdout, "rankd listening on {local}");
+        let _ = stdout.flush();
+
+        let limits = Limits { max_frame: config.max_frame, max_inflight: config.max_inflight };
+        accept_until_signal(listener, router, limits).await;
+        sync_shards(&addrs).await;
+        for arbiter in &arbiters {
+            arbiter.stop();
+        }
+        tracing::info!("shut down cleanly");
+        Ok::<(), StartError>(())
+    })?;
+    Ok(())
+}
+
+async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits: Limits) {
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // Every connection task holds a clone; when all are dropped, all are done.
+    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let (router, shutdown, alive) = (router.clone(), shutdown_rx.clone(), alive_tx.clone());
+                    actix_rt::spawn(async move {
+                        connection::serve(stream, router, limits, shutdown).await;
+                        drop(alive);
+                    });
+                }
+                Err(e) => {
+                    // Out of fds and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            () = &mut signal => break,
+        }
+    }
+    tracing::info!("shutting down: no new connections; answering what was read");
+    drop(listener);
+    let _ = shutdown_tx.send(true);
+    drop(alive_tx);
+    if tokio::time::timeout(DRAIN_TIMEOUT, alive_rx.recv()).await.is_err() {
+        tracing::warn!("connections still busy after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// Waits until every shard has committed everything queued before now.
+async fn sync_shards(shards: &[Addr<ShardActor>]) {
+    let pending: Vec<_> = shards
+        .iter()
+        .map(|s| {
+            let (reply, answer) = oneshot::channel();
+            s.do_send(ShardRequest { command: Command::Sync, reply });
+            answer
+        })
+        .collect();
+    for answer in pending {
+        let _ = answer.await;
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

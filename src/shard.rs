@@ -1,0 +1,252 @@
+//! The tree-shard actor: a thin actix shell around [`rankd_shards::Shard`]
+//! running the single-writer batch loop ("job aggregation").
+//!
+//! Each request lands in the actor's queue. When the mailbox is drained (a
+//! self-notified `Flush` runs only after every queued message was handled) or
+//! the queue reaches `max_batch`, one *round* runs: requests apply in arrival
+//! order — writes staged in memory, reads answered from the staged state —
+//! then the whole round commits as ONE fjall batch with one fsync, and only
+//! then is every request of the round answered. So nobody ever sees a write
+//! that is not durable, and many writes share one fsync.
+
+use std::sync::Arc;
+
+use actix::{Actor, Context, Handler, Message};
+use parking_lot::Mutex;
+use rankd_shards::{Board, DenseIndex, Direction, ListEntry, Mode, Order, Record, Shard, ShardError, Ties, TreeId};
+use tokio::sync::oneshot;
+
+use crate::error::Error;
+
+/// Distinct-score indexes of the dense-ranked trees, shared by all shards
+/// (which update them at commit) and the router (which reads them).
+pub type DenseRegistry = Arc<Mutex<std::collections::HashMap<TreeId, DenseIndex>>>;
+
+/// What a shard is asked to do. One enum, so all kinds keep their FIFO order
+/// in one mailbox.
+#[derive(Debug)]
+pub enum Command {
+    /// Stage a write; replies [`Answer::Score`].
+    Write { board: Arc<Board>, player: String, score: i64, mode: Mode, seq: u64 },
+    /// Stage several writes, all or none; replies [`Answer::Scores`].
+    WriteMany { board: Arc<Board>, entries: Vec<(String, i64, u64)>, mode: Mode },
+    /// Stage a removal; replies [`Answer::Bool`].
+    Remove { board: Arc<Board>, player: String },
+    /// Persist a board's config; replies [`Answer::Done`].
+    EnsureBoard { board: Arc<Board> },
+    /// Delete a board; replies [`Answer::Bool`].
+    DropBoard { board_id: u64 },
+    /// A player's record; replies [`Answer::Record`].
+    Get { tree: TreeId, player: String },
+    /// Players before each key and in total; replies [`Answer::Counts`].
+    CountBefore { tree: TreeId, keys: Vec<u128> },
+    /// A slice of the list order; replies [`Answer::List`].
+    List { tree: TreeId, ties: Ties, order: Order, position: Vec<u8>, direction: Direction, limit: usize },
+    /// Commit everything before this; replies [`Answer::Done`].
+    Sync,
+}
+
+impl Command {
+    /// Reads that scan storage need every earlier write of the round committed.
+    fn needs_committed_state(&self) -> bool {
+        matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Sync)
+    }
+}
+
+/// A shard's answer; the variant is fixed by the [`Command`].
+#[derive(Debug)]
+pub enum Answer {
+    /// Stored score.
+    Score(i64),
+    /// Stored scores, in entry order.
+    Scores(Vec<i64>),
+    /// Yes/no.
+    Bool(bool),
+    /// A player's record, if present.
+    Record(Option<Record>),
+    /// `before[i]` for each key, and the tree's total.
+    Counts { before: Vec<u64>, total: u64 },
+    /// List entries.
+    List(Vec<ListEntry>),
+    /// Done.
+    Done,
+}
+
+/// A command with the channel its answer goes back on.
+pub struct ShardRequest {
+    /// What to do.
+    pub command: Command,
+    /// Where the answer goes (after the round's commit).
+    pub reply: oneshot::Sender<Result<Answer, Error>>,
+}
+
+impl Message for ShardRequest {
+    type Result = ();
+}
+
+/// An answer computed in the current round, waiting for the round's commit.
+type Held = (oneshot::Sender<Result<Answer, Error>>, Result<Answer, Error>);
+
+/// Sent to self so a round runs once the mailbox is drained.
+struct Flush;
+
+impl Message for Flush {
+    type Result = ();
+}
+
+/// The actor. See the module docs.
+pub struct ShardActor {
+    shard: Shard,
+    /// Requests of the round being gathered.
+    queue: Vec<ShardRequest>,
+    flush_scheduled: bool,
+    /// A round never holds more requests than this, bounding latency and memory.
+    max_batch: usize,
+    dense: DenseRegistry,
+}
+
+impl ShardActor {
+    /// Wraps an opened shard.
+    pub fn new(shard: Shard, max_batch: usize, dense: DenseRegistry) -> Self {
+        Self { shard, queue: Vec::new(), flush_scheduled: false, max_batch: max_batch.max(1), dense }
+    }
+
+    fn run_round(&mut self) {
+        let queue = std::mem::take(&mut self.queue);
+        let mut held: Vec<Held> = Vec::with_capacity(queue.len());
+        for ShardRequest { command, reply } in queue {
+            if command.needs_committed_state() {
+                self.commit_and_release(&mut held);
+            }
+            let answer = self.execute(command).map_err(Error::from);
+            held.push((reply, answer));
+        }
+        self.commit_and_release(&mut held);
+    }
+
+    /// Commits the staged writes, then answers everything held so far: with
+    /// its result if the commit succeeded, with `internal` if it did not (the
+    /// in-memory state was rolled back to what is on disk).
+    fn commit_and_release(&mut self, held: &mut Vec<Held>) {
+        match self.shard.commit() {
+            Ok(changes) => {
+                if !changes.is_empty() {
+                    let mut dense = self.dense.lock();
+                    for change in changes {
+                        if let Some(index) = dense.get_mut(&change.tree) {
+                            if let Some(sk) = change.removed {
+                                index.remove(sk);
+                            }
+                            if let Some(sk) = change.added {
+                                index.add(sk, 1);
+                            }
+                        }
+                    }
+                }
+                for (reply, answer) in held.drain(..) {
+                    let _ = reply.send(answer);
+                }
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "commit failed; the round is answered with `internal`");
+                let msg = format!("commit failed: {err}");
+                for (reply, _) in held.drain(..) {
+                    let _ = reply.send(Err(Error::Internal(msg.clone())));
+                }
+            }
+        }
+    }
+
+    fn execute(&mut self, command: Command) -> Result<Answer, ShardError> {
+        let shard = &mut self.shard;
+        Ok(match command {
+            Command::Write { board, player, score, mode, seq } => {
+                Answer::Score(shard.write(&board, &player, score, mode, seq)?)
+            }
+            Command::WriteMany { board, entries, mode } => Answer::Scores(shard.write_many(&board, &entries, mode)?),
+            Command::Remove { board, player } => Answer::Bool(shard.remove(&board, &player)?),
+            Command::EnsureBoard { board } => {
+                shard.ensure_board(&board);
+                Answer::Done
+            }
+            Command::DropBoard { board_id } => Answer::Bool(shard.drop_board(board_id)?),
+            Command::Get { tree, player } => Answer::Record(shard.get(tree, &player)?),
+            Command::CountBefore { tree, keys } => {
+                Answer::Counts { before: shard.count_before(tree, &keys), total: shard.count(tree) }
+            }
+            Command::List { tree, ties, order, position, direction, limit } => {
+                Answer::List(shard.list(tree, ties, order, &position, direction, limit)?)
+            }
+            Command::Sync => Answer::Done,
+        })
+    }
+}
+
+impl Actor for ShardActor {
+    type Context = Context<Self>;
+
+    fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
+        // Never drop staged writes on the way out.
+        self.run_round();
+        actix::Running::Stop
+    }
+}
+
+impl Handler<ShardRequest> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, request: ShardRequest, ctx: &mut Self::Context) {
+        self.queue.push(request);
+        if self.queue.len() >= self.max_batch {
+            self.run_round();
+        } else if !self.flush_scheduled {
+            self.flush_scheduled = true;
+            actix::AsyncContext::notify(ctx, Flush);
+        }
+    }
+}
+
+impl Handler<Flush> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
+        self.flush_scheduled = false;
+        if !self.queue.is_empty() {
+            self.run_round();
+        }
+    }
+}
+
+macro_rules! answer_accessors {
+    ($($fn:ident => $variant:ident($ty:ty)),* $(,)?) => {
+        impl Answer {
+            $(
+                #[doc = concat!("The `", stringify!($variant), "` payload; any other variant is a routing bug.")]
+                pub fn $fn(self) -> Result<$ty, Error> {
+                    match self {
+                        Self::$variant(v) => Ok(v),
+                        other => Err(Error::Internal(format!("shard answered {other:?}, expected {}", stringify!($variant)))),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+answer_accessors!(
+    into_score => Score(i64),
+    into_scores => Scores(Vec<i64>),
+    into_bool => Bool(bool),
+    into_record => Record(Option<Record>),
+    into_list => List(Vec<ListEntry>),
+);
+
+impl Answer {
+    /// The `Counts` payload: per-key counts and the total.
+    pub fn into_counts(self) -> Result<(Vec<u64>, u64), Error> {
+        match self {
+            Self::Counts { before, total } => Ok((before, total)),
+            other => Err(Error::Internal(format!("shard answered {other:?}, expected Counts"))),
+        }
+    }
+}
