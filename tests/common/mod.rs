@@ -1,0 +1,127 @@
+//! Test harness: runs the real `rankd serve` binary on a free loopback port
+//! and a temporary data dir, and can kill -9 and restart it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rankd::client::Client;
+
+/// A running server process.
+pub struct Server {
+    child: Child,
+    /// `host:port` it listens on.
+    pub addr: String,
+    data_dir: PathBuf,
+    shards: usize,
+    extra: Vec<String>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts a server with `shards` shards on a fresh data dir.
+    pub fn start(shards: usize) -> Self {
+        Self::start_with(shards, &[])
+    }
+
+    /// Same, with extra `serve` flags.
+    pub fn start_with(shards: usize, extra: &[&str]) -> Self {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let data_dir = tmp.path().join("data");
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, addr) = spawn(&data_dir, shards, &extra).expect("server starts");
+        Self { child, addr, data_dir, shards, extra, _tmp: Some(tmp) }
+    }
+
+    /// The data dir.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// A connected client.
+    pub async fn client(&self) -> Client {
+        Client::connect_retry(&self.addr, Duration::from_secs(10)).await.expect("connect")
+    }
+
+    /// kill -9: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill(); // SIGKILL on Unix
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for the exit status (bounded).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(std::time::Instant::now() < deadline, "server did not exit within 30 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the server again on the same data dir (after kill9/terminate).
+    pub fn restart(&mut self) {
+        let (child, addr) = spawn(&self.data_dir, self.shards, &self.extra).expect("server restarts");
+        self.child = child;
+        self.addr = addr;
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `rankd serve` and waits for its "listening on" line.
+pub fn spawn(data_dir: &Path, shards: usize, extra: &[String]) -> Result<(Child, String), String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--shards", &shards.to_string()])
+        .args(extra)
+        .env("RANKD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    match lines.next() {
+        Some(Ok(line)) if line.starts_with("rankd listening on ") => {
+            let addr = line.trim_start_matches("rankd listening on ").to_string();
+            // Keep draining stdout so the server never blocks on it.
+            std::thread::spawn(move || for _ in lines {});
+            Ok((child, addr))
+        }
+        other => {
+            let _ = child.kill();
+            let status = child.wait().map_err(|e| e.to_string())?;
+            Err(format!("server did not start ({status}): {other:?}"))
+        }
+    }
+}
+
+/// Runs `rankd serve` expecting it to fail; returns its stderr.
+pub fn serve_fails(data_dir: &Path, shards: usize) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--shards", &shards.to_string()])
+        .output()
+        .expect("run rankd");
+    assert!(!out.status.success(), "server should have refused to start");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
