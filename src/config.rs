@@ -80,6 +80,8 @@ pub enum Command {
     },
     /// All boards.
     Boards(ClientArgs),
+    /// Load-generate against a running server and report throughput and latency.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Where a client subcommand connects and how it prints.

@@ -9,6 +9,7 @@
 //! - [`layout`]: what a data dir holds and the check that it fits;
 //! - [`error`]: the one place errors become protocol codes.
 
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;

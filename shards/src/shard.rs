@@ -4,12 +4,20 @@
 //! Writes are *staged*: they update the in-memory trees at once (so later
 //! requests of the same batch see them) and collect their key changes, one
 //! final value per key. [`Shard::commit`] writes the whole batch — players,
-//! index entries, changed tree leaves and the sequence high-water mark — as
-//! ONE fjall write batch and persists it, so after a crash the trees and the
-//! players can never disagree. The caller acknowledges the batch's requests
-//! only after `commit` returns.
+//! index entries, the batch's tree changes and the sequence high-water mark —
+//! as ONE fjall write batch and persists it, so after a crash the trees and
+//! the players can never disagree. The caller acknowledges the batch's
+//! requests only after `commit` returns.
+//!
+//! Tree persistence is a checkpoint plus a log. Rewriting every changed leaf
+//! in every batch would cost about a kilobyte per write, so a batch instead
+//! logs its tree changes compactly (one `changes` record per batch, ~40 bytes
+//! per write). Every [`ShardOptions::checkpoint_every`] logged changes, the changed leaves
+//! are written and the log records they cover are deleted, atomically. Opening
+//! a shard loads the leaves and replays the (short) log: it never reads the
+//! players.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
@@ -39,11 +47,23 @@ pub struct ShardOptions {
     pub durability: Durability,
     /// fjall block cache, bytes.
     pub cache_bytes: u64,
+    /// Logged tree changes between leaf checkpoints (see the module docs).
+    pub checkpoint_every: u64,
+    /// Memtable size per keyspace, bytes. fjall's 64 MiB default costs
+    /// several times that in skiplist nodes for small keys, and a smaller
+    /// memtable is also faster to search.
+    pub memtable_bytes: u64,
 }
 
 impl Default for ShardOptions {
     fn default() -> Self {
-        Self { branching: tree::DEFAULT_BRANCHING, durability: Durability::Sync, cache_bytes: 32 << 20 }
+        Self {
+            branching: tree::DEFAULT_BRANCHING,
+            durability: Durability::Sync,
+            cache_bytes: 32 << 20,
+            checkpoint_every: CHECKPOINT_EVERY,
+            memtable_bytes: 8 << 20,
+        }
     }
 }
 
@@ -113,11 +133,19 @@ struct Staged {
     players: HashMap<Vec<u8>, Option<Record>>,
     index: HashMap<Vec<u8>, bool>,
     meta: HashMap<Vec<u8>, Option<Vec<u8>>>,
-    dirty_trees: HashSet<TreeId>,
     dense: Vec<DenseChange>,
+    /// This batch's tree changes, logged as one record.
+    log: Vec<u8>,
     seq_dirty: bool,
     ops: usize,
 }
+
+/// One logged tree change: a tree key leaves and/or one arrives.
+const LOG_ENTRY_LEN: usize = TREE_PREFIX_LEN + 1 + 16 + 16;
+
+/// Default logged tree changes between leaf checkpoints. Bounds both the log
+/// a restart replays and how often leaves are rewritten.
+pub const CHECKPOINT_EVERY: u64 = 100_000;
 
 const META_BOARD: &[u8] = b"board/";
 const META_MAX_SEQ: &[u8] = b"max_seq";
@@ -131,11 +159,19 @@ pub struct Shard {
     index: Keyspace,
     leaves: Keyspace,
     meta: Keyspace,
+    /// The tree change log, one record per committed batch.
+    changes: Keyspace,
     options: ShardOptions,
     trees: HashMap<TreeId, CountTree>,
     boards: HashMap<u64, Board>,
     max_seq: u64,
     max_board_id: u64,
+    /// Key of the next change-log record.
+    next_log: u64,
+    /// Key of the oldest change-log record not yet checkpointed.
+    first_log: u64,
+    /// Changes logged since the last checkpoint.
+    logged: u64,
     staged: Staged,
 }
 
@@ -145,21 +181,28 @@ impl Shard {
     pub fn open(path: &Path, options: ShardOptions) -> Result<Self, ShardError> {
         tree::branching_bits(options.branching)?;
         let db = Database::builder(path).cache_size(options.cache_bytes).open()?;
-        let players = db.keyspace("players", KeyspaceCreateOptions::default)?;
-        let index = db.keyspace("index", KeyspaceCreateOptions::default)?;
-        let leaves = db.keyspace("tree", KeyspaceCreateOptions::default)?;
-        let meta = db.keyspace("meta", KeyspaceCreateOptions::default)?;
+        let memtable = options.memtable_bytes;
+        let keyspace = |name: &str| db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable));
+        let players = keyspace("players")?;
+        let index = keyspace("index")?;
+        let leaves = keyspace("tree")?;
+        let meta = keyspace("meta")?;
+        let changes = keyspace("changes")?;
         let mut shard = Self {
             db,
             players,
             index,
             leaves,
             meta,
+            changes,
             options,
             trees: HashMap::new(),
             boards: HashMap::new(),
             max_seq: 0,
             max_board_id: 0,
+            next_log: 0,
+            first_log: 0,
+            logged: 0,
             staged: Staged::default(),
         };
         shard.check_branching()?;
@@ -212,6 +255,50 @@ impl Shard {
                 std::collections::hash_map::Entry::Vacant(e) => e.insert(CountTree::new(self.options.branching)?),
             };
             tree.install_leaf(id, &value)?;
+        }
+        self.replay_log()
+    }
+
+    /// Applies the change log on top of the checkpointed leaves.
+    fn replay_log(&mut self) -> Result<(), ShardError> {
+        self.logged = 0;
+        self.first_log = 0;
+        self.next_log = 0;
+        let mut first = true;
+        for item in self.changes.iter() {
+            let (key, value) = item.into_inner()?;
+            let number = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| ShardError::Corrupt("log key"))?);
+            if first {
+                self.first_log = number;
+                first = false;
+            }
+            self.next_log = number + 1;
+            if value.len() % LOG_ENTRY_LEN != 0 {
+                return Err(ShardError::Corrupt("log record"));
+            }
+            for entry in value.chunks_exact(LOG_ENTRY_LEN) {
+                let tree_id = TreeId::from_prefix(entry).ok_or(ShardError::Corrupt("log entry"))?;
+                // A dropped board's log entries are dead: its id never returns.
+                if !self.boards.contains_key(&tree_id.board) {
+                    continue;
+                }
+                let flags = entry[TREE_PREFIX_LEN];
+                let key_at = |at: usize| -> Result<u128, ShardError> {
+                    let bytes = entry.get(at..at + 16).ok_or(ShardError::Corrupt("log entry"))?;
+                    Ok(u128::from_be_bytes(bytes.try_into().map_err(|_| ShardError::Corrupt("log entry"))?))
+                };
+                let tree = match self.trees.entry(tree_id) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(CountTree::new(self.options.branching)?),
+                };
+                if flags & 1 != 0 {
+                    tree.add(key_at(TREE_PREFIX_LEN + 1)?, -1);
+                }
+                if flags & 2 != 0 {
+                    tree.add(key_at(TREE_PREFIX_LEN + 17)?, 1);
+                }
+                self.logged += 1;
+            }
         }
         Ok(())
     }
@@ -336,10 +423,18 @@ impl Shard {
             }
         };
         let mut dense = DenseChange { tree, removed: None, added: None };
+        let log = &mut self.staged.log;
+        log.extend_from_slice(&prefix);
+        log.push(u8::from(old.is_some()) | (u8::from(new.is_some()) << 1));
         for (record, delta) in [(old, -1i64), (new, 1)] {
-            let Some(record) = record else { continue };
+            let Some(record) = record else {
+                log.extend_from_slice(&[0; 16]);
+                continue;
+            };
             let sk = key::score_key(record.score, order);
-            count_tree.add(key::tree_key(sk, key::tiebreak(ties, player, record.seq)), delta);
+            let tree_key = key::tree_key(sk, key::tiebreak(ties, player, record.seq));
+            count_tree.add(tree_key, delta);
+            log.extend_from_slice(&tree_key.to_be_bytes());
             let mut index_key = prefix.to_vec();
             index_key.extend_from_slice(&key::list_position(ties, sk, record.seq, player));
             self.staged.index.insert(index_key, delta > 0);
@@ -350,7 +445,6 @@ impl Shard {
             }
         }
         self.staged.players.insert(player_key(tree, player), new);
-        self.staged.dirty_trees.insert(tree);
         if ties == Ties::Dense {
             self.staged.dense.push(dense);
         }
@@ -384,7 +478,7 @@ impl Shard {
             return Ok(Vec::new());
         }
         let staged = std::mem::take(&mut self.staged);
-        match self.write_batch(&staged) {
+        match self.write_batch(&staged).and_then(|()| self.maybe_checkpoint()) {
             Ok(()) => Ok(staged.dense),
             Err(err) => {
                 // Best effort: if even reading fails, later requests fail too.
@@ -417,8 +511,35 @@ impl Shard {
                 None => batch.remove(&self.meta, key.as_slice()),
             }
         }
-        for tree_id in &staged.dirty_trees {
-            let Some(tree) = self.trees.get_mut(tree_id) else { continue };
+        if !staged.log.is_empty() {
+            batch.insert(&self.changes, self.next_log.to_be_bytes(), staged.log.as_slice());
+        }
+        if staged.seq_dirty {
+            batch.insert(&self.meta, META_MAX_SEQ, self.max_seq.to_be_bytes());
+        }
+        batch.commit()?;
+        if !staged.log.is_empty() {
+            self.next_log += 1;
+            self.logged += (staged.log.len() / LOG_ENTRY_LEN) as u64;
+        }
+        Ok(())
+    }
+
+    fn maybe_checkpoint(&mut self) -> Result<(), ShardError> {
+        if self.logged >= self.options.checkpoint_every {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every leaf changed since the last checkpoint and deletes the
+    /// log records that led to them, in one atomic batch.
+    pub fn checkpoint(&mut self) -> Result<(), ShardError> {
+        if self.has_staged() {
+            return Err(ShardError::NeedsCommit);
+        }
+        let mut batch = self.db.batch().durability(Some(self.persist_mode()));
+        for (tree_id, tree) in &mut self.trees {
             for (leaf, bytes) in tree.take_dirty() {
                 let key = leaf_key(*tree_id, leaf);
                 match bytes {
@@ -427,10 +548,12 @@ impl Shard {
                 }
             }
         }
-        if staged.seq_dirty {
-            batch.insert(&self.meta, META_MAX_SEQ, self.max_seq.to_be_bytes());
+        for number in self.first_log..self.next_log {
+            batch.remove(&self.changes, number.to_be_bytes());
         }
         batch.commit()?;
+        self.first_log = self.next_log;
+        self.logged = 0;
         Ok(())
     }
 
