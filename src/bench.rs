@@ -159,7 +159,8 @@ pub async fn run(args: &BenchArgs) -> Result<Report, ClientError> {
         tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
         stop.store(true, Ordering::Relaxed);
     }
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let mut histogram =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| ClientError::Protocol(e.to_string()))?;
     let (mut ops, mut errors) = (0, 0);
     for task in tasks {
         let (h, ok, err) = task.await.map_err(|e| ClientError::Protocol(e.to_string()))??;

@@ -140,6 +140,9 @@ pub struct ServeArgs {
     /// When writes are acknowledged [default: sync].
     #[arg(long, value_enum)]
     pub durability: Option<DurabilityArg>,
+    /// Testing only: every commit first sleeps this long (a slow disk).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub debug_commit_delay_ms: u64,
 }
 
 /// The config file: the same settings as the flags.
@@ -178,6 +181,8 @@ pub struct ServeConfig {
     pub max_inflight: usize,
     /// Durability.
     pub durability: DurabilityArg,
+    /// Testing only: sleep before each commit.
+    pub debug_commit_delay: std::time::Duration,
 }
 
 /// A bad setting.
@@ -218,6 +223,7 @@ impl ServeArgs {
             max_frame: self.max_frame.or(file.max_frame).unwrap_or(DEFAULT_MAX_FRAME),
             max_inflight: self.max_inflight.or(file.max_inflight).unwrap_or(4096),
             durability: self.durability.or(file.durability).unwrap_or_default(),
+            debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
         };
         if !(1..=256).contains(&config.shards) {
             return Err(ConfigError::Invalid("--shards must be 1 to 256".into()));

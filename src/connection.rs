@@ -14,6 +14,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
 
 use actix::Addr;
 use futures::stream::FuturesOrdered;
@@ -23,6 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::protocol::request::{parse, Request};
 use crate::protocol::{encode_error, encode_reply, FrameError, FrameReader, Op};
 use crate::router::{Dispatch, Router};
@@ -45,7 +48,8 @@ fn is_multi_step(op: &Op) -> bool {
     matches!(op, Op::Rank { .. } | Op::Top { .. } | Op::Around { .. })
 }
 
-fn ready_error(id: u64, error: Error) -> InFlight {
+fn ready_error(id: u64, error: Error, metrics: &Metrics) -> InFlight {
+    metrics.undecodable.finish(error.code(), std::time::Duration::ZERO);
     let mut out = Vec::new();
     encode_error(&mut out, id, &error);
     Box::pin(std::future::ready((out, false)))
@@ -53,6 +57,7 @@ fn ready_error(id: u64, error: Error) -> InFlight {
 
 struct Connection {
     router: Addr<Router>,
+    metrics: Arc<Metrics>,
     inflight: FuturesOrdered<InFlight>,
     multi_outstanding: usize,
     /// A write waiting for earlier multi-step reads to finish.
@@ -63,6 +68,7 @@ impl Connection {
     fn dispatch(&mut self, request: Request) {
         let Request { id, op } = request;
         let multi = is_multi_step(&op);
+        let (started, metrics, name) = (Instant::now(), self.metrics.clone(), op.name());
         // `send` enqueues into the router's mailbox now, preserving order.
         let reply = self.router.send(Dispatch(op));
         if multi {
@@ -71,10 +77,17 @@ impl Connection {
         self.inflight.push_back(Box::pin(async move {
             let result = reply.await.unwrap_or_else(|_| Err(Error::Internal("router stopped".into())));
             let mut out = Vec::with_capacity(64);
-            match result {
-                Ok(reply) => encode_reply(&mut out, id, &reply),
-                Err(error) => encode_error(&mut out, id, &error),
-            }
+            let outcome = match result {
+                Ok(reply) => {
+                    encode_reply(&mut out, id, &reply);
+                    "ok"
+                }
+                Err(error) => {
+                    encode_error(&mut out, id, &error);
+                    error.code()
+                }
+            };
+            metrics.op(name).finish(outcome, started.elapsed());
             (out, multi)
         }));
     }
@@ -101,11 +114,38 @@ impl Connection {
 
 /// Serves one connection until the client closes it, a fatal frame error,
 /// or shutdown (which stops reading but still answers what was read).
-pub async fn serve(stream: TcpStream, router: Addr<Router>, limits: Limits, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    stream: TcpStream,
+    router: Addr<Router>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    metrics.connections_accepted.inc();
+    metrics.connections_open.inc();
+    serve_inner(stream, router, limits, metrics.clone(), &mut shutdown).await;
+    metrics.connections_open.dec();
+}
+
+async fn serve_inner(
+    stream: TcpStream,
+    router: Addr<Router>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    shutdown: &mut watch::Receiver<bool>,
+) {
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FrameReader::new(read_half, limits.max_frame);
-    let mut conn = Connection { router, inflight: FuturesOrdered::new(), multi_outstanding: 0, held: None };
+    let mut conn = Connection {
+        router,
+        metrics: metrics.clone(),
+        inflight: FuturesOrdered::new(),
+        multi_outstanding: 0,
+        held: None,
+    };
+    // Received bytes are added to the metric once per reply write, not per frame.
+    let mut received = 0u64;
     let mut closing = *shutdown.borrow();
     let mut out = Vec::with_capacity(64 * 1024);
     loop {
@@ -123,20 +163,27 @@ pub async fn serve(stream: TcpStream, router: Addr<Router>, limits: Limits, mut 
                     out.extend_from_slice(&bytes);
                     conn.finished(multi);
                 }
+                metrics.received_bytes.inc_by(std::mem::take(&mut received));
+                metrics.sent_bytes.inc_by(out.len() as u64);
                 if write_half.write_all(&out).await.is_err() {
                     return;
                 }
                 out.clear();
             }
             frame = frames.next_frame(), if can_read => match frame {
-                Ok(Some(body)) => match parse(&body) {
-                    Ok(request) => conn.accept(request),
-                    Err((id, error)) => conn.inflight.push_back(ready_error(id, error)),
-                },
+                Ok(Some(body)) => {
+                    received += body.len() as u64 + 4;
+                    match parse(&body) {
+                        Ok(request) => conn.accept(request),
+                        Err((id, error)) => conn.inflight.push_back(ready_error(id, error, &metrics)),
+                    }
+                }
                 Ok(None) => closing = true,
-                Err(FrameError::Empty) => conn.inflight.push_back(ready_error(0, Error::BadFrame("empty frame".into()))),
+                Err(FrameError::Empty) => {
+                    conn.inflight.push_back(ready_error(0, Error::BadFrame("empty frame".into()), &metrics));
+                }
                 Err(error @ FrameError::TooLarge { .. }) => {
-                    conn.inflight.push_back(ready_error(0, Error::TooLarge(error.to_string())));
+                    conn.inflight.push_back(ready_error(0, Error::TooLarge(error.to_string()), &metrics));
                     closing = true;
                 }
                 Err(FrameError::Truncated | FrameError::Io(_)) => return,

@@ -7,6 +7,7 @@
 //! - [`client`]: a pipelining Rust client, used by the CLI and the tests;
 //! - [`config`]: CLI flags and the TOML file;
 //! - [`layout`]: what a data dir holds and the check that it fits;
+//! - [`metrics`]: Prometheus metrics and their HTTP endpoint;
 //! - [`error`]: the one place errors become protocol codes.
 
 pub mod bench;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod layout;
+pub mod metrics;
 pub mod protocol;
 pub mod router;
 pub mod server;

@@ -13,15 +13,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use actix::{Actor, Addr, Context, Handler, Message, ResponseFuture};
+use std::time::Instant;
+
+use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use futures::future::try_join_all;
 use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tree_key};
 use rankd_shards::{Board, BoardConfig, DenseIndex, Direction, ListEntry, Ties, TreeId, Window};
 use tokio::sync::oneshot;
 
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::protocol::{BoardInfo, Entry, Op, RankInfo, Reply, View};
-use crate::shard::{Answer, Command, DenseRegistry, ShardActor, ShardRequest};
+use crate::shard::{Answer, Command, DenseRegistry, ShardLink};
 
 /// The shard a player lives on. See the module docs; stable across versions.
 pub fn shard_of(player: &str, shards: usize) -> usize {
@@ -52,7 +55,8 @@ pub struct RouterState {
 
 /// The router actor. See the module docs.
 pub struct Router {
-    shards: Arc<[Addr<ShardActor>]>,
+    shards: Arc<[ShardLink]>,
+    metrics: Arc<Metrics>,
     boards: HashMap<String, Arc<Board>>,
     next_board_id: u64,
     next_seq: u64,
@@ -66,11 +70,8 @@ impl Actor for Router {
 
 type Pending = oneshot::Receiver<Result<Answer, Error>>;
 
-/// Enqueues `command` on `shard` now and returns where its answer will arrive.
-fn ask(shard: &Addr<ShardActor>, command: Command) -> Pending {
-    let (reply, answer) = oneshot::channel();
-    shard.do_send(ShardRequest { command, reply });
-    answer
+fn ask(shard: &ShardLink, command: Command) -> Pending {
+    shard.ask(command)
 }
 
 async fn answer(pending: Pending) -> Result<Answer, Error> {
@@ -92,10 +93,12 @@ async fn summed_counts(pending: Vec<Pending>, keys: usize) -> Result<(Vec<u64>, 
 /// The context a multi-step read carries across awaits.
 #[derive(Clone)]
 struct Read {
-    shards: Arc<[Addr<ShardActor>]>,
+    shards: Arc<[ShardLink]>,
     board: Arc<Board>,
     tree: TreeId,
     dense: DenseRegistry,
+    /// Times each fan-out round of this read.
+    fanout: Option<prometheus::Histogram>,
 }
 
 impl Read {
@@ -103,8 +106,14 @@ impl Read {
         self.board.config.ties
     }
 
-    fn owner(&self, player: &str) -> &Addr<ShardActor> {
+    fn owner(&self, player: &str) -> &ShardLink {
         &self.shards[shard_of(player, self.shards.len())]
+    }
+
+    fn observe_round(&self, started: Instant) {
+        if let Some(h) = &self.fanout {
+            h.observe(started.elapsed().as_secs_f64());
+        }
     }
 
     fn send_counts(&self, keys: &[u128]) -> Vec<Pending> {
@@ -112,8 +121,11 @@ impl Read {
     }
 
     async fn counts(&self, keys: Vec<u128>) -> Result<(Vec<u64>, u64), Error> {
+        let started = Instant::now();
         let n = keys.len();
-        summed_counts(self.send_counts(&keys), n).await
+        let counts = summed_counts(self.send_counts(&keys), n).await;
+        self.observe_round(started);
+        counts
     }
 
     fn distinct_before(&self, score_key: u64) -> u64 {
@@ -147,6 +159,7 @@ impl Read {
 
     /// Lists from every shard, merged into list order.
     async fn merged(&self, position: Vec<u8>, direction: Direction, limit: usize) -> Result<Vec<ListEntry>, Error> {
+        let started = Instant::now();
         let config = &self.board.config;
         let pending = self.shards.iter().map(|s| {
             ask(
@@ -165,6 +178,7 @@ impl Read {
         for list in try_join_all(pending.map(answer)).await? {
             all.extend(list.into_list()?);
         }
+        self.observe_round(started);
         match direction {
             Direction::Forward => all.sort_unstable_by(|a, b| a.position.cmp(&b.position)),
             Direction::Backward => all.sort_unstable_by(|a, b| b.position.cmp(&a.position)),
@@ -257,9 +271,10 @@ impl Read {
             (Ties::Ordinal, None) => u128::MAX,
             _ => tree_key(sk, 0),
         };
-        let pending = self.send_counts(&[key]);
+        let (started, pending) = (Instant::now(), self.send_counts(&[key]));
         Box::pin(async move {
             let (before, total) = summed_counts(pending, 1).await?;
+            self.observe_round(started);
             let better = if key == u128::MAX { total } else { before[0] };
             Ok(Reply::Count(better + 1))
         })
@@ -268,10 +283,17 @@ impl Read {
 
 impl Router {
     /// A router over started shards, with the state they recovered.
-    pub fn new(shards: Vec<Addr<ShardActor>>, state: RouterState, dense: DenseRegistry, branching: u32) -> Self {
+    pub fn new(
+        shards: Vec<ShardLink>,
+        state: RouterState,
+        dense: DenseRegistry,
+        branching: u32,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let boards = state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect();
         Self {
             shards: shards.into(),
+            metrics,
             boards,
             next_board_id: state.max_board_id + 1,
             next_seq: state.max_seq + 1,
@@ -310,7 +332,7 @@ impl Router {
 
     /// Context for a read of `name`, or `None` if the board does not exist
     /// (reads of a missing board answer as for an empty board).
-    fn read(&self, name: &str, view: View) -> Result<Option<Read>, Error> {
+    fn read(&self, op: &str, name: &str, view: View) -> Result<Option<Read>, Error> {
         check_view(view)?;
         let Some(board) = self.boards.get(name) else { return Ok(None) };
         let window = view.window.unwrap_or(board.config.windows[0]);
@@ -318,10 +340,16 @@ impl Router {
             return Err(Error::BadRequest(format!("board `{name}` has no `{window}` window")));
         }
         let tree = TreeId { board: board.id, window: window.code(), period: 0 };
-        Ok(Some(Read { shards: self.shards.clone(), board: board.clone(), tree, dense: self.dense.clone() }))
+        Ok(Some(Read {
+            shards: self.shards.clone(),
+            board: board.clone(),
+            tree,
+            dense: self.dense.clone(),
+            fanout: self.metrics.fanout(op).cloned(),
+        }))
     }
 
-    fn owner(&self, player: &str) -> &Addr<ShardActor> {
+    fn owner(&self, player: &str) -> &ShardLink {
         &self.shards[shard_of(player, self.shards.len())]
     }
 
@@ -419,7 +447,7 @@ impl Router {
                     Ok(Reply::Scores(out))
                 })
             }
-            Op::Get { board, player, view } => match self.read(&board, view) {
+            Op::Get { board, player, view } => match self.read("get", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::MaybeScore(None))),
                 Ok(Some(read)) => {
@@ -434,7 +462,7 @@ impl Router {
                 let pending = ask(self.owner(&player), Command::Remove { board, player });
                 Box::pin(async move { Ok(Reply::Bool(answer(pending).await?.into_bool()?)) })
             }
-            Op::Count { board, view } => match self.read(&board, view) {
+            Op::Count { board, view } => match self.read("count", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(0))),
                 Ok(Some(read)) => {
@@ -442,7 +470,7 @@ impl Router {
                     Box::pin(async move { Ok(Reply::Count(summed_counts(pending, 0).await?.1)) })
                 }
             },
-            Op::Rank { board, player, view } => match self.read(&board, view) {
+            Op::Rank { board, player, view } => match self.read("rank", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Rank(None))),
                 Ok(Some(read)) => {
@@ -450,17 +478,17 @@ impl Router {
                     Box::pin(read.rank(found))
                 }
             },
-            Op::RankOfScore { board, score, view } => match self.read(&board, view) {
+            Op::RankOfScore { board, score, view } => match self.read("rank_of_score", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(1))),
                 Ok(Some(read)) => read.rank_of_score(score),
             },
-            Op::Top { board, limit, offset, view } => match self.read(&board, view) {
+            Op::Top { board, limit, offset, view } => match self.read("top", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
                 Ok(Some(read)) => Box::pin(read.top(limit, offset)),
             },
-            Op::Around { board, player, before, after, view } => match self.read(&board, view) {
+            Op::Around { board, player, before, after, view } => match self.read("around", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
                 Ok(Some(read)) => {

@@ -19,13 +19,14 @@ use actix::{Actor, Addr, Arbiter};
 use parking_lot::Mutex;
 use rankd_shards::{Board, DenseIndex, Durability, Shard, ShardOptions, Ties};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use crate::config::{DurabilityArg, ServeConfig};
 use crate::connection::{self, Limits};
 use crate::layout;
+use crate::metrics::{self, Metrics};
 use crate::router::{current_trees, Router, RouterState};
-use crate::shard::{Command, DenseRegistry, ShardActor, ShardRequest};
+use crate::shard::{Command, DenseRegistry, ShardActor, ShardLink};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,9 @@ pub enum StartError {
     /// Other I/O.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// Metrics could not be set up.
+    #[error(transparent)]
+    Metrics(#[from] metrics::MetricsError),
 }
 
 /// How long shutdown waits for connections to answer what they read.
@@ -110,28 +114,36 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
     let players: u64 = shards.iter().map(|s| s.tree_ids().map(|t| s.count(t)).sum::<u64>()).sum();
     let (state, dense) = recover(&shards, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");
+    let metrics = Metrics::new(shards.len())?;
     let system = actix::System::new();
     system.block_on(async move {
         let mut arbiters = Vec::new();
-        let mut addrs = Vec::new();
-        for shard in shards {
+        let mut links = Vec::new();
+        for (index, shard) in shards.into_iter().enumerate() {
             let arbiter = Arbiter::new();
-            let actor = ShardActor::new(shard, config.max_batch, dense.clone());
-            addrs.push(ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor));
+            let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index)
+                .with_commit_delay(config.debug_commit_delay);
+            let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
+            links.push(ShardLink { addr, depth: metrics.shards[index].mailbox_depth.clone() });
             arbiters.push(arbiter);
         }
-        let router = Router::new(addrs.clone(), state, dense, config.branching).start();
+        let router = Router::new(links.clone(), state, dense, config.branching, metrics.clone()).start();
+        let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone())
+            .await
+            .map_err(|e| StartError::Bind(config.metrics_listen, e))?;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| StartError::Bind(config.listen, e))?;
         let local = listener.local_addr()?;
-        tracing::info!(%local, ready_ms = started.elapsed().as_millis() as u64, "listening");
+        metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(%local, %metrics_addr, ready_ms = started.elapsed().as_millis() as u64, "listening");
         // Tests and scripts read the bound address (useful with port 0).
         let mut stdout = std::io::stdout();
-        let _ = writeln!(stdout, "rankd listening on {local}");
+        let _ = writeln!(stdout, "rankd listening on {local} metrics {metrics_addr}");
         let _ = stdout.flush();
 
         let limits = Limits { max_frame: config.max_frame, max_inflight: config.max_inflight };
-        accept_until_signal(listener, router, limits).await;
-        sync_shards(&addrs).await;
+        accept_until_signal(listener, router, limits, metrics.clone()).await;
+        metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+        sync_shards(&links).await;
         for arbiter in &arbiters {
             arbiter.stop();
         }
@@ -141,7 +153,7 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
     Ok(())
 }
 
-async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits: Limits) {
+async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits: Limits, metrics: Arc<Metrics>) {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // Every connection task holds a clone; when all are dropped, all are done.
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
@@ -152,8 +164,9 @@ async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let (router, shutdown, alive) = (router.clone(), shutdown_rx.clone(), alive_tx.clone());
+                    let metrics = metrics.clone();
                     actix_rt::spawn(async move {
-                        connection::serve(stream, router, limits, shutdown).await;
+                        connection::serve(stream, router, limits, metrics, shutdown).await;
                         drop(alive);
                     });
                 }
@@ -176,15 +189,8 @@ async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits
 }
 
 /// Waits until every shard has committed everything queued before now.
-async fn sync_shards(shards: &[Addr<ShardActor>]) {
-    let pending: Vec<_> = shards
-        .iter()
-        .map(|s| {
-            let (reply, answer) = oneshot::channel();
-            s.do_send(ShardRequest { command: Command::Sync, reply });
-            answer
-        })
-        .collect();
+async fn sync_shards(shards: &[ShardLink]) {
+    let pending: Vec<_> = shards.iter().map(|s| s.ask(Command::Sync)).collect();
     for answer in pending {
         let _ = answer.await;
     }

@@ -10,6 +10,7 @@
 //! that is not durable, and many writes share one fsync.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Context, Handler, Message};
 use parking_lot::Mutex;
@@ -17,6 +18,7 @@ use rankd_shards::{Board, DenseIndex, Direction, ListEntry, Mode, Order, Record,
 use tokio::sync::oneshot;
 
 use crate::error::Error;
+use crate::metrics::Metrics;
 
 /// Distinct-score indexes of the dense-ranked trees, shared by all shards
 /// (which update them at commit) and the router (which reads them).
@@ -87,6 +89,26 @@ impl Message for ShardRequest {
 /// An answer computed in the current round, waiting for the round's commit.
 type Held = (oneshot::Sender<Result<Answer, Error>>, Result<Answer, Error>);
 
+/// How the router reaches a shard: its address, and the gauge of requests
+/// sent to it and not yet answered (raised here, lowered by the shard).
+#[derive(Clone)]
+pub struct ShardLink {
+    /// The actor.
+    pub addr: actix::Addr<ShardActor>,
+    /// `rankd_shard_mailbox_depth` of this shard.
+    pub depth: prometheus::IntGauge,
+}
+
+impl ShardLink {
+    /// Enqueues `command` now and returns where its answer will arrive.
+    pub fn ask(&self, command: Command) -> oneshot::Receiver<Result<Answer, Error>> {
+        let (reply, answer) = oneshot::channel();
+        self.depth.inc();
+        self.addr.do_send(ShardRequest { command, reply });
+        answer
+    }
+}
+
 /// Sent to self so a round runs once the mailbox is drained.
 struct Flush;
 
@@ -103,24 +125,49 @@ pub struct ShardActor {
     /// A round never holds more requests than this, bounding latency and memory.
     max_batch: usize,
     dense: DenseRegistry,
+    metrics: Arc<Metrics>,
+    /// This shard's index in `metrics.shards`.
+    index: usize,
+    /// Testing only: sleep this long before each commit (a slow disk).
+    commit_delay: Duration,
 }
 
 impl ShardActor {
-    /// Wraps an opened shard.
-    pub fn new(shard: Shard, max_batch: usize, dense: DenseRegistry) -> Self {
-        Self { shard, queue: Vec::new(), flush_scheduled: false, max_batch: max_batch.max(1), dense }
+    /// Wraps an opened shard; `index` is its position among the shards.
+    pub fn new(shard: Shard, max_batch: usize, dense: DenseRegistry, metrics: Arc<Metrics>, index: usize) -> Self {
+        Self {
+            shard,
+            queue: Vec::new(),
+            flush_scheduled: false,
+            max_batch: max_batch.max(1),
+            dense,
+            metrics,
+            index,
+            commit_delay: Duration::ZERO,
+        }
+    }
+
+    /// Makes every commit sleep first (to test how slow disks show).
+    pub fn with_commit_delay(mut self, delay: Duration) -> Self {
+        self.commit_delay = delay;
+        self
     }
 
     fn run_round(&mut self) {
         let queue = std::mem::take(&mut self.queue);
+        self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
         let mut held: Vec<Held> = Vec::with_capacity(queue.len());
+        let mut applying = Duration::ZERO;
         for ShardRequest { command, reply } in queue {
             if command.needs_committed_state() {
                 self.commit_and_release(&mut held);
             }
+            let started = Instant::now();
             let answer = self.execute(command).map_err(Error::from);
+            applying += started.elapsed();
             held.push((reply, answer));
         }
+        self.metrics.shards[self.index].apply_seconds.observe(applying.as_secs_f64());
         self.commit_and_release(&mut held);
     }
 
@@ -128,11 +175,24 @@ impl ShardActor {
     /// its result if the commit succeeded, with `internal` if it did not (the
     /// in-memory state was rolled back to what is on disk).
     fn commit_and_release(&mut self, held: &mut Vec<Held>) {
-        match self.shard.commit() {
-            Ok(changes) => {
-                if !changes.is_empty() {
+        let metrics = &self.metrics.shards[self.index];
+        if !self.commit_delay.is_zero() && self.shard.has_staged() {
+            std::thread::sleep(self.commit_delay);
+        }
+        let staged = self.shard.has_staged();
+        let result = self.shard.commit();
+        metrics.mailbox_depth.sub(held.len() as i64);
+        match result {
+            Ok(committed) => {
+                if staged {
+                    metrics.commit_seconds.observe(committed.journal.as_secs_f64() + self.commit_delay.as_secs_f64());
+                    metrics.fsync_seconds.observe(committed.sync.as_secs_f64());
+                    metrics.writes_applied.inc_by(committed.writes as u64);
+                    metrics.players.set(self.shard.players() as i64);
+                }
+                if !committed.dense.is_empty() {
                     let mut dense = self.dense.lock();
-                    for change in changes {
+                    for change in committed.dense {
                         if let Some(index) = dense.get_mut(&change.tree) {
                             if let Some(sk) = change.removed {
                                 index.remove(sk);
@@ -148,7 +208,8 @@ impl ShardActor {
                 }
             }
             Err(err) => {
-                tracing::error!(error = %err, "commit failed; the round is answered with `internal`");
+                metrics.commit_errors.inc();
+                tracing::error!(shard = self.index, error = %err, "commit failed; the round is answered with `internal`");
                 let msg = format!("commit failed: {err}");
                 for (reply, _) in held.drain(..) {
                     let _ = reply.send(Err(Error::Internal(msg.clone())));
@@ -184,6 +245,10 @@ impl ShardActor {
 
 impl Actor for ShardActor {
     type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Self::Context) {
+        self.metrics.shards[self.index].players.set(self.shard.players() as i64);
+    }
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
         // Never drop staged writes on the way out.

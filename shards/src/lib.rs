@@ -21,5 +21,5 @@ pub use board::{Board, BoardConfig, Mode, Order, Ties, Window};
 pub use dense::DenseIndex;
 pub use error::ShardError;
 pub use key::TreeId;
-pub use shard::{DenseChange, Direction, Durability, ListEntry, Record, Shard, ShardOptions};
+pub use shard::{Committed, DenseChange, Direction, Durability, ListEntry, Record, Shard, ShardOptions};
 pub use tree::CountTree;

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
@@ -137,7 +138,24 @@ struct Staged {
     /// This batch's tree changes, logged as one record.
     log: Vec<u8>,
     seq_dirty: bool,
+    /// Staged requests of any kind (so an empty batch is skipped).
     ops: usize,
+    /// Staged score writes and removals.
+    writes: usize,
+}
+
+/// What a successful [`Shard::commit`] did, for the caller's metrics and the
+/// dense indexes.
+#[derive(Debug, Default)]
+pub struct Committed {
+    /// Changes to dense trees' score sets.
+    pub dense: Vec<DenseChange>,
+    /// Score writes and removals committed.
+    pub writes: usize,
+    /// Time writing the batch to the journal and memtables.
+    pub journal: Duration,
+    /// Time making it durable (fsync, or handing it to the OS when buffered).
+    pub sync: Duration,
 }
 
 /// One logged tree change: a tree key leaves and/or one arrives.
@@ -370,6 +388,7 @@ impl Shard {
             self.staged.seq_dirty = true;
         }
         self.staged.ops += 1;
+        self.staged.writes += 1;
         Ok(stored)
     }
 
@@ -409,6 +428,7 @@ impl Shard {
             }
         }
         self.staged.ops += 1;
+        self.staged.writes += 1;
         Ok(first.unwrap_or(false))
     }
 
@@ -473,13 +493,13 @@ impl Shard {
     /// Writes the open batch atomically and persists it. On failure the
     /// in-memory state is rebuilt from disk, so it never runs ahead of what is
     /// stored, and the error is returned: none of the batch may be acknowledged.
-    pub fn commit(&mut self) -> Result<Vec<DenseChange>, ShardError> {
+    pub fn commit(&mut self) -> Result<Committed, ShardError> {
         if !self.has_staged() {
-            return Ok(Vec::new());
+            return Ok(Committed::default());
         }
         let staged = std::mem::take(&mut self.staged);
-        match self.write_batch(&staged).and_then(|()| self.maybe_checkpoint()) {
-            Ok(()) => Ok(staged.dense),
+        match self.write_batch(&staged).and_then(|times| self.maybe_checkpoint().map(|()| times)) {
+            Ok((journal, sync)) => Ok(Committed { dense: staged.dense, writes: staged.writes, journal, sync }),
             Err(err) => {
                 // Best effort: if even reading fails, later requests fail too.
                 if let Err(reload) = self.load() {
@@ -490,8 +510,11 @@ impl Shard {
         }
     }
 
-    fn write_batch(&mut self, staged: &Staged) -> Result<(), ShardError> {
-        let mut batch = self.db.batch().durability(Some(self.persist_mode()));
+    /// Writes the batch, then persists it; returns how long each took.
+    fn write_batch(&mut self, staged: &Staged) -> Result<(Duration, Duration), ShardError> {
+        let started = Instant::now();
+        // Persisted separately below, so the fsync can be timed on its own.
+        let mut batch = self.db.batch().durability(None);
         for (key, record) in &staged.players {
             match record {
                 Some(r) => batch.insert(&self.players, key.as_slice(), r.encode()),
@@ -518,11 +541,18 @@ impl Shard {
             batch.insert(&self.meta, META_MAX_SEQ, self.max_seq.to_be_bytes());
         }
         batch.commit()?;
+        let written = Instant::now();
+        self.db.persist(self.persist_mode())?;
         if !staged.log.is_empty() {
             self.next_log += 1;
             self.logged += (staged.log.len() / LOG_ENTRY_LEN) as u64;
         }
-        Ok(())
+        Ok((written - started, written.elapsed()))
+    }
+
+    /// Players held in all trees of this shard.
+    pub fn players(&self) -> u64 {
+        self.trees.values().map(CountTree::total).sum()
     }
 
     fn maybe_checkpoint(&mut self) -> Result<(), ShardError> {

@@ -15,6 +15,8 @@ pub struct Server {
     child: Child,
     /// `host:port` it listens on.
     pub addr: String,
+    /// `host:port` of its metrics endpoint.
+    pub metrics_addr: String,
     data_dir: PathBuf,
     shards: usize,
     extra: Vec<String>,
@@ -32,8 +34,8 @@ impl Server {
         let tmp = tempfile::tempdir().expect("temp dir");
         let data_dir = tmp.path().join("data");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, addr) = spawn(&data_dir, shards, &extra).expect("server starts");
-        Self { child, addr, data_dir, shards, extra, _tmp: Some(tmp) }
+        let (child, addr, metrics_addr) = spawn(&data_dir, shards, &extra).expect("server starts");
+        Self { child, addr, metrics_addr, data_dir, shards, extra, _tmp: Some(tmp) }
     }
 
     /// The data dir.
@@ -68,9 +70,10 @@ impl Server {
 
     /// Starts the server again on the same data dir (after kill9/terminate).
     pub fn restart(&mut self) {
-        let (child, addr) = spawn(&self.data_dir, self.shards, &self.extra).expect("server restarts");
+        let (child, addr, metrics_addr) = spawn(&self.data_dir, self.shards, &self.extra).expect("server restarts");
         self.child = child;
         self.addr = addr;
+        self.metrics_addr = metrics_addr;
     }
 }
 
@@ -81,8 +84,9 @@ impl Drop for Server {
     }
 }
 
-/// Runs `rankd serve` and waits for its "listening on" line.
-pub fn spawn(data_dir: &Path, shards: usize, extra: &[String]) -> Result<(Child, String), String> {
+/// Runs `rankd serve` and waits for its "listening on" line; returns the
+/// process, its client address and its metrics address.
+pub fn spawn(data_dir: &Path, shards: usize, extra: &[String]) -> Result<(Child, String, String), String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rankd"))
         .arg("serve")
         .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
@@ -99,10 +103,12 @@ pub fn spawn(data_dir: &Path, shards: usize, extra: &[String]) -> Result<(Child,
     let mut lines = BufReader::new(stdout).lines();
     match lines.next() {
         Some(Ok(line)) if line.starts_with("rankd listening on ") => {
-            let addr = line.trim_start_matches("rankd listening on ").to_string();
+            let mut words = line.trim_start_matches("rankd listening on ").split(' ');
+            let addr = words.next().unwrap_or_default().to_string();
+            let metrics_addr = words.nth(1).unwrap_or_default().to_string();
             // Keep draining stdout so the server never blocks on it.
             std::thread::spawn(move || for _ in lines {});
-            Ok((child, addr))
+            Ok((child, addr, metrics_addr))
         }
         other => {
             let _ = child.kill();

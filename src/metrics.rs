@@ -1,0 +1,327 @@
+//! Prometheus metrics, and the HTTP endpoint that serves them.
+//!
+//! Naming follows Prometheus conventions: `rankd_` prefix, base units
+//! (`_seconds`, `_bytes`), `_total` on counters, histograms for durations,
+//! and labels of bounded cardinality only (op, outcome, shard).
+//!
+//! The hot path never looks a label up: every handle a request touches is
+//! resolved once at start-up ([`OpMetrics`], [`ShardMetrics`]), so updating a
+//! metric is a few atomic adds — no lock, no allocation. Byte counters are
+//! bumped once per socket read or write, not per request.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Every op the protocol has, in a fixed order (indexes [`Metrics::ops`]).
+pub const OPS: [&str; 14] = [
+    "ping",
+    "auth",
+    "create_board",
+    "drop_board",
+    "boards",
+    "set",
+    "set_many",
+    "get",
+    "remove",
+    "count",
+    "rank",
+    "rank_of_score",
+    "top",
+    "around",
+];
+
+/// Ops that read from every shard; each has a fan-out latency series.
+pub const FANOUT_OPS: [&str; 6] = ["boards", "count", "rank", "rank_of_score", "top", "around"];
+
+/// Request outcomes: `ok` or a protocol error code.
+pub const OUTCOMES: [&str; 9] =
+    ["ok", "bad_frame", "bad_request", "unknown_op", "too_large", "conflict", "unauthorized", "overloaded", "internal"];
+
+/// Latency buckets from 25 µs to 10 s: rank reads sit at the bottom, durable
+/// batches (fsync) in the middle, pathologies at the top.
+const LATENCY_BUCKETS: [f64; 16] =
+    [25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 10.0];
+
+/// Requests per batch.
+const BATCH_BUCKETS: [f64; 12] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0];
+
+/// Pre-resolved handles for one op.
+pub struct OpMetrics {
+    /// `rankd_requests_total{op, outcome}`, indexed like [`OUTCOMES`].
+    pub outcomes: Vec<IntCounter>,
+    /// `rankd_request_duration_seconds{op}`.
+    pub duration: Histogram,
+}
+
+impl OpMetrics {
+    /// Counts one finished request.
+    pub fn finish(&self, outcome: &str, elapsed: Duration) {
+        let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(OUTCOMES.len() - 1);
+        self.outcomes[index].inc();
+        self.duration.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Pre-resolved handles for one shard.
+pub struct ShardMetrics {
+    /// Requests sent to the shard and not yet answered.
+    pub mailbox_depth: IntGauge,
+    /// Requests per committed round.
+    pub batch_size: Histogram,
+    /// Applying a round's requests in memory.
+    pub apply_seconds: Histogram,
+    /// Writing a round's batch to the journal.
+    pub commit_seconds: Histogram,
+    /// Making it durable (fsync).
+    pub fsync_seconds: Histogram,
+    /// Writes (set, set_many entries, removes) committed.
+    pub writes_applied: IntCounter,
+    /// Failed commits (nothing of the round was acknowledged).
+    pub commit_errors: IntCounter,
+    /// Players held, over all boards.
+    pub players: IntGauge,
+}
+
+/// All of rankd's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Per op, indexed like [`OPS`].
+    pub ops: Vec<OpMetrics>,
+    /// Frames that could not be decoded into a request (no op known).
+    pub undecodable: OpMetrics,
+    /// Per shard.
+    pub shards: Vec<ShardMetrics>,
+    /// Open client connections.
+    pub connections_open: IntGauge,
+    /// Accepted client connections.
+    pub connections_accepted: IntCounter,
+    /// Bytes read from clients.
+    pub received_bytes: IntCounter,
+    /// Bytes written to clients.
+    pub sent_bytes: IntCounter,
+    /// Cross-shard read round latency, indexed like [`FANOUT_OPS`].
+    pub fanout: Vec<Histogram>,
+    /// Whether every shard is open and the listener accepts.
+    pub ready: AtomicBool,
+}
+
+/// Registration failed: a programming error (duplicate or invalid name).
+#[derive(Debug, thiserror::Error)]
+#[error("metrics registration: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+impl Metrics {
+    /// Creates and registers every metric for `shards` shards.
+    pub fn new(shards: usize) -> Result<Arc<Self>, MetricsError> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("rankd_requests_total", "Requests answered, by op and outcome (ok or error code)."),
+            &["op", "outcome"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "rankd_request_duration_seconds",
+                "Time from decoding a request to having its reply, by op.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["op"],
+        )?;
+        let op = |name: &str| -> OpMetrics {
+            OpMetrics {
+                outcomes: OUTCOMES.iter().map(|o| requests.with_label_values(&[name, o])).collect(),
+                duration: duration.with_label_values(&[name]),
+            }
+        };
+        let ops = OPS.iter().map(|name| op(name)).collect();
+        let undecodable = op("undecodable");
+
+        let shard_gauge = |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["shard"]);
+        let shard_histogram = |name: &str, help: &str, buckets: &[f64]| {
+            HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &["shard"])
+        };
+        let shard_counter = |name: &str, help: &str| IntCounterVec::new(Opts::new(name, help), &["shard"]);
+        let mailbox = shard_gauge("rankd_shard_mailbox_depth", "Requests sent to the shard and not yet answered.")?;
+        let batch = shard_histogram(
+            "rankd_shard_batch_size",
+            "Requests applied per round (one atomic batch).",
+            &BATCH_BUCKETS,
+        )?;
+        let apply = shard_histogram(
+            "rankd_shard_batch_apply_seconds",
+            "Time applying a round's requests in memory.",
+            &LATENCY_BUCKETS,
+        )?;
+        let commit = shard_histogram(
+            "rankd_shard_commit_seconds",
+            "Time writing a round's batch to the journal.",
+            &LATENCY_BUCKETS,
+        )?;
+        let fsync =
+            shard_histogram("rankd_shard_fsync_seconds", "Time making a round durable (fsync).", &LATENCY_BUCKETS)?;
+        let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
+        let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
+        let players = shard_gauge("rankd_shard_players", "Players held, over all boards.")?;
+        let shard_metrics = (0..shards)
+            .map(|i| {
+                let label = i.to_string();
+                let l = [label.as_str()];
+                ShardMetrics {
+                    mailbox_depth: mailbox.with_label_values(&l),
+                    batch_size: batch.with_label_values(&l),
+                    apply_seconds: apply.with_label_values(&l),
+                    commit_seconds: commit.with_label_values(&l),
+                    fsync_seconds: fsync.with_label_values(&l),
+                    writes_applied: writes.with_label_values(&l),
+                    commit_errors: errors.with_label_values(&l),
+                    players: players.with_label_values(&l),
+                }
+            })
+            .collect();
+
+        let connections_open = IntGauge::new("rankd_connections_open", "Client connections open.")?;
+        let connections_accepted = IntCounter::new("rankd_connections_accepted_total", "Client connections accepted.")?;
+        let received_bytes = IntCounter::new("rankd_received_bytes_total", "Bytes read from clients.")?;
+        let sent_bytes = IntCounter::new("rankd_sent_bytes_total", "Bytes written to clients.")?;
+        let fanout = HistogramVec::new(
+            HistogramOpts::new(
+                "rankd_fanout_duration_seconds",
+                "Time of one cross-shard read round (all shards answered), by op.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["op"],
+        )?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("rankd_build_info", "Always 1; labels say which rankd this is."),
+            &["version", "shards"],
+        )?;
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION"), &shards.to_string()]).set(1);
+
+        for collector in [
+            Box::new(requests) as Box<dyn prometheus::core::Collector>,
+            Box::new(duration),
+            Box::new(mailbox),
+            Box::new(batch),
+            Box::new(apply),
+            Box::new(commit),
+            Box::new(fsync),
+            Box::new(writes),
+            Box::new(errors),
+            Box::new(players),
+            Box::new(connections_open.clone()),
+            Box::new(connections_accepted.clone()),
+            Box::new(received_bytes.clone()),
+            Box::new(sent_bytes.clone()),
+            Box::new(fanout.clone()),
+            Box::new(build_info),
+        ] {
+            registry.register(collector)?;
+        }
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+
+        Ok(Arc::new(Self {
+            registry,
+            ops,
+            undecodable,
+            shards: shard_metrics,
+            connections_open,
+            connections_accepted,
+            received_bytes,
+            sent_bytes,
+            fanout: FANOUT_OPS.iter().map(|op| fanout.with_label_values(&[op])).collect(),
+            ready: AtomicBool::new(false),
+        }))
+    }
+
+    /// The handles of `op` (by its protocol name).
+    pub fn op(&self, name: &str) -> &OpMetrics {
+        op_index(name).map_or(&self.undecodable, |i| &self.ops[i])
+    }
+
+    /// The fan-out histogram of `op`.
+    pub fn fanout(&self, name: &str) -> Option<&Histogram> {
+        FANOUT_OPS.iter().position(|o| *o == name).map(|i| &self.fanout[i])
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding into a Vec only fails on invalid metric families, which
+        // registration already rejected.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+fn op_index(name: &str) -> Option<usize> {
+    OPS.iter().position(|o| *o == name)
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the process ends.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<SocketAddr> {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let render = metrics.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = render.clone();
+                async move {
+                    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics.render())
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = metrics.ready.load(Ordering::Relaxed);
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                    }
+                }
+            }),
+        );
+    actix_rt::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics endpoint stopped");
+        }
+    });
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_move_the_exposed_series() {
+        let metrics = Metrics::new(2).unwrap();
+        for _ in 0..5 {
+            metrics.op("set").finish("ok", Duration::from_micros(80));
+        }
+        metrics.op("rank").finish("bad_request", Duration::from_micros(10));
+        metrics.shards[1].commit_seconds.observe(0.3);
+        let text = metrics.render();
+        assert!(text.contains(r#"rankd_requests_total{op="set",outcome="ok"} 5"#), "{text}");
+        assert!(text.contains(r#"rankd_requests_total{op="rank",outcome="bad_request"} 1"#));
+        // A slow commit lands above the 250 ms bucket.
+        assert!(text.contains(r#"rankd_shard_commit_seconds_bucket{shard="1",le="0.25"} 0"#));
+        assert!(text.contains(r#"rankd_shard_commit_seconds_bucket{shard="1",le="0.5"} 1"#));
+        assert!(text.contains("rankd_build_info{"));
+    }
+}

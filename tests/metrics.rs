@@ -1,0 +1,72 @@
+//! The metrics endpoint of the real server moves with the load it serves.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+/// A plain HTTP/1.0 GET (the endpoint is served by axum; the test needs no
+/// HTTP client of its own). Returns (status line, body).
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect to metrics");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
+/// Sum of every sample of `name` whose labels contain all of `labels`.
+fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn counters_rise_by_the_requests_served() {
+    let server = common::Server::start(2);
+    let (status, _) = http_get(&server.metrics_addr, "/healthz");
+    assert!(status.contains("200"), "healthz: {status}");
+    let (status, _) = http_get(&server.metrics_addr, "/readyz");
+    assert!(status.contains("200"), "readyz: {status}");
+
+    let (_, before) = http_get(&server.metrics_addr, "/metrics");
+    let sets_before = sample(&before, "rankd_requests_total", &[r#"op="set""#, r#"outcome="ok""#]);
+    let mut client = server.client().await;
+    let calls: Vec<_> = (0..250).map(|i| rankd::client::set_call("m", &format!("p{i}"), i, "set")).collect();
+    client.pipeline(&calls).await.expect("sets");
+    client.rank("m", "p3").await.expect("rank");
+    client.call(rankd::client::Call::new("no_such_op")).await.expect_err("unknown op");
+
+    let (_, after) = http_get(&server.metrics_addr, "/metrics");
+    assert_eq!(sample(&after, "rankd_requests_total", &[r#"op="set""#, r#"outcome="ok""#]) - sets_before, 250.0);
+    assert_eq!(sample(&after, "rankd_shard_writes_applied_total", &[]), 250.0, "writes over all shards");
+    assert_eq!(sample(&after, "rankd_shard_players", &[]), 250.0);
+    assert_eq!(sample(&after, "rankd_requests_total", &[r#"outcome="unknown_op""#]), 1.0);
+    assert!(sample(&after, "rankd_fanout_duration_seconds_count", &[r#"op="rank""#]) >= 1.0);
+    assert!(sample(&after, "rankd_request_duration_seconds_count", &[r#"op="set""#]) >= 250.0);
+    assert!(sample(&after, "rankd_shard_fsync_seconds_count", &[]) >= 1.0);
+    assert_eq!(sample(&after, "rankd_connections_open", &[]), 1.0);
+    assert!(sample(&after, "rankd_received_bytes_total", &[]) > 250.0 * 30.0);
+    assert!(sample(&after, "rankd_sent_bytes_total", &[]) > 250.0 * 10.0);
+    assert_eq!(sample(&after, "rankd_shard_mailbox_depth", &[]), 0.0, "nothing left queued");
+    assert!(sample(&after, "process_resident_memory_bytes", &[]) > 1e6);
+    assert_eq!(sample(&after, "rankd_build_info", &[]), 1.0);
+}
+
+#[tokio::test]
+async fn a_slow_commit_shows_in_the_commit_histogram() {
+    let server = common::Server::start_with(1, &["--debug-commit-delay-ms", "300"]);
+    let mut client = server.client().await;
+    client.set("slow", "p", 1, "set").await.expect("set");
+    let (_, text) = http_get(&server.metrics_addr, "/metrics");
+    let total = sample(&text, "rankd_shard_commit_seconds_count", &[]);
+    let fast = sample(&text, "rankd_shard_commit_seconds_bucket", &[r#"le="0.25""#]);
+    assert!(total >= 1.0, "a commit was timed");
+    assert_eq!(fast, 0.0, "the 300 ms commit is above the 250 ms bucket");
+    assert!(sample(&text, "rankd_request_duration_seconds_sum", &[r#"op="set""#]) >= 0.3, "and in the set latency");
+}
