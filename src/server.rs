@@ -188,11 +188,18 @@ async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits
     }
 }
 
-/// Waits until every shard has committed everything queued before now.
+/// Waits until every shard has committed everything queued before now and
+/// prepared a fast restart.
 async fn sync_shards(shards: &[ShardLink]) {
-    let pending: Vec<_> = shards.iter().map(|s| s.ask(Command::Sync)).collect();
-    for answer in pending {
-        let _ = answer.await;
+    let pending: Vec<_> = shards.iter().map(|s| s.ask(Command::Shutdown)).collect();
+    for (index, answer) in pending.into_iter().enumerate() {
+        match answer.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(shard = index, error = %e, "shutdown preparation failed; the next start replays more")
+            }
+            Err(_) => tracing::warn!(shard = index, "shard stopped before shutdown"),
+        }
     }
 }
 

@@ -46,12 +46,15 @@ pub enum Command {
     List { tree: TreeId, ties: Ties, order: Order, position: Vec<u8>, direction: Direction, limit: usize },
     /// Commit everything before this; replies [`Answer::Done`].
     Sync,
+    /// Commit everything before this and prepare a fast restart (checkpoint
+    /// the trees, flush the memtables); replies [`Answer::Done`].
+    Shutdown,
 }
 
 impl Command {
     /// Reads that scan storage need every earlier write of the round committed.
     fn needs_committed_state(&self) -> bool {
-        matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Sync)
+        matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Sync | Self::Shutdown)
     }
 }
 
@@ -239,6 +242,10 @@ impl ShardActor {
                 Answer::List(shard.list(tree, ties, order, &position, direction, limit)?)
             }
             Command::Sync => Answer::Done,
+            Command::Shutdown => {
+                shard.prepare_shutdown()?;
+                Answer::Done
+            }
         })
     }
 }
