@@ -1,10 +1,15 @@
-//! One client connection: reads pipelined frames, dispatches each request to
-//! the router as soon as it is decoded, and writes the replies back in
-//! request order as they complete.
+//! One client connection: reads pipelined frames, hands everything decoded
+//! so far to the router as ONE batch, and writes the replies back in request
+//! order as batches complete.
+//!
+//! Batching: a client that pipelines sends many frames per TCP read; the
+//! connection decodes all of them and dispatches them together, so routing,
+//! the shard mailboxes and thread wake-ups are paid per batch, not per
+//! request.
 //!
 //! Ordering: requests reach the router in the order sent. Multi-step reads
 //! (`rank`, `top`, `around`) send later rounds after earlier ones return, so a
-//! write sent *after* such a read is held back until the read is done; that
+//! write sent *after* such a read waits until the read is answered; that
 //! keeps "requests on one connection take effect in the order they were sent"
 //! without serialising ordinary pipelines.
 //!
@@ -39,8 +44,9 @@ pub struct Limits {
     pub max_inflight: usize,
 }
 
-/// An encoded reply, and whether it finished a multi-step read.
-type Done = (Vec<u8>, bool);
+/// Encoded replies of one dispatched batch, how many requests it held, and
+/// whether it held a multi-step read.
+type Done = (Vec<u8>, usize, bool);
 type InFlight = Pin<Box<dyn Future<Output = Done>>>;
 
 /// Reads that take several rounds of shard messages.
@@ -48,66 +54,110 @@ fn is_multi_step(op: &Op) -> bool {
     matches!(op, Op::Rank { .. } | Op::Top { .. } | Op::Around { .. })
 }
 
-fn ready_error(id: u64, error: Error, metrics: &Metrics) -> InFlight {
-    metrics.undecodable.finish(error.code(), std::time::Duration::ZERO);
-    let mut out = Vec::new();
-    encode_error(&mut out, id, &error);
-    Box::pin(std::future::ready((out, false)))
+/// One decoded frame: a request, or the error to answer in its place.
+enum Decoded {
+    Request(Request),
+    Invalid(u64, Error),
 }
 
 struct Connection {
     router: Addr<Router>,
     metrics: Arc<Metrics>,
     inflight: FuturesOrdered<InFlight>,
+    /// Requests dispatched and not yet answered.
+    inflight_requests: usize,
+    /// Dispatched batches holding a multi-step read, not yet answered.
     multi_outstanding: usize,
-    /// A write waiting for earlier multi-step reads to finish.
-    held: Option<Request>,
+    /// Decoded but not dispatched yet, in order.
+    pending: Vec<Decoded>,
 }
 
 impl Connection {
-    fn dispatch(&mut self, request: Request) {
-        let Request { id, op } = request;
-        let multi = is_multi_step(&op);
-        let (started, metrics, name) = (Instant::now(), self.metrics.clone(), op.name());
+    /// Sends the decoded requests to the router as batches. A batch ends
+    /// before a write that follows a multi-step read (in the batch or still
+    /// in flight); that write stays pending until those reads are answered.
+    fn dispatch_pending(&mut self) {
+        let mut rest = std::mem::take(&mut self.pending).into_iter().peekable();
+        loop {
+            let mut batch: Vec<Decoded> = Vec::new();
+            let mut has_multi = false;
+            while let Some(next) = rest.peek() {
+                if let Decoded::Request(request) = next {
+                    if request.op.is_write() && (has_multi || self.multi_outstanding > 0) {
+                        break;
+                    }
+                    has_multi |= is_multi_step(&request.op);
+                }
+                batch.extend(rest.next());
+            }
+            if batch.is_empty() {
+                break;
+            }
+            self.dispatch(batch, has_multi);
+        }
+        self.pending = rest.collect();
+    }
+
+    fn dispatch(&mut self, batch: Vec<Decoded>, has_multi: bool) {
+        let started = Instant::now();
+        let count = batch.len();
+        // Each slot: the request id, and the op's name or the decode error.
+        let mut slots: Vec<(u64, Result<&'static str, Error>)> = Vec::with_capacity(count);
+        let mut ops = Vec::with_capacity(count);
+        for decoded in batch {
+            match decoded {
+                Decoded::Request(Request { id, op }) => {
+                    slots.push((id, Ok(op.name())));
+                    ops.push(op);
+                }
+                Decoded::Invalid(id, error) => slots.push((id, Err(error))),
+            }
+        }
         // `send` enqueues into the router's mailbox now, preserving order.
-        let reply = self.router.send(Dispatch(op));
-        if multi {
+        let replies = (!ops.is_empty()).then(|| self.router.send(Dispatch(ops)));
+        let metrics = self.metrics.clone();
+        if has_multi {
             self.multi_outstanding += 1;
         }
+        self.inflight_requests += count;
         self.inflight.push_back(Box::pin(async move {
-            let result = reply.await.unwrap_or_else(|_| Err(Error::Internal("router stopped".into())));
-            let mut out = Vec::with_capacity(64);
-            let outcome = match result {
-                Ok(reply) => {
-                    encode_reply(&mut out, id, &reply);
-                    "ok"
+            let mut replies = match replies {
+                Some(reply) => reply.await.unwrap_or_default(),
+                None => Vec::new(),
+            }
+            .into_iter();
+            let elapsed = started.elapsed();
+            let mut out = Vec::with_capacity(count * 48);
+            for (id, slot) in slots {
+                match slot {
+                    Ok(name) => {
+                        let result = replies.next().unwrap_or_else(|| Err(Error::Internal("router stopped".into())));
+                        let outcome = match result {
+                            Ok(reply) => {
+                                encode_reply(&mut out, id, &reply);
+                                "ok"
+                            }
+                            Err(error) => {
+                                encode_error(&mut out, id, &error);
+                                error.code()
+                            }
+                        };
+                        metrics.op(name).finish(outcome, elapsed);
+                    }
+                    Err(error) => {
+                        metrics.undecodable.finish(error.code(), elapsed);
+                        encode_error(&mut out, id, &error);
+                    }
                 }
-                Err(error) => {
-                    encode_error(&mut out, id, &error);
-                    error.code()
-                }
-            };
-            metrics.op(name).finish(outcome, started.elapsed());
-            (out, multi)
+            }
+            (out, count, has_multi)
         }));
     }
 
-    fn accept(&mut self, request: Request) {
-        if request.op.is_write() && self.multi_outstanding > 0 {
-            self.held = Some(request);
-        } else {
-            self.dispatch(request);
-        }
-    }
-
-    fn finished(&mut self, multi: bool) {
+    fn finished(&mut self, requests: usize, multi: bool) {
+        self.inflight_requests -= requests;
         if multi {
             self.multi_outstanding -= 1;
-        }
-        if self.multi_outstanding == 0 {
-            if let Some(request) = self.held.take() {
-                self.dispatch(request);
-            }
         }
     }
 }
@@ -141,28 +191,30 @@ async fn serve_inner(
         router,
         metrics: metrics.clone(),
         inflight: FuturesOrdered::new(),
+        inflight_requests: 0,
         multi_outstanding: 0,
-        held: None,
+        pending: Vec::new(),
     };
+    let mut closing = *shutdown.borrow();
     // Received bytes are added to the metric once per reply write, not per frame.
     let mut received = 0u64;
-    let mut closing = *shutdown.borrow();
     let mut out = Vec::with_capacity(64 * 1024);
     loop {
-        if closing && conn.inflight.is_empty() && conn.held.is_none() {
+        if closing && conn.inflight.is_empty() && conn.pending.is_empty() {
             break;
         }
-        let can_read = !closing && conn.held.is_none() && conn.inflight.len() < limits.max_inflight;
+        let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
         tokio::select! {
             biased;
-            Some((bytes, multi)) = conn.inflight.next(), if !conn.inflight.is_empty() => {
+            Some((bytes, requests, multi)) = conn.inflight.next(), if !conn.inflight.is_empty() => {
                 out.extend_from_slice(&bytes);
-                conn.finished(multi);
+                conn.finished(requests, multi);
                 // Batch every reply that is already done into one write.
-                while let Some(Some((bytes, multi))) = conn.inflight.next().now_or_never() {
+                while let Some(Some((bytes, requests, multi))) = conn.inflight.next().now_or_never() {
                     out.extend_from_slice(&bytes);
-                    conn.finished(multi);
+                    conn.finished(requests, multi);
                 }
+                conn.dispatch_pending();
                 metrics.received_bytes.inc_by(std::mem::take(&mut received));
                 metrics.sent_bytes.inc_by(out.len() as u64);
                 if write_half.write_all(&out).await.is_err() {
@@ -170,23 +222,35 @@ async fn serve_inner(
                 }
                 out.clear();
             }
-            frame = frames.next_frame(), if can_read => match frame {
-                Ok(Some(body)) => {
-                    received += body.len() as u64 + 4;
-                    match parse(&body) {
-                        Ok(request) => conn.accept(request),
-                        Err((id, error)) => conn.inflight.push_back(ready_error(id, error, &metrics)),
+            frame = frames.next_frame(), if can_read => {
+                // Decode this frame and every complete one already buffered.
+                let mut frame = frame;
+                loop {
+                    match frame {
+                        Ok(Some(body)) => {
+                            received += body.len() as u64 + 4;
+                            conn.pending.push(match parse(&body) {
+                                Ok(request) => Decoded::Request(request),
+                                Err((id, error)) => Decoded::Invalid(id, error),
+                            });
+                        }
+                        Ok(None) => closing = true,
+                        Err(FrameError::Empty) => {
+                            conn.pending.push(Decoded::Invalid(0, Error::BadFrame("empty frame".into())));
+                        }
+                        Err(error @ FrameError::TooLarge { .. }) => {
+                            conn.pending.push(Decoded::Invalid(0, Error::TooLarge(error.to_string())));
+                            closing = true;
+                        }
+                        Err(FrameError::Truncated | FrameError::Io(_)) => return,
                     }
+                    let room = conn.inflight_requests + conn.pending.len() < limits.max_inflight;
+                    if closing || !room || !frames.has_buffered_frame() {
+                        break;
+                    }
+                    frame = frames.next_frame().await;
                 }
-                Ok(None) => closing = true,
-                Err(FrameError::Empty) => {
-                    conn.inflight.push_back(ready_error(0, Error::BadFrame("empty frame".into()), &metrics));
-                }
-                Err(error @ FrameError::TooLarge { .. }) => {
-                    conn.inflight.push_back(ready_error(0, Error::TooLarge(error.to_string()), &metrics));
-                    closing = true;
-                }
-                Err(FrameError::Truncated | FrameError::Io(_)) => return,
+                conn.dispatch_pending();
             },
             _ = shutdown.changed(), if !closing => closing = true,
             else => break,

@@ -24,18 +24,20 @@ use tokio::sync::oneshot;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::protocol::{BoardInfo, Entry, Op, RankInfo, Reply, View};
-use crate::shard::{Answer, Command, DenseRegistry, ShardLink};
+use crate::shard::{Answer, Command, DenseRegistry, ShardItem, ShardLink};
 
 /// The shard a player lives on. See the module docs; stable across versions.
 pub fn shard_of(player: &str, shards: usize) -> usize {
     (xxhash_rust::xxh3::xxh3_64(player.as_bytes()) % shards as u64) as usize
 }
 
-/// Asks the router to run one operation.
-pub struct Dispatch(pub Op);
+/// Asks the router to run a client's batch of operations, in order. The
+/// connection sends everything it has decoded at once, so the router and
+/// the shards handle a pipeline as a few messages, not one per request.
+pub struct Dispatch(pub Vec<Op>);
 
 impl Message for Dispatch {
-    type Result = Result<Reply, Error>;
+    type Result = Vec<Result<Reply, Error>>;
 }
 
 /// One shard's part of a `set_many`: entry positions, and the entries with
@@ -74,6 +76,38 @@ fn ask(shard: &ShardLink, command: Command) -> Pending {
     shard.ask(command)
 }
 
+/// The first-round shard commands of a client batch, gathered while the
+/// router routes the batch and then sent as ONE message per shard: one
+/// mailbox push and at most one wake-up of each shard thread per batch, not
+/// per request. Commands keep their order within each shard.
+struct Outbox {
+    per_shard: Vec<Vec<ShardItem>>,
+}
+
+impl Outbox {
+    fn new(shards: usize) -> Self {
+        Self { per_shard: (0..shards).map(|_| Vec::new()).collect() }
+    }
+
+    fn ask(&mut self, shard: usize, command: Command) -> Pending {
+        let (reply, answer) = oneshot::channel();
+        self.per_shard[shard].push((command, reply));
+        answer
+    }
+
+    fn ask_all(&mut self, command: impl Fn() -> Command) -> Vec<Pending> {
+        (0..self.per_shard.len()).map(|i| self.ask(i, command())).collect()
+    }
+
+    fn send(self, links: &[ShardLink]) {
+        for (link, items) in links.iter().zip(self.per_shard) {
+            if !items.is_empty() {
+                link.send(items);
+            }
+        }
+    }
+}
+
 async fn answer(pending: Pending) -> Result<Answer, Error> {
     pending.await.map_err(|_| Error::Internal("shard stopped".into()))?
 }
@@ -104,10 +138,6 @@ struct Read {
 impl Read {
     fn ties(&self) -> Ties {
         self.board.config.ties
-    }
-
-    fn owner(&self, player: &str) -> &ShardLink {
-        &self.shards[shard_of(player, self.shards.len())]
     }
 
     fn observe_round(&self, started: Instant) {
@@ -259,7 +289,7 @@ impl Read {
         Ok(Reply::Rank(Some(RankInfo { rank, score: record.score, count })))
     }
 
-    fn rank_of_score(self, score: i64) -> ResponseFuture<Result<Reply, Error>> {
+    fn rank_of_score(self, score: i64, outbox: &mut Outbox) -> ResponseFuture<Result<Reply, Error>> {
         let sk = score_key(score, self.board.config.order);
         if self.ties() == Ties::Dense {
             let rank = 1 + self.distinct_before(sk);
@@ -271,7 +301,8 @@ impl Read {
             (Ties::Ordinal, None) => u128::MAX,
             _ => tree_key(sk, 0),
         };
-        let (started, pending) = (Instant::now(), self.send_counts(&[key]));
+        let tree = self.tree;
+        let (started, pending) = (Instant::now(), outbox.ask_all(|| Command::CountBefore { tree, keys: vec![key] }));
         Box::pin(async move {
             let (before, total) = summed_counts(pending, 1).await?;
             self.observe_round(started);
@@ -349,15 +380,13 @@ impl Router {
         }))
     }
 
-    fn owner(&self, player: &str) -> &ShardLink {
-        &self.shards[shard_of(player, self.shards.len())]
+    fn owner(&self, player: &str) -> usize {
+        shard_of(player, self.shards.len())
     }
 
-    fn broadcast(&self, command: impl Fn() -> Command) -> Vec<Pending> {
-        self.shards.iter().map(|s| ask(s, command())).collect()
-    }
-
-    fn dispatch(&mut self, op: Op) -> ResponseFuture<Result<Reply, Error>> {
+    /// Routes one op: its first-round shard commands go into `outbox`, and
+    /// the returned future finishes the op once they are answered.
+    fn dispatch(&mut self, op: Op, outbox: &mut Outbox) -> ResponseFuture<Result<Reply, Error>> {
         let ready = |r: Result<Reply, Error>| -> ResponseFuture<Result<Reply, Error>> { Box::pin(async move { r }) };
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
@@ -374,7 +403,7 @@ impl Router {
                     });
                 }
                 let board = self.new_board(&board, config);
-                let pending = self.broadcast(|| Command::EnsureBoard { board: board.clone() });
+                let pending = outbox.ask_all(|| Command::EnsureBoard { board: board.clone() });
                 Box::pin(async move {
                     try_join_all(pending.into_iter().map(answer)).await?;
                     Ok(Reply::Bool(true))
@@ -383,7 +412,7 @@ impl Router {
             Op::DropBoard { board } => {
                 let Some(board) = self.boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
                 let id = board.id;
-                let pending = self.broadcast(|| Command::DropBoard { board_id: id });
+                let pending = outbox.ask_all(|| Command::DropBoard { board_id: id });
                 let dense = self.dense.clone();
                 Box::pin(async move {
                     try_join_all(pending.into_iter().map(answer)).await?;
@@ -398,7 +427,7 @@ impl Router {
                     .iter()
                     .map(|b| {
                         let tree = TreeId { board: b.id, window: b.config.windows[0].code(), period: 0 };
-                        self.broadcast(|| Command::CountBefore { tree, keys: Vec::new() })
+                        outbox.ask_all(|| Command::CountBefore { tree, keys: Vec::new() })
                     })
                     .collect();
                 Box::pin(async move {
@@ -413,7 +442,7 @@ impl Router {
             Op::Set { board, player, score, mode } => {
                 let board = self.board_for_write(&board);
                 let seq = self.next_seq();
-                let pending = ask(self.owner(&player), Command::Write { board, player, score, mode, seq });
+                let pending = outbox.ask(self.owner(&player), Command::Write { board, player, score, mode, seq });
                 Box::pin(async move { Ok(Reply::Score(answer(pending).await?.into_score()?)) })
             }
             Op::SetMany { board, entries, mode } => {
@@ -429,10 +458,10 @@ impl Router {
                 let total: usize = per_shard.iter().map(|part| part.0.len()).sum();
                 let mut positions = Vec::new();
                 let mut pending = Vec::new();
-                for (shard, ShardPart(idx, entries)) in self.shards.iter().zip(per_shard) {
+                for (shard, ShardPart(idx, entries)) in per_shard.into_iter().enumerate() {
                     if !entries.is_empty() {
                         positions.push(idx);
-                        pending.push(ask(shard, Command::WriteMany { board: board.clone(), entries, mode }));
+                        pending.push(outbox.ask(shard, Command::WriteMany { board: board.clone(), entries, mode }));
                     }
                 }
                 Box::pin(async move {
@@ -451,7 +480,7 @@ impl Router {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::MaybeScore(None))),
                 Ok(Some(read)) => {
-                    let pending = ask(read.owner(&player), Command::Get { tree: read.tree, player });
+                    let pending = outbox.ask(self.owner(&player), Command::Get { tree: read.tree, player });
                     Box::pin(
                         async move { Ok(Reply::MaybeScore(answer(pending).await?.into_record()?.map(|r| r.score))) },
                     )
@@ -459,29 +488,35 @@ impl Router {
             },
             Op::Remove { board, player } => {
                 let Some(board) = self.boards.get(&board).cloned() else { return ready(Ok(Reply::Bool(false))) };
-                let pending = ask(self.owner(&player), Command::Remove { board, player });
+                let pending = outbox.ask(self.owner(&player), Command::Remove { board, player });
                 Box::pin(async move { Ok(Reply::Bool(answer(pending).await?.into_bool()?)) })
             }
             Op::Count { board, view } => match self.read("count", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(0))),
                 Ok(Some(read)) => {
-                    let pending = read.send_counts(&[]);
-                    Box::pin(async move { Ok(Reply::Count(summed_counts(pending, 0).await?.1)) })
+                    let tree = read.tree;
+                    let (started, pending) =
+                        (Instant::now(), outbox.ask_all(|| Command::CountBefore { tree, keys: Vec::new() }));
+                    Box::pin(async move {
+                        let count = summed_counts(pending, 0).await?.1;
+                        read.observe_round(started);
+                        Ok(Reply::Count(count))
+                    })
                 }
             },
             Op::Rank { board, player, view } => match self.read("rank", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Rank(None))),
                 Ok(Some(read)) => {
-                    let found = ask(read.owner(&player), Command::Get { tree: read.tree, player });
+                    let found = outbox.ask(self.owner(&player), Command::Get { tree: read.tree, player });
                     Box::pin(read.rank(found))
                 }
             },
             Op::RankOfScore { board, score, view } => match self.read("rank_of_score", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(1))),
-                Ok(Some(read)) => read.rank_of_score(score),
+                Ok(Some(read)) => read.rank_of_score(score, outbox),
             },
             Op::Top { board, limit, offset, view } => match self.read("top", &board, view) {
                 Err(e) => ready(Err(e)),
@@ -492,7 +527,8 @@ impl Router {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
                 Ok(Some(read)) => {
-                    let found = ask(read.owner(&player), Command::Get { tree: read.tree, player: player.clone() });
+                    let found =
+                        outbox.ask(self.owner(&player), Command::Get { tree: read.tree, player: player.clone() });
                     Box::pin(read.around(found, player, before, after))
                 }
             },
@@ -501,10 +537,13 @@ impl Router {
 }
 
 impl Handler<Dispatch> for Router {
-    type Result = ResponseFuture<Result<Reply, Error>>;
+    type Result = ResponseFuture<Vec<Result<Reply, Error>>>;
 
-    fn handle(&mut self, Dispatch(op): Dispatch, _: &mut Self::Context) -> Self::Result {
-        self.dispatch(op)
+    fn handle(&mut self, Dispatch(ops): Dispatch, _: &mut Self::Context) -> Self::Result {
+        let mut outbox = Outbox::new(self.shards.len());
+        let replies: Vec<_> = ops.into_iter().map(|op| self.dispatch(op, &mut outbox)).collect();
+        outbox.send(&self.shards);
+        Box::pin(futures::future::join_all(replies))
     }
 }
 

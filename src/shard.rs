@@ -77,12 +77,15 @@ pub enum Answer {
     Done,
 }
 
-/// A command with the channel its answer goes back on.
+/// A command with the channel its answer goes back on (after the commit of
+/// the round it is applied in).
+pub type ShardItem = (Command, oneshot::Sender<Result<Answer, Error>>);
+
+/// One mailbox message: the commands a router batch has for this shard, in
+/// order. Batching them makes a pipeline cost one mailbox push per shard.
 pub struct ShardRequest {
-    /// What to do.
-    pub command: Command,
-    /// Where the answer goes (after the round's commit).
-    pub reply: oneshot::Sender<Result<Answer, Error>>,
+    /// The commands and their reply channels.
+    pub items: Vec<ShardItem>,
 }
 
 impl Message for ShardRequest {
@@ -106,9 +109,14 @@ impl ShardLink {
     /// Enqueues `command` now and returns where its answer will arrive.
     pub fn ask(&self, command: Command) -> oneshot::Receiver<Result<Answer, Error>> {
         let (reply, answer) = oneshot::channel();
-        self.depth.inc();
-        self.addr.do_send(ShardRequest { command, reply });
+        self.send(vec![(command, reply)]);
         answer
+    }
+
+    /// Enqueues several commands as one mailbox message.
+    pub fn send(&self, items: Vec<ShardItem>) {
+        self.depth.add(items.len() as i64);
+        self.addr.do_send(ShardRequest { items });
     }
 }
 
@@ -122,8 +130,8 @@ impl Message for Flush {
 /// The actor. See the module docs.
 pub struct ShardActor {
     shard: Shard,
-    /// Requests of the round being gathered.
-    queue: Vec<ShardRequest>,
+    /// Commands of the round being gathered.
+    queue: Vec<ShardItem>,
     flush_scheduled: bool,
     /// A round never holds more requests than this, bounding latency and memory.
     max_batch: usize,
@@ -161,7 +169,7 @@ impl ShardActor {
         self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
         let mut held: Vec<Held> = Vec::with_capacity(queue.len());
         let mut applying = Duration::ZERO;
-        for ShardRequest { command, reply } in queue {
+        for (command, reply) in queue {
             if command.needs_committed_state() {
                 self.commit_and_release(&mut held);
             }
@@ -268,7 +276,7 @@ impl Handler<ShardRequest> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, request: ShardRequest, ctx: &mut Self::Context) {
-        self.queue.push(request);
+        self.queue.extend(request.items);
         if self.queue.len() >= self.max_batch {
             self.run_round();
         } else if !self.flush_scheduled {
