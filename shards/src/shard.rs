@@ -54,6 +54,8 @@ pub struct ShardOptions {
     /// several times that in skiplist nodes for small keys, and a smaller
     /// memtable is also faster to search.
     pub memtable_bytes: u64,
+    /// Player records kept in memory (see [`RecordCache`]); 0 disables.
+    pub cached_players: usize,
 }
 
 impl Default for ShardOptions {
@@ -64,6 +66,7 @@ impl Default for ShardOptions {
             cache_bytes: 32 << 20,
             checkpoint_every: CHECKPOINT_EVERY,
             memtable_bytes: 8 << 20,
+            cached_players: 4 << 20,
         }
     }
 }
@@ -89,6 +92,50 @@ impl Record {
         let (score, seq) = bytes.split_first_chunk::<8>().ok_or(ShardError::Corrupt("player record"))?;
         let seq: [u8; 8] = seq.try_into().map_err(|_| ShardError::Corrupt("player record"))?;
         Ok(Self { score: i64::from_be_bytes(*score), seq: u64::from_be_bytes(seq) })
+    }
+}
+
+/// Player records in memory, so a write or a rank does not search the
+/// LSM-tree for the player's current score.
+///
+/// Keys are the 128-bit xxHash3 of the player's storage key (tree prefix and
+/// name): 16 bytes instead of the name, and a collision is as unlikely as in
+/// content-addressed storage. Absence is cached too (a new player's first
+/// write). The shard is the only writer, so the cache is updated with every
+/// staged write and is always exact; it is cleared whenever the in-memory
+/// state is rebuilt. When full, an arbitrary tenth is evicted: misses only
+/// cost a storage read.
+#[derive(Debug, Default)]
+struct RecordCache {
+    records: HashMap<u128, Option<Record>>,
+    capacity: usize,
+}
+
+impl RecordCache {
+    fn key(storage_key: &[u8]) -> u128 {
+        xxhash_rust::xxh3::xxh3_128(storage_key)
+    }
+
+    fn get(&self, key: u128) -> Option<Option<Record>> {
+        self.records.get(&key).copied()
+    }
+
+    fn put(&mut self, key: u128, record: Option<Record>) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.records.len() >= self.capacity && !self.records.contains_key(&key) {
+            let mut evict = self.capacity / 10 + 1;
+            self.records.retain(|_, _| {
+                evict = evict.saturating_sub(1);
+                evict == 0
+            });
+        }
+        self.records.insert(key, record);
+    }
+
+    fn clear(&mut self) {
+        self.records = HashMap::new();
     }
 }
 
@@ -191,6 +238,8 @@ pub struct Shard {
     /// Changes logged since the last checkpoint.
     logged: u64,
     staged: Staged,
+    /// Exact cache of player records (reads take `&self`, hence the cell).
+    cache: std::cell::RefCell<RecordCache>,
 }
 
 impl Shard {
@@ -207,6 +256,7 @@ impl Shard {
         let leaves = keyspace("tree")?;
         let meta = keyspace("meta")?;
         let changes = keyspace("changes")?;
+        let cached_players = options.cached_players;
         let mut shard = Self {
             db,
             players,
@@ -223,6 +273,7 @@ impl Shard {
             first_log: 0,
             logged: 0,
             staged: Staged::default(),
+            cache: std::cell::RefCell::new(RecordCache { records: HashMap::new(), capacity: cached_players }),
         };
         let opened = started.elapsed();
         shard.check_branching()?;
@@ -258,6 +309,7 @@ impl Shard {
 
     /// (Re)builds the in-memory state from what is on disk.
     fn load(&mut self) -> Result<(), ShardError> {
+        self.cache.get_mut().clear();
         self.trees.clear();
         self.boards.clear();
         self.staged = Staged::default();
@@ -474,7 +526,9 @@ impl Shard {
                 dense.removed = Some(sk);
             }
         }
-        self.staged.players.insert(player_key(tree, player), new);
+        let key = player_key(tree, player);
+        self.cache.get_mut().put(RecordCache::key(&key), new);
+        self.staged.players.insert(key, new);
         if ties == Ties::Dense {
             self.staged.dense.push(dense);
         }
@@ -487,6 +541,8 @@ impl Shard {
             return Err(ShardError::NeedsCommit);
         }
         let existed = self.boards.remove(&board_id).is_some();
+        // Cache keys are hashes: the board's entries cannot be picked out.
+        self.cache.get_mut().clear();
         let prefix = board_id.to_be_bytes();
         let mut batch = self.db.batch().durability(Some(self.persist_mode()));
         for keyspace in [&self.players, &self.index, &self.leaves] {
@@ -618,10 +674,16 @@ impl Shard {
     /// A player's record in `tree`, seeing the open batch.
     pub fn get(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
         let key = player_key(tree, player);
+        let hashed = RecordCache::key(&key);
+        if let Some(cached) = self.cache.borrow().get(hashed) {
+            return Ok(cached);
+        }
         if let Some(staged) = self.staged.players.get(&key) {
             return Ok(*staged);
         }
-        self.players.get(&key)?.map(|v| Record::decode(&v)).transpose()
+        let stored = self.players.get(&key)?.map(|v| Record::decode(&v)).transpose()?;
+        self.cache.borrow_mut().put(hashed, stored);
+        Ok(stored)
     }
 
     /// Players in `tree`.

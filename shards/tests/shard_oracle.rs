@@ -653,6 +653,8 @@ struct Knobs {
     checkpoint_every: Option<u64>,
     /// A tiny memtable makes fjall flush to disk segments mid-run.
     small_memtable: bool,
+    /// Player records cached in memory: none, a few (constant eviction), or the default.
+    cached_players: Option<usize>,
 }
 
 fn knobs() -> impl Strategy<Value = Knobs> {
@@ -661,12 +663,14 @@ fn knobs() -> impl Strategy<Value = Knobs> {
         proptest::bool::weighted(0.25),
         prop_oneof![Just(None), Just(Some(1)), Just(Some(3)), Just(Some(17)), Just(Some(60))],
         proptest::bool::weighted(0.25),
+        prop_oneof![Just(None), Just(Some(0)), Just(Some(5))],
     )
-        .prop_map(|(branching, sync, checkpoint_every, small_memtable)| Knobs {
+        .prop_map(|(branching, sync, checkpoint_every, small_memtable, cached_players)| Knobs {
             branching,
             sync,
             checkpoint_every,
             small_memtable,
+            cached_players,
         })
 }
 
@@ -682,6 +686,7 @@ fn run(configs: Vec<(Order, Ties)>, knobs: Knobs, ops: Vec<Op>) -> Result<(), Te
         cache_bytes: 1 << 20,
         checkpoint_every: knobs.checkpoint_every.unwrap_or(defaults.checkpoint_every),
         memtable_bytes: if knobs.small_memtable { 32 << 10 } else { defaults.memtable_bytes },
+        cached_players: knobs.cached_players.unwrap_or(defaults.cached_players),
         ..defaults
     };
     let shard = ok(Shard::open(dir.path(), options.clone()))?;
@@ -764,7 +769,8 @@ fn known_sequence() {
     for (order_, ties_) in [(Order::Desc, Ties::Ordinal), (Order::Asc, Ties::Competition), (Order::Desc, Ties::Dense)] {
         for (branching, checkpoint_every) in [(2, Some(1)), (16, None), (256, Some(5))] {
             let configs = vec![(order_, ties_), (Order::Asc, ties_), (order_, Ties::Dense)];
-            let knobs = Knobs { branching, sync: false, checkpoint_every, small_memtable: false };
+            let knobs =
+                Knobs { branching, sync: false, checkpoint_every, small_memtable: false, cached_players: Some(3) };
             if let Err(e) = run(configs, knobs, ops.clone()) {
                 panic!("{order_:?} {ties_:?} {knobs:?}: {e}");
             }
