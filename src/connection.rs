@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::protocol::request::{parse, Request};
+use crate::protocol::request::{parse, Rejected, Request};
 use crate::protocol::{encode_error, encode_reply, FrameError, FrameReader, Op};
 use crate::router::{Dispatch, Router};
 
@@ -57,7 +57,7 @@ fn is_multi_step(op: &Op) -> bool {
 /// One decoded frame: a request, or the error to answer in its place.
 enum Decoded {
     Request(Request),
-    Invalid(u64, Error),
+    Invalid(Rejected),
 }
 
 struct Connection {
@@ -101,8 +101,8 @@ impl Connection {
     fn dispatch(&mut self, batch: Vec<Decoded>, has_multi: bool) {
         let started = Instant::now();
         let count = batch.len();
-        // Each slot: the request id, and the op's name or the decode error.
-        let mut slots: Vec<(u64, Result<&'static str, Error>)> = Vec::with_capacity(count);
+        // Each slot: the request id, and the op's name or why it was rejected.
+        let mut slots: Vec<(u64, Result<&'static str, Rejected>)> = Vec::with_capacity(count);
         let mut ops = Vec::with_capacity(count);
         for decoded in batch {
             match decoded {
@@ -110,7 +110,7 @@ impl Connection {
                     slots.push((id, Ok(op.name())));
                     ops.push(op);
                 }
-                Decoded::Invalid(id, error) => slots.push((id, Err(error))),
+                Decoded::Invalid(rejected) => slots.push((rejected.id, Err(rejected))),
             }
         }
         // `send` enqueues into the router's mailbox now, preserving order.
@@ -144,8 +144,8 @@ impl Connection {
                         };
                         metrics.op(name).finish(outcome, elapsed);
                     }
-                    Err(error) => {
-                        metrics.undecodable.finish(error.code(), elapsed);
+                    Err(Rejected { op, error, .. }) => {
+                        op.map_or(&metrics.undecodable, |name| metrics.op(name)).finish(error.code(), elapsed);
                         encode_error(&mut out, id, &error);
                     }
                 }
@@ -231,15 +231,23 @@ async fn serve_inner(
                             received += body.len() as u64 + 4;
                             conn.pending.push(match parse(&body) {
                                 Ok(request) => Decoded::Request(request),
-                                Err((id, error)) => Decoded::Invalid(id, error),
+                                Err(rejected) => Decoded::Invalid(rejected),
                             });
                         }
                         Ok(None) => closing = true,
                         Err(FrameError::Empty) => {
-                            conn.pending.push(Decoded::Invalid(0, Error::BadFrame("empty frame".into())));
+                            conn.pending.push(Decoded::Invalid(Rejected {
+                                id: 0,
+                                op: None,
+                                error: Error::BadFrame("empty frame".into()),
+                            }));
                         }
                         Err(error @ FrameError::TooLarge { .. }) => {
-                            conn.pending.push(Decoded::Invalid(0, Error::TooLarge(error.to_string())));
+                            conn.pending.push(Decoded::Invalid(Rejected {
+                                id: 0,
+                                op: None,
+                                error: Error::TooLarge(error.to_string()),
+                            }));
                             closing = true;
                         }
                         Err(FrameError::Truncated | FrameError::Io(_)) => return,

@@ -20,22 +20,7 @@ use prometheus::{
 };
 
 /// Every op the protocol has, in a fixed order (indexes [`Metrics::ops`]).
-pub const OPS: [&str; 14] = [
-    "ping",
-    "auth",
-    "create_board",
-    "drop_board",
-    "boards",
-    "set",
-    "set_many",
-    "get",
-    "remove",
-    "count",
-    "rank",
-    "rank_of_score",
-    "top",
-    "around",
-];
+pub use crate::protocol::request::OP_NAMES as OPS;
 
 /// Ops that read from every shard; each has a fan-out latency series.
 pub const FANOUT_OPS: [&str; 6] = ["boards", "count", "rank", "rank_of_score", "top", "around"];
@@ -110,6 +95,8 @@ pub struct Metrics {
     pub fanout: Vec<Histogram>,
     /// Whether every shard is open and the listener accepts.
     pub ready: AtomicBool,
+    /// `rankd_ready`: the same as a gauge, so an alert can see it.
+    pub ready_gauge: IntGauge,
 }
 
 /// Registration failed: a programming error (duplicate or invalid name).
@@ -197,6 +184,7 @@ impl Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
             &["op"],
         )?;
+        let ready_gauge = IntGauge::new("rankd_ready", "1 while every shard is open and clients are accepted.")?;
         let build_info = IntGaugeVec::new(
             Opts::new("rankd_build_info", "Always 1; labels say which rankd this is."),
             &["version", "shards"],
@@ -220,6 +208,7 @@ impl Metrics {
             Box::new(sent_bytes.clone()),
             Box::new(fanout.clone()),
             Box::new(build_info),
+            Box::new(ready_gauge.clone()),
         ] {
             registry.register(collector)?;
         }
@@ -237,7 +226,14 @@ impl Metrics {
             sent_bytes,
             fanout: FANOUT_OPS.iter().map(|op| fanout.with_label_values(&[op])).collect(),
             ready: AtomicBool::new(false),
+            ready_gauge,
         }))
+    }
+
+    /// Marks the server ready (or not) on `/readyz` and `rankd_ready`.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+        self.ready_gauge.set(i64::from(ready));
     }
 
     /// The handles of `op` (by its protocol name).

@@ -430,11 +430,15 @@ impl Router {
                         outbox.ask_all(|| Command::CountBefore { tree, keys: Vec::new() })
                     })
                     .collect();
+                let (started, fanout) = (Instant::now(), self.metrics.fanout("boards").cloned());
                 Box::pin(async move {
                     let mut out = Vec::with_capacity(boards.len());
                     for (board, pending) in boards.iter().zip(counts) {
                         let (_, count) = summed_counts(pending, 0).await?;
                         out.push(board_info(board, count));
+                    }
+                    if let Some(h) = fanout {
+                        h.observe(started.elapsed().as_secs_f64());
                     }
                     Ok(Reply::Boards(out))
                 })

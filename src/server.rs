@@ -133,7 +133,7 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
             .map_err(|e| StartError::Bind(config.metrics_listen, e))?;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| StartError::Bind(config.listen, e))?;
         let local = listener.local_addr()?;
-        metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+        metrics.set_ready(true);
         tracing::info!(%local, %metrics_addr, ready_ms = started.elapsed().as_millis() as u64, "listening");
         // Tests and scripts read the bound address (useful with port 0).
         let mut stdout = std::io::stdout();
@@ -142,7 +142,7 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
 
         let limits = Limits { max_frame: config.max_frame, max_inflight: config.max_inflight };
         accept_until_signal(listener, router, limits, metrics.clone()).await;
-        metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+        metrics.set_ready(false);
         sync_shards(&links).await;
         for arbiter in &arbiters {
             arbiter.stop();

@@ -92,9 +92,50 @@ impl Op {
     }
 }
 
-/// Decodes one frame body. On failure returns the request's id when it could
-/// be read (0 otherwise) with the error to answer.
-pub fn parse(body: &[u8]) -> Result<Request, (u64, Error)> {
+/// Every op name of the protocol.
+pub const OP_NAMES: [&str; 14] = [
+    "ping",
+    "auth",
+    "create_board",
+    "drop_board",
+    "boards",
+    "set",
+    "set_many",
+    "get",
+    "remove",
+    "count",
+    "rank",
+    "rank_of_score",
+    "top",
+    "around",
+];
+
+/// A frame that is not a valid request: the error to answer, with the
+/// request's id when it could be read (0 otherwise) and its op when known
+/// (so metrics can say which op clients get wrong).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// Echoed id, or 0.
+    pub id: u64,
+    /// The op, if `op` named one.
+    pub op: Option<&'static str>,
+    /// What is wrong.
+    pub error: Error,
+}
+
+/// Decodes one frame body.
+pub fn parse(body: &[u8]) -> Result<Request, Rejected> {
+    parse_inner(body).map_err(|(id, error)| Rejected { id, op: None, error }).and_then(
+        |(id, fields_op)| match fields_op {
+            Ok(op) => Ok(Request { id, op }),
+            Err((op, error)) => Err(Rejected { id, op, error }),
+        },
+    )
+}
+
+type Parsed = (u64, Result<Op, (Option<&'static str>, Error)>);
+
+fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
     let mut rest = body;
     let value = rmpv::decode::read_value_ref_with_max_depth(&mut rest, MAX_DEPTH)
         .map_err(|e| (0, Error::BadFrame(format!("not a msgpack value: {e}"))))?;
@@ -109,8 +150,8 @@ pub fn parse(body: &[u8]) -> Result<Request, (u64, Error)> {
         None => return Err((0, Error::BadRequest("missing field `id`".into()))),
         Some(v) => v.as_u64().ok_or_else(|| (0, Error::BadRequest("field `id` must be an unsigned integer".into())))?,
     };
-    let op = fields.op().map_err(|e| (id, e))?;
-    Ok(Request { id, op })
+    let op = fields.op().map_err(|e| (OP_NAMES.iter().copied().find(|n| fields.get_str("op") == Some(n)), e));
+    Ok((id, op))
 }
 
 /// The map's string-keyed fields.
@@ -129,6 +170,13 @@ impl<'a> Fields<'a> {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Error::BadFrame("request map keys must be UTF-8 strings".into()))?;
         Ok(Self { pairs })
+    }
+
+    fn get_str(&self, name: &str) -> Option<&'a str> {
+        match self.get(name)? {
+            ValueRef::String(s) => s.as_str(),
+            _ => None,
+        }
     }
 
     fn get(&self, name: &str) -> Option<&'a ValueRef<'a>> {
@@ -367,27 +415,30 @@ mod tests {
             ("player", "p".into()),
             ("score", "x".into()),
         ]);
-        let (id, err) = parse(&body).unwrap_err();
-        assert_eq!(id, 9);
-        assert_eq!(err.code(), "bad_request");
-        assert!(err.to_string().contains("score"));
+        let rejected = parse(&body).unwrap_err();
+        assert_eq!((rejected.id, rejected.op), (9, Some("set")));
+        assert_eq!(rejected.error.code(), "bad_request");
+        assert!(rejected.error.to_string().contains("score"));
 
         let body = encode(vec![("id", 1.into()), ("op", "fly".into())]);
-        assert_eq!(parse(&body).unwrap_err().1, Error::UnknownOp("fly".into()));
+        assert_eq!(parse(&body).unwrap_err().error, Error::UnknownOp("fly".into()));
 
         let body = encode(vec![("id", 1.into()), ("op", "top".into()), ("board", "b".into()), ("limit", 1001.into())]);
-        assert_eq!(parse(&body).unwrap_err().1.code(), "bad_request");
+        assert_eq!(parse(&body).unwrap_err().error.code(), "bad_request");
     }
 
     #[test]
     fn rejects_non_maps_and_garbage() {
         let mut body = Vec::new();
         rmpv::encode::write_value(&mut body, &Value::from(vec![Value::from(1)])).unwrap();
-        assert_eq!(parse(&body).unwrap_err(), (0, Error::BadFrame("a request must be a msgpack map".into())));
-        assert_eq!(parse(&[0xc1]).unwrap_err().1.code(), "bad_frame");
+        assert_eq!(
+            parse(&body).unwrap_err(),
+            Rejected { id: 0, op: None, error: Error::BadFrame("a request must be a msgpack map".into()) }
+        );
+        assert_eq!(parse(&[0xc1]).unwrap_err().error.code(), "bad_frame");
         // A map announcing far more entries than the frame holds.
-        assert_eq!(parse(&[0xdf, 0xff, 0xff, 0xff, 0xff]).unwrap_err().1.code(), "bad_frame");
+        assert_eq!(parse(&[0xdf, 0xff, 0xff, 0xff, 0xff]).unwrap_err().error.code(), "bad_frame");
         // Deep nesting is refused, not recursed into.
-        assert_eq!(parse(&[0x91; 64]).unwrap_err().1.code(), "bad_frame");
+        assert_eq!(parse(&[0x91; 64]).unwrap_err().error.code(), "bad_frame");
     }
 }

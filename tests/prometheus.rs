@@ -1,0 +1,427 @@
+//! The operator kit in `grafana/` works against the real thing: a real
+//! Prometheus scrapes a real rankd under load, every query of the Grafana
+//! dashboard returns data, the alert rules evaluate without error, and
+//! promtool accepts the rules, their unit tests and the scrape config.
+//!
+//! Needs Prometheus 2.x at /usr/bin/prometheus and /usr/bin/promtool
+//! (`apt-get install prometheus`; CI installs it). Without them these tests
+//! fail: they never pass silently. `PROMETHEUS` / `PROMTOOL` override the paths.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rankd::client::{set_call, Call, Client};
+use rmpv::Value as Msg;
+use serde_json::Value;
+
+/// The load never runs longer than this, whatever happens to the test.
+const MAX_LOAD: Duration = Duration::from_secs(40);
+
+fn grafana_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("grafana")
+}
+
+/// The path of a Prometheus tool, failing the test if it is not installed.
+fn tool(name: &str, env: &str) -> PathBuf {
+    let path = std::env::var_os(env).map_or_else(|| PathBuf::from("/usr/bin").join(name), PathBuf::from);
+    assert!(
+        path.is_file(),
+        "{} not found: the Grafana/Prometheus tests need Prometheus 2.x installed \
+         (`apt-get install prometheus`; CI installs it), or {env} set to the binary",
+        path.display()
+    );
+    path
+}
+
+fn read_dashboard() -> Value {
+    let path = grafana_dir().join("dashboards/rankd.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// Every `expr` string anywhere in the dashboard (panel targets, panels
+/// nested in collapsed rows, and anything added later).
+fn exprs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("expr", Value::String(expr)) => out.push(expr.clone()),
+                    _ => exprs(v, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| exprs(v, out)),
+        _ => {}
+    }
+}
+
+/// Every panel that shows data (not a row), nested ones included.
+fn data_panels<'a>(panels: &'a Value, out: &mut Vec<&'a Value>) {
+    for panel in panels.as_array().into_iter().flatten() {
+        if panel["type"] != "row" {
+            out.push(panel);
+        }
+        data_panels(&panel["panels"], out);
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A plain HTTP/1.0 GET. Returns (status code, body).
+fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().expect("local addr").port()
+}
+
+/// A Prometheus process, killed on drop.
+struct Prometheus {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Prometheus {
+    fn start(config: &Path, dir: &Path) -> Self {
+        let binary = tool("prometheus", "PROMETHEUS");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = dir.join("prometheus.log");
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).expect("log file"))
+            .stderr(std::fs::File::create(dir.join("prometheus.err")).expect("log file"))
+            .spawn()
+            .expect("start prometheus");
+        let mut prometheus = Self { child, addr, log };
+        prometheus.wait_until("Prometheus is ready", Duration::from_secs(20), |p| {
+            matches!(http_get(&p.addr, "/-/ready"), Ok((200, _)))
+        });
+        prometheus
+    }
+
+    /// The last lines Prometheus logged, for failure messages.
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        for name in ["prometheus.log", "prometheus.err"] {
+            text += &std::fs::read_to_string(self.log.with_file_name(name)).unwrap_or_default();
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Polls `ready` until it holds; fails if Prometheus exits or `timeout` passes.
+    fn wait_until(&mut self, what: &str, timeout: Duration, ready: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if ready(self) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("prometheus exited ({status}) waiting for: {what}\n{}", self.log_tail());
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}\n{}", self.log_tail());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// GETs an API path and returns its `data`, or why it failed.
+    fn api(&self, path: &str) -> Result<Value, String> {
+        let (code, body) = http_get(&self.addr, path).map_err(|e| format!("HTTP: {e}"))?;
+        let json: Value = serde_json::from_str(&body).map_err(|e| format!("HTTP {code}, not JSON ({e}): {body}"))?;
+        if json["status"] != "success" {
+            return Err(format!("HTTP {code}, {}: {}", json["errorType"], json["error"]));
+        }
+        Ok(json["data"].clone())
+    }
+
+    /// Runs an instant query; returns its samples' values (as Prometheus
+    /// writes them: "1", "0.25", "NaN"), or why it failed.
+    fn query(&self, promql: &str) -> Result<Vec<String>, String> {
+        let data = self.api(&format!("/api/v1/query?query={}", url_encode(promql)))?;
+        let value = |v: &Value| v[1].as_str().unwrap_or_default().to_string();
+        match data["resultType"].as_str() {
+            Some("vector") => Ok(data["result"].as_array().into_iter().flatten().map(|s| value(&s["value"])).collect()),
+            Some("scalar") | Some("string") => Ok(vec![value(&data["result"])]),
+            other => Err(format!("unexpected result type {other:?}")),
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One round of traffic that moves every series the dashboard shows: every
+/// op, writes to both shards, multi-step reads, client errors, and a new
+/// connection.
+async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), rankd::client::ClientError> {
+    let player = |i: u64| format!("player-{}", i % 3000);
+    let mut calls: Vec<Call> = (0..64)
+        .map(|j| set_call("season", &player(round * 64 + j), ((round * 7919 + j * 104_729) % 100_000) as i64, "set"))
+        .collect();
+    let entries: Vec<Msg> = (0..16)
+        .map(|j| Msg::Array(vec![Msg::from(player(round * 31 + j * 97)), Msg::from((round * 13 + j) as i64)]))
+        .collect();
+    calls.push(Call::new("set_many").with("board", "season").with("entries", Msg::Array(entries)));
+    let someone = player(round * 17);
+    calls.extend([
+        Call::new("ping"),
+        Call::new("auth").with("token", "t"),
+        Call::new("get").with("board", "season").with("player", someone.as_str()),
+        Call::new("count").with("board", "season"),
+        Call::new("rank").with("board", "season").with("player", someone.as_str()),
+        Call::new("rank_of_score").with("board", "season").with("score", 50_000),
+        Call::new("top").with("board", "season").with("limit", 10),
+        // a deep offset: a multi-step read of ~22 fan-out rounds
+        Call::new("top").with("board", "season").with("limit", 5).with("offset", 700 + round % 500),
+        Call::new("around").with("board", "season").with("player", someone.as_str()).with("before", 3).with("after", 3),
+        Call::new("boards"),
+        Call::new("remove").with("board", "season").with("player", player(round * 17 + 1).as_str()),
+        // client errors: unknown op, a limit over the maximum, a board config conflict
+        Call::new("no_such_op"),
+        Call::new("top").with("board", "season").with("limit", 5000),
+        Call::new("create_board").with("board", "season").with("order", "asc"),
+    ]);
+    for result in client.pipeline(&calls).await? {
+        match result {
+            // a server error code is expected; a broken connection is not
+            Err(e) if e.code().is_none() => return Err(e),
+            _ => {}
+        }
+    }
+    let scratch = format!("scratch-{round}");
+    client.create_board(&scratch, "desc", "competition").await?;
+    client.drop_board(&scratch).await?;
+    // A short-lived connection, so the accept rate moves.
+    Client::connect(addr).await?.ping().await?;
+    Ok(())
+}
+
+/// The Prometheus side of the test, blocking: scrape, then check every
+/// dashboard query and every alert rule.
+fn check_dashboard_against_prometheus(metrics_addr: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(grafana_dir().join("alerts.yml"), dir.path().join("alerts.yml")).expect("copy alerts.yml");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - alerts.yml\n\
+             scrape_configs:\n  - job_name: rankd\n    static_configs:\n      - targets: [\"{metrics_addr}\"]\n"
+        ),
+    )
+    .expect("write prometheus.yml");
+    let mut prometheus = Prometheus::start(&config, dir.path());
+
+    prometheus.wait_until("rankd's target is up", Duration::from_secs(15), |p| {
+        p.query(r#"up{job="rankd"}"#).is_ok_and(|v| v == ["1"])
+    });
+    // Enough scrapes that every rate(...[1m]) has several samples to work with.
+    prometheus.wait_until("6 scrapes of rankd", Duration::from_secs(20), |p| {
+        p.query(r#"count_over_time(up{job="rankd"}[1m])"#)
+            .is_ok_and(|v| v.first().and_then(|n| n.parse::<f64>().ok()).is_some_and(|n| n >= 6.0))
+    });
+
+    let mut all = Vec::new();
+    exprs(&read_dashboard(), &mut all);
+    assert!(all.len() >= 20, "the dashboard should hold the service's queries; found {}", all.len());
+    let mut failures = Vec::new();
+    let mut only_nan = Vec::new();
+    for expr in &all {
+        match prometheus.query(expr) {
+            Err(e) => failures.push(format!("  {expr}\n    -> {e}")),
+            Ok(values) if values.is_empty() => failures.push(format!("  {expr}\n    -> no data")),
+            Ok(values) if values.iter().all(|v| v == "NaN") => only_nan.push(format!("  {expr}")),
+            Ok(_) => {}
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} dashboard queries fail or return nothing against a live rankd:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n")
+    );
+    assert!(
+        only_nan.is_empty(),
+        "these dashboard queries return only NaN (no traffic in their series): make the test's load move them \
+         or fix the query:\n{}",
+        only_nan.join("\n")
+    );
+    println!("{} dashboard queries return data", all.len());
+
+    // Every alert rule evaluates cleanly against the real series.
+    prometheus.wait_until("every alert rule evaluated", Duration::from_secs(10), |p| {
+        p.api("/api/v1/rules").is_ok_and(|data| {
+            let rules: Vec<Value> = data["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+                .collect();
+            !rules.is_empty() && rules.iter().all(|r| r["health"] != "unknown")
+        })
+    });
+    let data = prometheus.api("/api/v1/rules").expect("rules API");
+    let rules: Vec<&Value> = data["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .collect();
+    let broken: Vec<String> = rules
+        .iter()
+        .filter(|r| r["health"] != "ok")
+        .map(|r| format!("  {}: {} {}", r["name"], r["health"], r["lastError"]))
+        .collect();
+    assert!(broken.is_empty(), "alert rules failing to evaluate:\n{}", broken.join("\n"));
+    let down = prometheus.query(r#"ALERTS{alertname="RankdDown"}"#).expect("ALERTS");
+    assert!(down.is_empty(), "RankdDown is pending or firing while rankd is up");
+    println!("{} alert rules evaluate cleanly", rules.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_query_returns_data_from_a_live_rankd() {
+    let started = Instant::now();
+    tool("prometheus", "PROMETHEUS"); // fail fast, before starting anything
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    client.create_board("season", "desc", "competition").await.expect("create board");
+
+    // Load in the background for as long as Prometheus scrapes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (stop, addr) = (stop.clone(), server.addr.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + MAX_LOAD;
+            let mut round = 0;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                load_round(&addr, &mut client, round).await.expect("load round");
+                round += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            round
+        })
+    };
+
+    let metrics_addr = server.metrics_addr.clone();
+    let checked = tokio::task::spawn_blocking(move || check_dashboard_against_prometheus(&metrics_addr)).await;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = load.await.expect("load task");
+    if let Err(e) = checked {
+        std::panic::resume_unwind(e.into_panic());
+    }
+    assert!(rounds > 10, "the load ran only {rounds} rounds");
+    println!("{rounds} load rounds; took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[test]
+fn promtool_accepts_the_rules_their_tests_and_the_scrape_config() {
+    let promtool = tool("promtool", "PROMTOOL");
+    let run = |args: &[&str], dir: &Path| {
+        let out = Command::new(&promtool).args(args).current_dir(dir).output().expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool {} failed:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let grafana = grafana_dir();
+    run(&["check", "rules", "alerts.yml"], &grafana);
+    // Each alert fires on series that should page and stays quiet otherwise.
+    run(&["test", "rules", "alerts.test.yml"], &grafana);
+    // `check config` also loads rule_files relative to the config: check copies
+    // side by side, so nothing is written in the repo.
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in ["prometheus.yml", "alerts.yml"] {
+        std::fs::copy(grafana.join(name), dir.path().join(name)).unwrap_or_else(|e| panic!("copy {name}: {e}"));
+    }
+    run(&["check", "config", "prometheus.yml"], dir.path());
+}
+
+#[test]
+fn dashboard_panels_have_titles_units_and_the_provisioned_datasource() {
+    let dashboard = read_dashboard();
+    assert_eq!(dashboard["uid"], "rankd");
+    assert!(dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 36), "schemaVersion");
+    let datasource = std::fs::read_to_string(grafana_dir().join("provisioning/datasources/prometheus.yml"))
+        .expect("datasource provisioning");
+    assert!(datasource.contains("uid: prometheus"), "the provisioned datasource must keep uid `prometheus`");
+
+    let mut panels = Vec::new();
+    data_panels(&dashboard["panels"], &mut panels);
+    assert!(panels.len() >= 20, "only {} panels", panels.len());
+    let mut problems = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    for panel in &panels {
+        let title = panel["title"].as_str().unwrap_or_default();
+        let mut complain = |what: &str| problems.push(format!("  panel {:?} ({}): {what}", title, panel["id"]));
+        if title.is_empty() {
+            complain("no title");
+        }
+        if !ids.insert(panel["id"].to_string()) {
+            complain("duplicate id");
+        }
+        if panel["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or_default().is_empty() {
+            complain("no unit");
+        }
+        if panel["datasource"]["uid"] != "prometheus" {
+            complain("datasource is not uid `prometheus`");
+        }
+        if panel["gridPos"]["w"].as_u64().is_none() {
+            complain("no gridPos");
+        }
+        let targets = panel["targets"].as_array().cloned().unwrap_or_default();
+        if targets.is_empty() {
+            complain("no targets");
+        }
+        for target in &targets {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            if expr.is_empty() {
+                complain("a target without expr");
+            }
+            // The live test runs each expr as-is: no Grafana variables.
+            if expr.contains('$') {
+                complain(&format!("expr uses a template variable: {expr}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "dashboard problems:\n{}", problems.join("\n"));
+}
