@@ -143,6 +143,10 @@ pub struct ServeArgs {
     /// Testing only: every commit first sleeps this long (a slow disk).
     #[arg(long, hide = true, default_value_t = 0)]
     pub debug_commit_delay_ms: u64,
+    /// Benchmarking only: do not update per-request and per-batch metrics
+    /// (to measure what they cost).
+    #[arg(long, hide = true)]
+    pub no_request_metrics: bool,
 }
 
 /// The config file: the same settings as the flags.
@@ -183,6 +187,8 @@ pub struct ServeConfig {
     pub durability: DurabilityArg,
     /// Testing only: sleep before each commit.
     pub debug_commit_delay: std::time::Duration,
+    /// Benchmarking only: skip per-request and per-batch metrics.
+    pub no_request_metrics: bool,
 }
 
 /// A bad setting.
@@ -224,6 +230,7 @@ impl ServeArgs {
             max_inflight: self.max_inflight.or(file.max_inflight).unwrap_or(4096),
             durability: self.durability.or(file.durability).unwrap_or_default(),
             debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
+            no_request_metrics: self.no_request_metrics,
         };
         if !(1..=256).contains(&config.shards) {
             return Err(ConfigError::Invalid("--shards must be 1 to 256".into()));

@@ -142,7 +142,9 @@ impl Connection {
                                 error.code()
                             }
                         };
-                        metrics.op(name).finish(outcome, elapsed);
+                        if metrics.hot_path {
+                            metrics.op(name).finish(outcome, elapsed);
+                        }
                     }
                     Err(Rejected { op, error, .. }) => {
                         op.map_or(&metrics.undecodable, |name| metrics.op(name)).finish(error.code(), elapsed);

@@ -97,6 +97,9 @@ pub struct Metrics {
     pub ready: AtomicBool,
     /// `rankd_ready`: the same as a gauge, so an alert can see it.
     pub ready_gauge: IntGauge,
+    /// Whether per-request and per-batch metrics are updated. Only turned
+    /// off to measure what they cost (`--no-request-metrics`).
+    pub hot_path: bool,
 }
 
 /// Registration failed: a programming error (duplicate or invalid name).
@@ -107,6 +110,11 @@ pub struct MetricsError(#[from] prometheus::Error);
 impl Metrics {
     /// Creates and registers every metric for `shards` shards.
     pub fn new(shards: usize) -> Result<Arc<Self>, MetricsError> {
+        Self::with_hot_path(shards, true)
+    }
+
+    /// Same, choosing whether per-request and per-batch metrics are updated.
+    pub fn with_hot_path(shards: usize, hot_path: bool) -> Result<Arc<Self>, MetricsError> {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
             Opts::new("rankd_requests_total", "Requests answered, by op and outcome (ok or error code)."),
@@ -227,6 +235,7 @@ impl Metrics {
             fanout: FANOUT_OPS.iter().map(|op| fanout.with_label_values(&[op])).collect(),
             ready: AtomicBool::new(false),
             ready_gauge,
+            hot_path,
         }))
     }
 

@@ -114,7 +114,7 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
     let players: u64 = shards.iter().map(|s| s.tree_ids().map(|t| s.count(t)).sum::<u64>()).sum();
     let (state, dense) = recover(&shards, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");
-    let metrics = Metrics::new(shards.len())?;
+    let metrics = Metrics::with_hot_path(shards.len(), !config.no_request_metrics)?;
     let system = actix::System::new();
     system.block_on(async move {
         let mut arbiters = Vec::new();
@@ -124,7 +124,8 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
             let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index)
                 .with_commit_delay(config.debug_commit_delay);
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
-            links.push(ShardLink { addr, depth: metrics.shards[index].mailbox_depth.clone() });
+            let depth = metrics.hot_path.then(|| metrics.shards[index].mailbox_depth.clone());
+            links.push(ShardLink { addr, depth });
             arbiters.push(arbiter);
         }
         let router = Router::new(links.clone(), state, dense, config.branching, metrics.clone()).start();

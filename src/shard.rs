@@ -101,8 +101,8 @@ type Held = (oneshot::Sender<Result<Answer, Error>>, Result<Answer, Error>);
 pub struct ShardLink {
     /// The actor.
     pub addr: actix::Addr<ShardActor>,
-    /// `rankd_shard_mailbox_depth` of this shard.
-    pub depth: prometheus::IntGauge,
+    /// `rankd_shard_mailbox_depth` of this shard (`None`: not measured).
+    pub depth: Option<prometheus::IntGauge>,
 }
 
 impl ShardLink {
@@ -115,7 +115,9 @@ impl ShardLink {
 
     /// Enqueues several commands as one mailbox message.
     pub fn send(&self, items: Vec<ShardItem>) {
-        self.depth.add(items.len() as i64);
+        if let Some(depth) = &self.depth {
+            depth.add(items.len() as i64);
+        }
         self.addr.do_send(ShardRequest { items });
     }
 }
@@ -166,7 +168,10 @@ impl ShardActor {
 
     fn run_round(&mut self) {
         let queue = std::mem::take(&mut self.queue);
-        self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
+        let observe = self.metrics.hot_path;
+        if observe {
+            self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
+        }
         let mut held: Vec<Held> = Vec::with_capacity(queue.len());
         let mut applying = Duration::ZERO;
         for (command, reply) in queue {
@@ -178,7 +183,9 @@ impl ShardActor {
             applying += started.elapsed();
             held.push((reply, answer));
         }
-        self.metrics.shards[self.index].apply_seconds.observe(applying.as_secs_f64());
+        if observe {
+            self.metrics.shards[self.index].apply_seconds.observe(applying.as_secs_f64());
+        }
         self.commit_and_release(&mut held);
     }
 
@@ -192,10 +199,12 @@ impl ShardActor {
         }
         let staged = self.shard.has_staged();
         let result = self.shard.commit();
-        metrics.mailbox_depth.sub(held.len() as i64);
+        if self.metrics.hot_path {
+            metrics.mailbox_depth.sub(held.len() as i64);
+        }
         match result {
             Ok(committed) => {
-                if staged {
+                if staged && self.metrics.hot_path {
                     metrics.commit_seconds.observe(committed.journal.as_secs_f64() + self.commit_delay.as_secs_f64());
                     metrics.fsync_seconds.observe(committed.sync.as_secs_f64());
                     metrics.writes_applied.inc_by(committed.writes as u64);
