@@ -51,7 +51,7 @@ impl Error {
 impl From<ShardError> for Error {
     fn from(err: ShardError) -> Self {
         match err {
-            ShardError::Overflow | ShardError::UnsupportedWindow(_) => Self::BadRequest(err.to_string()),
+            ShardError::Overflow => Self::BadRequest(err.to_string()),
             other => {
                 tracing::error!(error = %other, "shard error");
                 Self::Internal(other.to_string())

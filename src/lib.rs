@@ -13,6 +13,7 @@
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod error;

@@ -18,9 +18,10 @@ use std::time::Instant;
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use futures::future::try_join_all;
 use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tree_key};
-use rankd_shards::{Board, BoardConfig, DenseIndex, Direction, ListEntry, Ties, TreeId, Window};
+use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Ties, TreeId, Window};
 use tokio::sync::oneshot;
 
+use crate::clock::Clock;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::protocol::{BoardInfo, Entry, Op, RankInfo, Reply, View};
@@ -63,7 +64,8 @@ pub struct Router {
     next_board_id: u64,
     next_seq: u64,
     dense: DenseRegistry,
-    branching: u32,
+    /// Decides which period a read of a periodic window targets.
+    clock: Clock,
 }
 
 impl Actor for Router {
@@ -318,7 +320,7 @@ impl Router {
         shards: Vec<ShardLink>,
         state: RouterState,
         dense: DenseRegistry,
-        branching: u32,
+        clock: Clock,
         metrics: Arc<Metrics>,
     ) -> Self {
         let boards = state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect();
@@ -329,20 +331,13 @@ impl Router {
             next_board_id: state.max_board_id + 1,
             next_seq: state.max_seq + 1,
             dense,
-            branching,
+            clock,
         }
     }
 
     fn new_board(&mut self, name: &str, config: BoardConfig) -> Arc<Board> {
         let board = Arc::new(Board { id: self.next_board_id, name: name.to_string(), config });
         self.next_board_id += 1;
-        if board.config.ties == Ties::Dense {
-            for tree in current_trees(&board) {
-                if let Ok(index) = DenseIndex::new(self.branching) {
-                    self.dense.lock().insert(tree, index);
-                }
-            }
-        }
         self.boards.insert(name.to_string(), board.clone());
         board
     }
@@ -364,13 +359,27 @@ impl Router {
     /// Context for a read of `name`, or `None` if the board does not exist
     /// (reads of a missing board answer as for an empty board).
     fn read(&self, op: &str, name: &str, view: View) -> Result<Option<Read>, Error> {
-        check_view(view)?;
-        let Some(board) = self.boards.get(name) else { return Ok(None) };
+        let Some(board) = self.boards.get(name) else {
+            // A missing board reads as empty, but the view must still be one
+            // some board could have.
+            if view.window == Some(Window::All) && view.period != 0 {
+                return Err(Error::BadRequest("the `all` window has only period 0".into()));
+            }
+            return Ok(None);
+        };
         let window = view.window.unwrap_or(board.config.windows[0]);
         if !board.config.windows.contains(&window) {
             return Err(Error::BadRequest(format!("board `{name}` has no `{window}` window")));
         }
-        let tree = TreeId { board: board.id, window: window.code(), period: 0 };
+        let oldest = if window == Window::All { 0 } else { -i64::from(board.config.keep) };
+        if view.period < oldest {
+            return Err(Error::BadRequest(format!(
+                "period {} is out of range: board `{name}` keeps `{window}` periods 0 to {oldest}",
+                view.period
+            )));
+        }
+        let tree = window::tree_at(board, window, self.clock.now(), view.period)
+            .ok_or_else(|| Error::BadRequest("period before the epoch".into()))?;
         Ok(Some(Read {
             shards: self.shards.clone(),
             board: board.clone(),
@@ -392,9 +401,6 @@ impl Router {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
             Op::Auth { .. } => ready(Ok(Reply::Bool(true))),
             Op::CreateBoard { board, config } => {
-                if config.windows != [Window::All] {
-                    return ready(Err(Error::BadRequest("time windows other than `all` are not supported yet".into())));
-                }
                 if let Some(existing) = self.boards.get(&board) {
                     return ready(if existing.config == config {
                         Ok(Reply::Bool(false))
@@ -421,12 +427,13 @@ impl Router {
                 })
             }
             Op::Boards => {
+                let now = self.clock.now();
                 let mut boards: Vec<Arc<Board>> = self.boards.values().cloned().collect();
                 boards.sort_by(|a, b| a.name.cmp(&b.name));
                 let counts: Vec<Vec<Pending>> = boards
                     .iter()
                     .map(|b| {
-                        let tree = TreeId { board: b.id, window: b.config.windows[0].code(), period: 0 };
+                        let tree = window::current_trees(b, now)[0];
                         outbox.ask_all(|| Command::CountBefore { tree, keys: Vec::new() })
                     })
                     .collect();
@@ -549,20 +556,6 @@ impl Handler<Dispatch> for Router {
         outbox.send(&self.shards);
         Box::pin(futures::future::join_all(replies))
     }
-}
-
-/// Time windows arrive in a later release; until then only the all-time
-/// window's current period can be read.
-fn check_view(view: View) -> Result<(), Error> {
-    if view.window.is_some_and(|w| w != Window::All) || view.period != 0 {
-        return Err(Error::BadRequest("only window `all` with period 0 is supported yet".into()));
-    }
-    Ok(())
-}
-
-/// The trees a board's reads and writes use today.
-pub fn current_trees(board: &Board) -> Vec<TreeId> {
-    board.config.windows.iter().map(|w| TreeId { board: board.id, window: w.code(), period: 0 }).collect()
 }
 
 fn board_info(board: &Board, count: u64) -> BoardInfo {

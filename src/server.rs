@@ -21,11 +21,12 @@ use rankd_shards::{Board, DenseIndex, Durability, Shard, ShardOptions, Ties};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::clock::Clock;
 use crate::config::{DurabilityArg, ServeConfig};
 use crate::connection::{self, Limits};
 use crate::layout;
 use crate::metrics::{self, Metrics};
-use crate::router::{current_trees, Router, RouterState};
+use crate::router::{Router, RouterState};
 use crate::shard::{Command, DenseRegistry, ShardActor, ShardLink};
 
 /// Why the server could not start.
@@ -88,16 +89,19 @@ pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry)
         }
     }
     let mut dense = HashMap::new();
-    for board in boards.values().filter(|b| b.config.ties == Ties::Dense) {
-        for tree in current_trees(board) {
-            let Ok(mut index) = DenseIndex::new(branching) else { continue };
-            for shard in shards {
-                for (score_key, players) in shard.score_counts(tree) {
-                    index.add(score_key, players);
-                }
+    // Every period of every dense board present in any shard.
+    let dense_boards: std::collections::HashSet<u64> =
+        boards.values().filter(|b| b.config.ties == Ties::Dense).map(|b| b.id).collect();
+    let trees: std::collections::HashSet<_> =
+        shards.iter().flat_map(|s| s.tree_ids()).filter(|t| dense_boards.contains(&t.board)).collect();
+    for tree in trees {
+        let Ok(mut index) = DenseIndex::new(branching) else { continue };
+        for shard in shards {
+            for (score_key, players) in shard.score_counts(tree) {
+                index.add(score_key, players);
             }
-            dense.insert(tree, index);
         }
+        dense.insert(tree, index);
     }
     let state = RouterState {
         boards: boards.into_values().collect(),
@@ -115,20 +119,21 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
     let (state, dense) = recover(&shards, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");
     let metrics = Metrics::with_hot_path(shards.len(), !config.no_request_metrics)?;
+    let clock = Clock::from_env();
     let system = actix::System::new();
     system.block_on(async move {
         let mut arbiters = Vec::new();
         let mut links = Vec::new();
         for (index, shard) in shards.into_iter().enumerate() {
             let arbiter = Arbiter::new();
-            let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index)
+            let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index, clock)
                 .with_commit_delay(config.debug_commit_delay);
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
             let depth = metrics.hot_path.then(|| metrics.shards[index].mailbox_depth.clone());
             links.push(ShardLink { addr, depth });
             arbiters.push(arbiter);
         }
-        let router = Router::new(links.clone(), state, dense, config.branching, metrics.clone()).start();
+        let router = Router::new(links.clone(), state, dense, clock, metrics.clone()).start();
         let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone())
             .await
             .map_err(|e| StartError::Bind(config.metrics_listen, e))?;

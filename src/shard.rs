@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use rankd_shards::{Board, DenseIndex, Direction, ListEntry, Mode, Order, Record, Shard, ShardError, Ties, TreeId};
 use tokio::sync::oneshot;
 
+use crate::clock::Clock;
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -143,12 +144,29 @@ pub struct ShardActor {
     index: usize,
     /// Testing only: sleep this long before each commit (a slow disk).
     commit_delay: Duration,
+    /// Decides which period of each window a round's writes land in.
+    clock: Clock,
+    /// When expired periods were last looked for (Unix seconds).
+    last_expiry_check: i64,
 }
+
+/// Keys of expired periods deleted per maintenance step: small enough that
+/// a rollover never holds a round up for long.
+const EXPIRY_BUDGET: usize = 4096;
 
 impl ShardActor {
     /// Wraps an opened shard; `index` is its position among the shards.
-    pub fn new(shard: Shard, max_batch: usize, dense: DenseRegistry, metrics: Arc<Metrics>, index: usize) -> Self {
+    pub fn new(
+        shard: Shard,
+        max_batch: usize,
+        dense: DenseRegistry,
+        metrics: Arc<Metrics>,
+        index: usize,
+        clock: Clock,
+    ) -> Self {
         Self {
+            clock,
+            last_expiry_check: i64::MIN,
             shard,
             queue: Vec::new(),
             flush_scheduled: false,
@@ -167,6 +185,7 @@ impl ShardActor {
     }
 
     fn run_round(&mut self) {
+        self.shard.set_time(self.clock.now());
         let queue = std::mem::take(&mut self.queue);
         let observe = self.metrics.hot_path;
         if observe {
@@ -187,6 +206,29 @@ impl ShardActor {
             self.metrics.shards[self.index].apply_seconds.observe(applying.as_secs_f64());
         }
         self.commit_and_release(&mut held);
+        self.maintain();
+    }
+
+    /// Between rounds: once a second, look for periods that fell out of their
+    /// board's `keep`; delete a bounded slice of expired data per call.
+    fn maintain(&mut self) {
+        let now = self.clock.now();
+        if now == self.last_expiry_check {
+            return;
+        }
+        self.last_expiry_check = now;
+        self.shard.set_time(now);
+        match self.shard.expire(EXPIRY_BUDGET) {
+            Ok(expired) if !expired.is_empty() => {
+                tracing::info!(shard = self.index, periods = expired.len(), "expired periods dropped");
+                let mut dense = self.dense.lock();
+                for tree in expired {
+                    dense.remove(&tree);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(shard = self.index, error = %e, "deleting expired periods failed; will retry"),
+        }
     }
 
     /// Commits the staged writes, then answers everything held so far: with
@@ -211,15 +253,22 @@ impl ShardActor {
                     metrics.players.set(self.shard.players() as i64);
                 }
                 if !committed.dense.is_empty() {
+                    let branching = self.shard.branching();
                     let mut dense = self.dense.lock();
                     for change in committed.dense {
-                        if let Some(index) = dense.get_mut(&change.tree) {
-                            if let Some(sk) = change.removed {
-                                index.remove(sk);
-                            }
-                            if let Some(sk) = change.added {
-                                index.add(sk, 1);
-                            }
+                        // A new period of a dense board starts its index here.
+                        let index = match dense.entry(change.tree) {
+                            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                            std::collections::hash_map::Entry::Vacant(e) => match DenseIndex::new(branching) {
+                                Ok(index) => e.insert(index),
+                                Err(_) => continue,
+                            },
+                        };
+                        if let Some(sk) = change.removed {
+                            index.remove(sk);
+                        }
+                        if let Some(sk) = change.added {
+                            index.add(sk, 1);
                         }
                     }
                 }
@@ -270,8 +319,10 @@ impl ShardActor {
 impl Actor for ShardActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Self::Context) {
+    fn started(&mut self, ctx: &mut Self::Context) {
         self.metrics.shards[self.index].players.set(self.shard.players() as i64);
+        // Idle shards still drop expired periods; busy ones do it between rounds.
+        actix::AsyncContext::run_interval(ctx, Duration::from_secs(1), |actor, _| actor.maintain());
     }
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {

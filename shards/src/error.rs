@@ -1,7 +1,5 @@
 //! The engine's errors. The server maps them to protocol codes in one place.
 
-use crate::board::Window;
-
 /// Everything that can go wrong inside a shard.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -9,9 +7,6 @@ pub enum ShardError {
     /// An `incr` would leave the i64 range; nothing was changed.
     #[error("score overflow: the result is outside the 64-bit range")]
     Overflow,
-    /// The window is not served yet.
-    #[error("window {0} is not supported yet")]
-    UnsupportedWindow(Window),
     /// A read that scans storage ran while writes were staged: the caller must
     /// commit first (a bug in the caller, never a client's fault).
     #[error("operation needs the open batch committed first")]

@@ -6,7 +6,8 @@
 //! - [`key`]: order-preserving byte layouts of scores and storage keys;
 //! - [`shard`]: one shard's storage and batch application;
 //! - [`dense`]: distinct-score counting across shards for dense ranks;
-//! - [`board`]: boards, orders, tie rules, windows and write modes.
+//! - [`board`]: boards, orders, tie rules, windows and write modes;
+//! - [`window`]: which period of a time window a moment falls in.
 
 #![warn(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod error;
 pub mod key;
 pub mod shard;
 pub mod tree;
+pub mod window;
 
 pub use board::{Board, BoardConfig, Mode, Order, Ties, Window};
 pub use dense::DenseIndex;

@@ -23,10 +23,13 @@ use std::time::{Duration, Instant};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
-use crate::board::{Board, BoardConfig, Mode, Order, Ties, Window};
+use std::collections::VecDeque;
+
+use crate::board::{Board, BoardConfig, Mode, Order, Ties};
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::tree::{self, CountTree, LeafId};
+use crate::window;
 
 /// When a committed batch counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -240,6 +243,11 @@ pub struct Shard {
     staged: Staged,
     /// Exact cache of player records (reads take `&self`, hence the cell).
     cache: std::cell::RefCell<RecordCache>,
+    /// The time writes are applied at (Unix seconds, UTC): decides which
+    /// period of each window a write lands in.
+    now: i64,
+    /// Expired periods whose data is still being deleted, oldest first.
+    expiring: VecDeque<TreeId>,
 }
 
 impl Shard {
@@ -274,6 +282,8 @@ impl Shard {
             logged: 0,
             staged: Staged::default(),
             cache: std::cell::RefCell::new(RecordCache { records: HashMap::new(), capacity: cached_players }),
+            now: 0,
+            expiring: VecDeque::new(),
         };
         let opened = started.elapsed();
         shard.check_branching()?;
@@ -383,6 +393,63 @@ impl Shard {
         Ok(())
     }
 
+    /// Sets the time (Unix seconds, UTC) the next writes are applied at. The
+    /// caller owns the clock, so tests can cross period boundaries at will.
+    pub fn set_time(&mut self, unix_seconds: i64) {
+        self.now = unix_seconds;
+    }
+
+    /// The count-tree branching factor.
+    pub fn branching(&self) -> u32 {
+        self.options.branching
+    }
+
+    /// Moves periods that fell out of their board's `keep` out of the readable
+    /// trees and deletes up to `budget` of their stored keys, in one batch
+    /// that is not fsynced (losing it in a crash only means deleting again).
+    /// Called between rounds, so a rollover never stalls writes behind a big
+    /// delete. Returns the trees that newly expired.
+    pub fn expire(&mut self, budget: usize) -> Result<Vec<TreeId>, ShardError> {
+        if self.has_staged() {
+            return Err(ShardError::NeedsCommit);
+        }
+        let now = self.now;
+        let boards = &self.boards;
+        let newly: Vec<TreeId> = self
+            .trees
+            .keys()
+            .copied()
+            .filter(|tree| boards.get(&tree.board).is_some_and(|b| window::expired(b, *tree, now)))
+            .collect();
+        for tree in &newly {
+            if let Some(mut count_tree) = self.trees.remove(tree) {
+                count_tree.clear_dirty();
+            }
+            self.expiring.push_back(*tree);
+        }
+        let mut left = budget;
+        while left > 0 {
+            let Some(&tree) = self.expiring.front() else { break };
+            let prefix = tree.prefix();
+            let mut batch = self.db.batch().durability(Some(PersistMode::Buffer));
+            for keyspace in [&self.players, &self.index, &self.leaves] {
+                for item in keyspace.prefix(prefix).take(left) {
+                    batch.remove(keyspace, item.key()?);
+                    left -= 1;
+                }
+            }
+            let done = left > 0;
+            batch.commit()?;
+            if done {
+                self.expiring.pop_front();
+            }
+        }
+        if !newly.is_empty() {
+            self.cache.get_mut().clear();
+        }
+        Ok(newly)
+    }
+
     /// Boards whose config this shard holds (it saw a write or a create).
     pub fn boards(&self) -> impl Iterator<Item = &Board> {
         self.boards.values()
@@ -426,7 +493,7 @@ impl Shard {
     /// stored in its first window. `seq` is the write's global arrival
     /// sequence. An `incr` that would overflow changes nothing.
     pub fn write(&mut self, board: &Board, player: &str, score: i64, mode: Mode, seq: u64) -> Result<i64, ShardError> {
-        let windows = tree_ids(board)?;
+        let windows = window::current_trees(board, self.now);
         let mut plans = Vec::with_capacity(windows.len());
         for tree in windows {
             let old = self.get(tree, player)?;
@@ -463,7 +530,7 @@ impl Shard {
         mode: Mode,
     ) -> Result<Vec<i64>, ShardError> {
         if mode == Mode::Incr {
-            for tree in tree_ids(board)? {
+            for tree in window::current_trees(board, self.now) {
                 let mut running: HashMap<&str, i64> = HashMap::new();
                 for (player, score, _) in entries {
                     let current = match running.get(player.as_str()) {
@@ -482,7 +549,7 @@ impl Shard {
     /// returns whether they were in the first window.
     pub fn remove(&mut self, board: &Board, player: &str) -> Result<bool, ShardError> {
         let mut first = None;
-        for tree in tree_ids(board)? {
+        for tree in window::current_trees(board, self.now) {
             let old = self.get(tree, player)?;
             first.get_or_insert(old.is_some());
             if old.is_some() {
@@ -789,19 +856,6 @@ impl Shard {
         }
         Ok(())
     }
-}
-
-/// The trees a write to `board` touches: the current period of each window.
-fn tree_ids(board: &Board) -> Result<Vec<TreeId>, ShardError> {
-    board
-        .config
-        .windows
-        .iter()
-        .map(|w| match w {
-            Window::All => Ok(TreeId { board: board.id, window: w.code(), period: 0 }),
-            other => Err(ShardError::UnsupportedWindow(*other)),
-        })
-        .collect()
 }
 
 fn better(order: Order, a: i64, b: i64) -> i64 {

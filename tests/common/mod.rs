@@ -20,6 +20,7 @@ pub struct Server {
     data_dir: PathBuf,
     shards: usize,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -31,11 +32,17 @@ impl Server {
 
     /// Same, with extra `serve` flags.
     pub fn start_with(shards: usize, extra: &[&str]) -> Self {
+        Self::start_with_env(shards, extra, &[])
+    }
+
+    /// Same, with extra flags and environment variables (kept for restarts).
+    pub fn start_with_env(shards: usize, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
         let data_dir = tmp.path().join("data");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, addr, metrics_addr) = spawn(&data_dir, shards, &extra).expect("server starts");
-        Self { child, addr, metrics_addr, data_dir, shards, extra, _tmp: Some(tmp) }
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let (child, addr, metrics_addr) = spawn_env(&data_dir, shards, &extra, &env).expect("server starts");
+        Self { child, addr, metrics_addr, data_dir, shards, extra, env, _tmp: Some(tmp) }
     }
 
     /// The data dir.
@@ -70,7 +77,8 @@ impl Server {
 
     /// Starts the server again on the same data dir (after kill9/terminate).
     pub fn restart(&mut self) {
-        let (child, addr, metrics_addr) = spawn(&self.data_dir, self.shards, &self.extra).expect("server restarts");
+        let (child, addr, metrics_addr) =
+            spawn_env(&self.data_dir, self.shards, &self.extra, &self.env).expect("server restarts");
         self.child = child;
         self.addr = addr;
         self.metrics_addr = metrics_addr;
@@ -87,6 +95,16 @@ impl Drop for Server {
 /// Runs `rankd serve` and waits for its "listening on" line; returns the
 /// process, its client address and its metrics address.
 pub fn spawn(data_dir: &Path, shards: usize, extra: &[String]) -> Result<(Child, String, String), String> {
+    spawn_env(data_dir, shards, extra, &[])
+}
+
+/// [`spawn`] with extra environment variables.
+pub fn spawn_env(
+    data_dir: &Path,
+    shards: usize,
+    extra: &[String],
+    env: &[(String, String)],
+) -> Result<(Child, String, String), String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rankd"))
         .arg("serve")
         .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
@@ -95,6 +113,7 @@ pub fn spawn(data_dir: &Path, shards: usize, extra: &[String]) -> Result<(Child,
         .args(["--shards", &shards.to_string()])
         .args(extra)
         .env("RANKD_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

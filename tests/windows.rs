@@ -1,0 +1,136 @@
+//! Time windows on the real binary: one write updates every window, a
+//! rollover starts new periods empty and keeps the previous ones readable,
+//! and a board with windows survives kill -9 across a rollover.
+//!
+//! The server's clock is shifted (`RANKD_DEBUG_CLOCK_OFFSET_SECS`) to a few
+//! seconds before 2026-06-01 00:00:00 UTC, a Monday and the first of a
+//! month: day, week and month all roll over together.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rankd::client::{set_call, Call, Client};
+use rmpv::Value;
+
+/// 2026-06-01T00:00:00Z.
+const BOUNDARY: i64 = 1_780_272_000;
+
+/// Starts a server whose clock reads `lead` seconds before the boundary.
+fn server_before_boundary(lead: i64) -> (common::Server, SystemTime) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+    let offset = (BOUNDARY - lead - now).to_string();
+    let server = common::Server::start_with_env(2, &[], &[(rankd::clock::OFFSET_ENV, offset.as_str())]);
+    let rollover = SystemTime::now() + Duration::from_secs(lead as u64);
+    (server, rollover)
+}
+
+async fn wait_until(at: SystemTime) {
+    if let Ok(left) = at.duration_since(SystemTime::now()) {
+        tokio::time::sleep(left + Duration::from_millis(300)).await;
+    }
+}
+
+async fn get(client: &mut Client, board: &str, player: &str, window: &str, period: i64) -> Option<i64> {
+    let v = client
+        .call(
+            Call::new("get").with("board", board).with("player", player).with("window", window).with("period", period),
+        )
+        .await
+        .expect("get");
+    v.as_i64()
+}
+
+async fn count(client: &mut Client, board: &str, window: &str, period: i64) -> u64 {
+    client
+        .call(Call::new("count").with("board", board).with("window", window).with("period", period))
+        .await
+        .expect("count")
+        .as_u64()
+        .expect("count is a uint")
+}
+
+async fn create(client: &mut Client, board: &str, mode_windows: &[&str], keep: u64) {
+    let windows: Vec<Value> = mode_windows.iter().map(|w| Value::from(*w)).collect();
+    let created = client
+        .call(Call::new("create_board").with("board", board).with("windows", windows).with("keep", keep))
+        .await
+        .expect("create_board");
+    assert_eq!(created, Value::from(true));
+}
+
+#[tokio::test]
+async fn rollover_starts_new_periods_and_keeps_the_previous_ones() {
+    let (server, rollover) = server_before_boundary(3);
+    let mut client = server.client().await;
+    create(&mut client, "season", &["all", "daily", "weekly", "monthly"], 2).await;
+    // Before the boundary: totals with incr; one write updates every window.
+    let calls = [set_call("season", "ann", 10, "incr"), set_call("season", "bob", 7, "incr")];
+    client.pipeline(&calls).await.expect("writes");
+    for window in ["all", "daily", "weekly", "monthly"] {
+        assert_eq!(get(&mut client, "season", "ann", window, 0).await, Some(10), "{window} before rollover");
+    }
+
+    wait_until(rollover).await;
+    client
+        .pipeline(&[set_call("season", "ann", 5, "incr"), set_call("season", "cy", 1, "incr")])
+        .await
+        .expect("writes");
+    // The all-time window keeps adding; each periodic window starts afresh.
+    assert_eq!(get(&mut client, "season", "ann", "all", 0).await, Some(15));
+    for window in ["daily", "weekly", "monthly"] {
+        assert_eq!(get(&mut client, "season", "ann", window, 0).await, Some(5), "{window}: new period, new total");
+        assert_eq!(get(&mut client, "season", "bob", window, 0).await, None, "{window}: bob not yet this period");
+        assert_eq!(count(&mut client, "season", window, 0).await, 2);
+        assert_eq!(get(&mut client, "season", "ann", window, -1).await, Some(10), "{window}: last period kept");
+        assert_eq!(count(&mut client, "season", window, -1).await, 2);
+        assert_eq!(count(&mut client, "season", window, -2).await, 0, "{window}: two periods back is empty");
+    }
+    assert_eq!(count(&mut client, "season", "all", 0).await, 3);
+    // The board's first window is the default for reads.
+    assert_eq!(client.get("season", "ann").await.unwrap(), Some(15));
+    // Past periods rank too.
+    let top = client
+        .call(Call::new("top").with("board", "season").with("window", "daily").with("period", -1))
+        .await
+        .expect("top of yesterday");
+    assert_eq!(top.as_array().map(Vec::len), Some(2));
+    assert_eq!(top[0]["player"].as_str(), Some("ann"));
+
+    // Views a board cannot have are refused.
+    for (window, period) in [("daily", -3), ("all", -1)] {
+        let err = client
+            .call(Call::new("count").with("board", "season").with("window", window).with("period", period))
+            .await
+            .expect_err("out of range");
+        assert_eq!(err.code(), Some("bad_request"), "{window} {period}");
+    }
+    client.create_board("alltime", "desc", "competition").await.unwrap();
+    let err = client
+        .call(Call::new("get").with("board", "alltime").with("player", "x").with("window", "daily"))
+        .await
+        .expect_err("no such window");
+    assert_eq!(err.code(), Some("bad_request"));
+}
+
+#[tokio::test]
+async fn windows_survive_kill_9_across_a_rollover() {
+    let (mut server, rollover) = server_before_boundary(2);
+    let mut client = server.client().await;
+    create(&mut client, "daily_best", &["daily", "all"], 1).await;
+    client.set("daily_best", "ann", 50, "best").await.unwrap();
+    client.set("daily_best", "ann", 40, "best").await.unwrap();
+    drop(client);
+    wait_until(rollover).await;
+    let mut client = server.client().await;
+    assert_eq!(client.set("daily_best", "ann", 30, "best").await.unwrap(), 30, "today's best starts afresh");
+    drop(client);
+    server.kill9();
+    server.restart();
+    let mut client = server.client().await;
+    assert_eq!(get(&mut client, "daily_best", "ann", "daily", 0).await, Some(30));
+    assert_eq!(get(&mut client, "daily_best", "ann", "daily", -1).await, Some(50));
+    assert_eq!(get(&mut client, "daily_best", "ann", "all", 0).await, Some(50));
+    let rank = client.rank("daily_best", "ann").await.unwrap().expect("ranked today");
+    assert_eq!((rank.rank, rank.score, rank.count), (1, 30, 1));
+}
