@@ -18,6 +18,11 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   apt_install prometheus
 fi
 
+if ! command -v redis-server >/dev/null; then
+  echo "installing Debian's redis-server package for tests/bench_smoke.rs (the Redis comparison)"
+  apt_install redis-server
+fi
+
 if ! python3 -c 'import msgpack' 2>/dev/null; then
   echo "installing the Python msgpack package for tests/python_client.rs"
   python3 -m pip install --quiet --disable-pip-version-check msgpack

@@ -80,8 +80,9 @@ pub enum Command {
     },
     /// All boards.
     Boards(ClientArgs),
-    /// Load-generate against a running server and report throughput and latency.
-    Bench(crate::bench::BenchArgs),
+    /// Load-generate against a running rankd (or Redis, `--target redis://...`)
+    /// and report throughput and latency; `rankd bench sweep` compares shard counts.
+    Bench(Box<crate::bench::BenchCommand>),
 }
 
 /// Where a client subcommand connects and how it prints.

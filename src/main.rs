@@ -26,25 +26,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Command::Bench(args) => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => return fail(&e),
-            };
-            match runtime.block_on(rankd::bench::run(&args)) {
-                Ok(report) => {
-                    rankd::bench::print(&report);
-                    if let Some(path) = &args.json {
-                        let json = serde_json::to_string_pretty(&report).unwrap_or_default();
-                        if let Err(e) = std::fs::write(path, json) {
-                            return fail(&e);
-                        }
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&e),
-            }
-        }
+        Command::Bench(command) => rankd::bench::main(*command),
         client => {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt,

@@ -1,0 +1,247 @@
+//! Criterion micro-benchmarks of the engine's hot paths (see `benches/README.md`).
+//!
+//! - `tree/{add,rank}/<N>`: one count-tree update and one rank on a tree
+//!   prefilled with N players, at the default branching factor (16). An `add`
+//!   is one player *moving*: `add(old, -1)` then `add(new, +1)`.
+//! - `tree_branching/{add,rank}/<factor>`: the same two operations for every
+//!   factor in `BRANCHINGS`, at the smallest N, so the default factor can be
+//!   chosen by measurement.
+//! - `shard_commit/<durability>/<batch>`: staging a batch of 1k or 10k `set`s
+//!   for random players of a prefilled board in a real `Shard` (fjall in a
+//!   temporary directory), then `commit()`.
+//!
+//! Sizes: the env var `RANKD_BENCH_PLAYERS` is a comma list of tree sizes
+//! (default `1000000,10000000`; `_` and `k`/`M` suffixes are accepted, e.g.
+//! `10k,1M`). The branching sweep uses the smallest size; the shard board
+//! holds `min(100000, smallest size)` players. CI runs a quick pass with
+//!
+//! ```sh
+//! RANKD_BENCH_PLAYERS=10000 cargo bench --benches -- --test
+//! ```
+//!
+//! Keys are `tree_key(score_key(score, Desc), tiebreak)` with uniformly random
+//! 64-bit scores and an ordinal tiebreak (the arrival sequence). Every random
+//! input is precomputed with a fixed seed, outside the timed code, and fixtures
+//! are built lazily the first time their benchmark runs, so a filter such as
+//! `cargo bench --bench engine -- shard_commit` does not build 10M-player trees.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rankd_shards::key::{score_key, tiebreak, tree_key};
+use rankd_shards::tree::{BRANCHINGS, DEFAULT_BRANCHING};
+use rankd_shards::{Board, BoardConfig, CountTree, Durability, Mode, Order, Shard, ShardOptions, Ties};
+use tempfile::TempDir;
+
+/// Comma list of tree sizes.
+const PLAYERS_VAR: &str = "RANKD_BENCH_PLAYERS";
+const DEFAULT_PLAYERS: &str = "1000000,10000000";
+/// Players on the shard benchmarks' board (capped by the smallest tree size).
+const SHARD_PLAYERS: usize = 100_000;
+/// Random moves precomputed per tree fixture; the ring replays them and then
+/// undoes them in reverse, so it can cycle forever and stays valid.
+const MOVES: usize = 1 << 17;
+/// Precomputed rank probes per tree fixture.
+const PROBES: usize = 1 << 18;
+const SEED: u64 = 0x7261_6e6b_6400_0001;
+
+fn player_counts() -> Vec<usize> {
+    let raw = std::env::var(PLAYERS_VAR).unwrap_or_else(|_| DEFAULT_PLAYERS.to_string());
+    let mut sizes: Vec<usize> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| parse_size(s).unwrap_or_else(|| panic!("{PLAYERS_VAR}: `{s}` is not a player count")))
+        .collect();
+    assert!(!sizes.is_empty(), "{PLAYERS_VAR} lists no sizes");
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.replace('_', "");
+    let (digits, scale) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1_000),
+        b'm' | b'M' => (&s[..s.len() - 1], 1_000_000),
+        _ => (s.as_str(), 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale).filter(|&n| n > 0)
+}
+
+/// `1000000` -> `1M`, `10000` -> `10k`.
+fn label(n: usize) -> String {
+    match n {
+        n if n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+fn key(score: i64, seq: u64) -> u128 {
+    tree_key(score_key(score, Order::Desc), tiebreak(Ties::Ordinal, "", seq))
+}
+
+/// A prefilled tree and the precomputed inputs of its benchmarks.
+struct TreeFixture {
+    tree: CountTree,
+    /// `(old, new)` key moves; cycling through them is always valid.
+    moves: Vec<(u128, u128)>,
+    next_move: usize,
+    /// Keys of existing players.
+    probes: Vec<u128>,
+    next_probe: usize,
+}
+
+impl TreeFixture {
+    fn new(players: usize, branching: u32) -> Self {
+        let mut rng = StdRng::seed_from_u64(SEED ^ players as u64);
+        let mut tree = CountTree::new(branching).expect("branching from BRANCHINGS");
+        let mut keys: Vec<u128> = (0..players as u64).map(|seq| key(rng.gen(), seq)).collect();
+        for &k in &keys {
+            tree.add(k, 1);
+        }
+        // The shard checkpoints dirty leaves every 100k changes; start clean.
+        tree.clear_dirty();
+        let probes = (0..PROBES).map(|_| keys[rng.gen_range(0..players)]).collect();
+        let mut moves = Vec::with_capacity(2 * MOVES);
+        for i in 0..MOVES {
+            let player = rng.gen_range(0..players);
+            let new = key(rng.gen(), (players + i) as u64);
+            moves.push((keys[player], new));
+            keys[player] = new;
+        }
+        // Undo in reverse order: the ring ends where it started.
+        let undo: Vec<(u128, u128)> = moves.iter().rev().map(|&(old, new)| (new, old)).collect();
+        moves.extend(undo);
+        Self { tree, moves, next_move: 0, probes, next_probe: 0 }
+    }
+
+    /// One player moves: its old key leaves, its new key arrives.
+    #[inline]
+    fn add(&mut self) {
+        let (old, new) = self.moves[self.next_move];
+        self.next_move += 1;
+        if self.next_move == self.moves.len() {
+            self.next_move = 0;
+            // Like a checkpoint: keeps the dirty set the size it has in a shard.
+            self.tree.clear_dirty();
+        }
+        self.tree.add(old, -1);
+        self.tree.add(new, 1);
+    }
+
+    /// The rank of an existing player (players strictly before its key).
+    #[inline]
+    fn rank(&mut self) -> u64 {
+        let probe = self.probes[self.next_probe];
+        self.next_probe = (self.next_probe + 1) % self.probes.len();
+        self.tree.count_before(probe)
+    }
+}
+
+/// Registers `add` and `rank` benchmarks sharing one lazily built fixture.
+fn add_and_rank(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    param: &str,
+    players: usize,
+    branching: u32,
+) {
+    let mut fixture: Option<TreeFixture> = None;
+    group.bench_function(BenchmarkId::new("add", param), |b| {
+        let fx = fixture.get_or_insert_with(|| TreeFixture::new(players, branching));
+        b.iter(|| fx.add());
+    });
+    group.bench_function(BenchmarkId::new("rank", param), |b| {
+        let fx = fixture.get_or_insert_with(|| TreeFixture::new(players, branching));
+        b.iter(|| black_box(fx.rank()));
+    });
+}
+
+fn tree(c: &mut Criterion) {
+    let mut group = c.benchmark_group("tree");
+    group.throughput(Throughput::Elements(1));
+    for players in player_counts() {
+        add_and_rank(&mut group, &label(players), players, DEFAULT_BRANCHING);
+    }
+    group.finish();
+}
+
+fn tree_branching(c: &mut Criterion) {
+    let players = player_counts()[0];
+    let mut group = c.benchmark_group("tree_branching");
+    group.throughput(Throughput::Elements(1));
+    for branching in BRANCHINGS {
+        add_and_rank(&mut group, &branching.to_string(), players, branching);
+    }
+    group.finish();
+}
+
+/// A shard holding one board of prefilled players.
+struct ShardFixture {
+    // Declared before `_dir` so the database closes before its files go.
+    shard: Shard,
+    board: Board,
+    names: Vec<String>,
+    seq: u64,
+    rng: StdRng,
+    _dir: TempDir,
+}
+
+impl ShardFixture {
+    fn new(players: usize, durability: Durability) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let options = ShardOptions { durability, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options).expect("open shard");
+        let board = Board { id: 1, name: "bench".to_string(), config: BoardConfig::default() };
+        let names: Vec<String> = (0..players).map(|i| format!("player-{i:08}")).collect();
+        let mut rng = StdRng::seed_from_u64(SEED ^ 0x5a4d);
+        let mut seq = 0;
+        for chunk in names.chunks(10_000) {
+            for name in chunk {
+                seq += 1;
+                shard.write(&board, name, rng.gen_range(0..1_000_000), Mode::Set, seq).expect("prefill write");
+            }
+            shard.commit().expect("prefill commit");
+        }
+        Self { shard, board, names, seq, rng, _dir: dir }
+    }
+}
+
+fn shard_commit(c: &mut Criterion) {
+    let players = SHARD_PLAYERS.min(player_counts()[0]);
+    let mut group = c.benchmark_group("shard_commit");
+    // Iterations take milliseconds (10k writes: ~0.1 s): equal-sized samples.
+    group.sampling_mode(SamplingMode::Flat).sample_size(10);
+    let cases = [
+        (Durability::Buffered, "buffered", 1_000),
+        (Durability::Buffered, "buffered", 10_000),
+        (Durability::Sync, "sync", 1_000),
+    ];
+    let mut fixtures: [Option<ShardFixture>; 2] = [None, None];
+    for (durability, name, batch) in cases {
+        let fixture = &mut fixtures[usize::from(durability == Durability::Sync)];
+        group.throughput(Throughput::Elements(batch as u64));
+        group.bench_function(BenchmarkId::new(name, label(batch)), |b| {
+            let ShardFixture { shard, board, names, seq, rng, .. } =
+                fixture.get_or_insert_with(|| ShardFixture::new(players, durability));
+            b.iter_batched(
+                || (0..batch).map(|_| (rng.gen_range(0..names.len()), rng.gen_range(0..1_000_000))).collect::<Vec<_>>(),
+                |writes| {
+                    for (player, score) in writes {
+                        *seq += 1;
+                        shard.write(board, &names[player], score, Mode::Set, *seq).expect("write");
+                    }
+                    shard.commit().expect("commit")
+                },
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tree, tree_branching, shard_commit);
+criterion_main!(benches);

@@ -1,0 +1,221 @@
+//! `sweep.png`: throughput and p99 latency against shard count, with Redis
+//! as a horizontal reference line. Text needs a TrueType font, loaded at run
+//! time (DejaVu Sans, or `RANKD_CHART_FONT`); without one the chart is drawn
+//! without any text rather than not at all.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// The font used when `RANKD_CHART_FONT` is not set.
+pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+const FAMILY: &str = "sans-serif";
+const RANKD_COLOR: RGBColor = RGBColor(31, 119, 180);
+const REDIS_COLOR: RGBColor = RGBColor(214, 39, 40);
+
+/// One rankd run of the sweep.
+#[derive(Debug, Clone, Copy)]
+pub struct Point {
+    /// Shard count.
+    pub shards: usize,
+    /// Throughput.
+    pub ops_per_sec: f64,
+    /// p99 latency, microseconds.
+    pub p99_us: u64,
+}
+
+/// Registers the font once; whether text can be drawn.
+fn font_ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        let path = std::env::var_os("RANKD_CHART_FONT").map_or_else(|| PathBuf::from(DEFAULT_FONT), PathBuf::from);
+        let registered = std::fs::read(&path).ok().is_some_and(|bytes| {
+            // plotters keeps fonts for the life of the process.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font(FAMILY, FontStyle::Normal, bytes).is_ok()
+        });
+        if !registered {
+            eprintln!("rankd bench: no usable font at {}; drawing the chart without text", path.display());
+        }
+        registered
+    })
+}
+
+/// Draws the 1000x600 chart to `path` (PNG).
+pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<(f64, u64)>) -> Result<(), String> {
+    draw_with(path, title, points, redis, font_ready())
+}
+
+struct Panel<'a> {
+    y_desc: &'a str,
+    points: Vec<(i32, f64)>,
+    reference: Option<f64>,
+    /// Formats a value, given the axis top (for the number of decimals).
+    format: fn(f64, f64) -> String,
+    legend_left: bool,
+}
+
+fn format_rate(v: f64, _top: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn format_ms(v: f64, top: f64) -> String {
+    if top >= 100.0 {
+        format!("{v:.0}")
+    } else if top >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+pub(crate) fn draw_with(
+    path: &Path,
+    title: &str,
+    points: &[Point],
+    redis: Option<(f64, u64)>,
+    text: bool,
+) -> Result<(), String> {
+    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let body = if text { root.titled(title, (FAMILY, 22)).map_err(err)? } else { root.margin(10, 0, 0, 0) };
+    let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
+    let x_max = points.iter().map(|p| p.shards).max().unwrap_or(1) as i32 + 1;
+    let throughput = Panel {
+        y_desc: "throughput (ops/s)",
+        points: points.iter().map(|p| (p.shards as i32, p.ops_per_sec)).collect(),
+        reference: redis.map(|r| r.0),
+        format: format_rate,
+        legend_left: true,
+    };
+    let latency = Panel {
+        y_desc: "p99 latency (ms)",
+        points: points.iter().map(|p| (p.shards as i32, p.p99_us as f64 / 1000.0)).collect(),
+        reference: redis.map(|r| r.1 as f64 / 1000.0),
+        format: format_ms,
+        legend_left: false,
+    };
+    draw_panel(&top, &throughput, x_max, text)?;
+    draw_panel(&bottom, &latency, x_max, text)?;
+    root.present().map_err(err)
+}
+
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    x_max: i32,
+    text: bool,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let y_top = panel.points.iter().map(|p| p.1).chain(panel.reference).fold(0.0, f64::max).max(1e-6) * 1.25;
+    let mut builder = ChartBuilder::on(area);
+    builder.margin(12);
+    if text {
+        builder.x_label_area_size(42).y_label_area_size(80);
+    }
+    let mut chart = builder.build_cartesian_2d(0..x_max, 0.0..y_top).map_err(err)?;
+    let format = panel.format;
+    if text {
+        chart
+            .configure_mesh()
+            .x_desc("shards")
+            .y_desc(panel.y_desc)
+            .x_labels((x_max as usize + 1).min(17))
+            .y_labels(6)
+            .y_label_formatter(&|v| format(*v, y_top))
+            .label_style((FAMILY, 14))
+            .axis_desc_style((FAMILY, 15))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(err)?;
+    } else {
+        // Axes and a light grid, drawn by hand: the mesh would need text.
+        let grid = BLACK.mix(0.15);
+        for i in 1..=5 {
+            let y = y_top * f64::from(i) / 5.0;
+            chart.draw_series(LineSeries::new([(0, y), (x_max, y)], grid)).map_err(err)?;
+        }
+        for &(x, _) in &panel.points {
+            chart.draw_series(LineSeries::new([(x, 0.0), (x, y_top)], grid)).map_err(err)?;
+        }
+        chart.draw_series(LineSeries::new([(0, y_top), (0, 0.0), (x_max, 0.0)], BLACK)).map_err(err)?;
+    }
+
+    let line =
+        chart.draw_series(LineSeries::new(panel.points.iter().copied(), RANKD_COLOR.stroke_width(3))).map_err(err)?;
+    if text {
+        line.label("rankd").legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], RANKD_COLOR.stroke_width(3)));
+    }
+    chart.draw_series(panel.points.iter().map(|&p| Circle::new(p, 5, RANKD_COLOR.filled()))).map_err(err)?;
+    if text {
+        chart
+            .draw_series(
+                panel.points.iter().map(|&(x, y)| {
+                    EmptyElement::at((x, y)) + Text::new(format(y, y), (8, -20), (FAMILY, 14).into_font())
+                }),
+            )
+            .map_err(err)?;
+    }
+    if let Some(r) = panel.reference {
+        let line =
+            chart.draw_series(LineSeries::new([(0, r), (x_max, r)], REDIS_COLOR.stroke_width(2))).map_err(err)?;
+        if text {
+            line.label("redis")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], REDIS_COLOR.stroke_width(2)));
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((x_max, r))
+                        + Text::new(
+                            format!("redis {}", format(r, r)),
+                            (-110, -20),
+                            (FAMILY, 15).into_font().color(&REDIS_COLOR),
+                        ),
+                ))
+                .map_err(err)?;
+        }
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .position(if panel.legend_left { SeriesLabelPosition::UpperLeft } else { SeriesLabelPosition::UpperRight })
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.5))
+            .label_font((FAMILY, 14))
+            .draw()
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_a_png_without_a_font() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sweep.png");
+        let points = [
+            Point { shards: 1, ops_per_sec: 10_000.0, p99_us: 9000 },
+            Point { shards: 2, ops_per_sec: 18_000.0, p99_us: 7000 },
+            Point { shards: 4, ops_per_sec: 30_000.0, p99_us: 6000 },
+        ];
+        draw_with(&path, "title", &points, Some((25_000.0, 4000)), false).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    }
+}

@@ -1,0 +1,234 @@
+//! `rankd bench sweep`: the same load against a fresh `rankd serve` for each
+//! shard count (this executable, on loopback, with a fresh data dir, stopped
+//! with SIGTERM afterwards), and optionally once against Redis as a
+//! reference; writes `sweep.csv`, `sweep.json` and `sweep.png`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::chart::{self, Point};
+use super::{csv_field, print, run_on, BenchError, LoadArgs, Report, Target, Workload};
+
+/// `rankd bench sweep` flags.
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    /// Shard counts to try, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub shards: Vec<usize>,
+    /// Also run the load once against this Redis (`redis://host:port`) as a
+    /// reference; its board is emptied with DEL first.
+    #[arg(long)]
+    pub redis: Option<String>,
+    /// Where sweep.csv, sweep.json and sweep.png are written.
+    #[arg(long, default_value = "bench-results")]
+    pub out_dir: PathBuf,
+    /// An extra flag for every `rankd serve`, e.g. `--serve-arg=--durability=buffered` (repeatable).
+    #[arg(long = "serve-arg", allow_hyphen_values = true)]
+    pub serve_args: Vec<String>,
+    /// The load.
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// The CSV header of `sweep.csv`.
+pub const SWEEP_CSV_HEADER: &str = "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target";
+
+fn sweep_row(shards: Option<usize>, report: &Report) -> String {
+    [
+        shards.map(|s| s.to_string()).unwrap_or_default(),
+        format!("{:?}", report.workload).to_lowercase(),
+        format!("{:.1}", report.ops_per_sec),
+        report.p50_us.to_string(),
+        report.p99_us.to_string(),
+        report.p999_us.to_string(),
+        csv_field(&report.target),
+    ]
+    .join(",")
+}
+
+/// Runs the sweep.
+pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), BenchError> {
+    args.load.validate()?;
+    if args.shards.is_empty() || args.shards.iter().any(|s| !(1..=256).contains(s)) {
+        return Err(BenchError::Invalid("--shards takes shard counts from 1 to 256, e.g. 1,2,4,8".into()));
+    }
+    let redis = match &args.redis {
+        Some(url) => match Target::parse(url)? {
+            t @ Target::Redis { .. } => Some(t),
+            Target::Rankd(_) => return Err(BenchError::Invalid("--redis takes a redis://host:port URL".into())),
+        },
+        None => None,
+    };
+    let exe = std::env::current_exe()?;
+    std::fs::create_dir_all(&args.out_dir)?;
+
+    let mut runs: Vec<(usize, Report)> = Vec::new();
+    for &shards in &args.shards {
+        eprintln!("sweep: rankd with {shards} shard(s)");
+        let data_dir = fresh_data_dir(shards);
+        let result = (|| {
+            let server = ServeProcess::start(&exe, &data_dir, shards, &args.serve_args)?;
+            let report = runtime.block_on(run_on(&Target::Rankd(server.addr.clone()), &args.load, false));
+            let status = server.stop()?;
+            let report = report?;
+            if !status.success() {
+                eprintln!("sweep: warning: rankd serve --shards {shards} exited with {status} after SIGTERM");
+            }
+            Ok::<_, BenchError>(report)
+        })();
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let report = result?;
+        print(&report);
+        warn_errors(&report);
+        runs.push((shards, report));
+    }
+    let redis_report = match &redis {
+        Some(target) => {
+            eprintln!("sweep: reference run on {}", target.url());
+            let report = runtime.block_on(run_on(target, &args.load, true))?;
+            print(&report);
+            warn_errors(&report);
+            Some(report)
+        }
+        None => None,
+    };
+
+    let mut csv = String::from(SWEEP_CSV_HEADER);
+    csv.push('\n');
+    for (shards, report) in &runs {
+        csv.push_str(&sweep_row(Some(*shards), report));
+        csv.push('\n');
+    }
+    if let Some(report) = &redis_report {
+        csv.push_str(&sweep_row(None, report));
+        csv.push('\n');
+    }
+    let csv_path = args.out_dir.join("sweep.csv");
+    std::fs::write(&csv_path, &csv)?;
+
+    let json = serde_json::json!({
+        "rankd": runs.iter().map(|(shards, r)| serde_json::json!({"shards": shards, "report": r})).collect::<Vec<_>>(),
+        "redis": redis_report,
+    });
+    let json = serde_json::to_string_pretty(&json).map_err(|e| BenchError::Other(e.to_string()))?;
+    std::fs::write(args.out_dir.join("sweep.json"), json + "\n")?;
+
+    let points: Vec<Point> = runs
+        .iter()
+        .map(|(shards, r)| Point { shards: *shards, ops_per_sec: r.ops_per_sec, p99_us: r.p99_us })
+        .collect();
+    let reference = redis_report.as_ref().map(|r| (r.ops_per_sec, r.p99_us));
+    let load = &args.load;
+    let mode = match load.workload {
+        Workload::Set | Workload::Mixed => format!(" (mode {})", load.mode.as_str()),
+        _ => String::new(),
+    };
+    let title = format!(
+        "rankd bench sweep: {}{mode}, {} players, {} x {} in flight",
+        format!("{:?}", load.workload).to_lowercase(),
+        load.players,
+        load.connections,
+        load.pipeline
+    );
+    let png_path = args.out_dir.join("sweep.png");
+    chart::draw(&png_path, &title, &points, reference).map_err(|e| BenchError::Other(format!("sweep.png: {e}")))?;
+    println!("{}", csv.trim_end());
+    eprintln!("sweep: wrote {}, sweep.json and {}", csv_path.display(), png_path.display());
+    Ok(())
+}
+
+fn warn_errors(report: &Report) {
+    if report.errors > 0 {
+        eprintln!("sweep: warning: {} operations answered with an error on {}", report.errors, report.target);
+    }
+}
+
+fn fresh_data_dir(shards: usize) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!("rankd-sweep-{}-{shards}-{nanos}", std::process::id()))
+}
+
+/// A `rankd serve` child process.
+struct ServeProcess {
+    child: Child,
+    addr: String,
+}
+
+impl ServeProcess {
+    /// Starts `exe serve` on loopback ports chosen by the OS and waits for
+    /// its `rankd listening on ADDR metrics ADDR` line.
+    fn start(exe: &Path, data_dir: &Path, shards: usize, extra: &[String]) -> Result<Self, BenchError> {
+        let mut child = Command::new(exe)
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--shards", &shards.to_string()])
+            .args(extra)
+            .env("RANKD_LOG", std::env::var("RANKD_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or_else(|| BenchError::Other("no stdout from rankd serve".into()))?;
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let read = reader.read_line(&mut line);
+        let addr = line
+            .trim()
+            .strip_prefix("rankd listening on ")
+            .and_then(|rest| rest.split(' ').next())
+            .filter(|addr| !addr.is_empty())
+            .map(str::to_string);
+        match (read, addr) {
+            (Ok(_), Some(addr)) => {
+                // Keep draining stdout so the server never blocks on it.
+                std::thread::spawn(move || for _ in reader.lines() {});
+                Ok(Self { child, addr })
+            }
+            (read, _) => {
+                let _ = child.kill();
+                let status = child.wait()?;
+                read?;
+                Err(BenchError::Other(format!(
+                    "rankd serve --shards {shards} did not start ({status}); first line: {:?}",
+                    line.trim()
+                )))
+            }
+        }
+    }
+
+    /// SIGTERM, then waits (60 s at most, then SIGKILL).
+    fn stop(mut self) -> Result<ExitStatus, BenchError> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).stdout(Stdio::null()).status()?;
+        if !sent.success() {
+            return Err(BenchError::Other(format!("kill -TERM {pid} failed ({sent})")));
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(BenchError::Other(format!("rankd serve (pid {pid}) ignored SIGTERM for 60 s; killed")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

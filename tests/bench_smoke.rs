@@ -1,0 +1,171 @@
+//! CI smoke test of `rankd bench` (no timing is asserted): a run against a
+//! real server with JSON and CSV output, a two-point shard sweep with its CSV
+//! and PNG, and a run against a real Redis (`redis-server` must be on PATH;
+//! `scripts/test.sh` installs it).
+
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn rankd_bench(args: &[&str], dir: &Path) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .arg("bench")
+        .args(args)
+        .current_dir(dir)
+        .env("RANKD_LOG", "warn")
+        .output()
+        .expect("run rankd bench");
+    assert!(
+        out.status.success(),
+        "rankd bench {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn read_report(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).expect("JSON report written");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("report is not JSON ({e}): {text}"))
+}
+
+fn assert_clean(report: &Value) {
+    assert!(report["ops"].as_u64().expect("ops") > 0, "no operation succeeded: {report}");
+    assert_eq!(report["errors"].as_u64(), Some(0), "errors: {report}");
+}
+
+#[test]
+fn bench_against_rankd_writes_json_and_csv() {
+    let server = common::Server::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--server",
+        &server.addr,
+        "--duration",
+        "1",
+        "--players",
+        "1000",
+        "--prefill",
+        "--workload",
+        "mixed",
+        "--json",
+        "out.json",
+        "--csv",
+        "out.csv",
+    ];
+    rankd_bench(&args, dir.path());
+    let report = read_report(&dir.path().join("out.json"));
+    assert_clean(&report);
+    assert_eq!(report["workload"], "mixed");
+    assert!(report["target"].as_str().unwrap().starts_with("rankd://"), "{report}");
+    for field in ["p50_us", "p99_us", "p999_us", "max_us", "ops_per_sec"] {
+        assert!(report[field].is_number(), "{field} missing: {report}");
+    }
+    let csv = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "header + one row:\n{csv}");
+    assert!(lines[0].starts_with("target,") && lines[0].contains("ops_per_sec"), "{csv}");
+    assert_eq!(lines[0].split(',').count(), lines[1].split(',').count(), "{csv}");
+
+    // A second run appends a row without a second header (zipf keys this time).
+    let args = ["--server", &server.addr, "--ops", "2000", "--players", "1000", "--distribution", "zipf", "--csv"];
+    rankd_bench(&[&args[..], &["out.csv"]].concat(), dir.path());
+    let csv = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert_eq!(csv.lines().filter(|l| l.starts_with("target,")).count(), 1, "{csv}");
+}
+
+#[test]
+fn sweep_writes_csv_and_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = rankd_bench(
+        &["sweep", "--shards", "1,2", "--duration", "1", "--players", "1000", "--out-dir", "tmp"],
+        dir.path(),
+    );
+    let csv = std::fs::read_to_string(dir.path().join("tmp/sweep.csv")).expect("sweep.csv");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target", "{csv}");
+    assert_eq!(lines.len(), 3, "two data rows:\n{csv}\nstdout:\n{}", String::from_utf8_lossy(&out.stdout));
+    for (line, shards) in lines[1..].iter().zip(["1", "2"]) {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields[0], shards, "{csv}");
+        assert!(fields[2].parse::<f64>().unwrap() > 0.0, "no throughput: {csv}");
+        assert!(fields[6].starts_with("rankd://127.0.0.1:"), "{csv}");
+    }
+    let png = std::fs::read(dir.path().join("tmp/sweep.png")).expect("sweep.png");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "sweep.png is not a PNG");
+}
+
+/// A throwaway `redis-server` on a free loopback port, killed on drop.
+struct Redis {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start() -> Self {
+        let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status();
+        assert!(
+            found.is_ok_and(|s| s.success()),
+            "redis-server is not on PATH: install it (Debian: apt-get install redis-server; \
+             scripts/test.sh does this) to run the Redis comparison smoke test"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let redis = Self { child, port, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen on {port} within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn bench_against_redis() {
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    let target = format!("redis://127.0.0.1:{}", redis.port);
+    for (workload, json) in [("mixed", "mixed.json"), ("around", "around.json")] {
+        let args = [
+            "--target",
+            &target,
+            "--duration",
+            "1",
+            "--players",
+            "1000",
+            "--prefill",
+            "--workload",
+            workload,
+            "--json",
+            json,
+        ];
+        rankd_bench(&args, dir.path());
+        let report = read_report(&dir.path().join(json));
+        assert_clean(&report);
+        assert_eq!(report["target"].as_str(), Some(target.as_str()), "{report}");
+        assert!(report["server_version"].is_string(), "no Redis version: {report}");
+    }
+}
