@@ -80,6 +80,10 @@ pub enum Command {
     },
     /// All boards.
     Boards(ClientArgs),
+    /// Load `board,player,score` rows (CSV or msgpack) into a running server.
+    Import(crate::transfer::ImportArgs),
+    /// Write a board in rank order as CSV.
+    Export(crate::transfer::ExportArgs),
     /// Load-generate against a running rankd (or Redis, `--target redis://...`)
     /// and report throughput and latency; `rankd bench sweep` compares shard counts.
     Bench(Box<crate::bench::BenchCommand>),

@@ -5,6 +5,7 @@
 //! - [`shard`]: the tree-shard actor running the batch loop;
 //! - [`server`]: TCP listener and per-connection pipelining;
 //! - [`client`]: a pipelining Rust client, used by the CLI and the tests;
+//! - [`transfer`]: `rankd import` / `rankd export`;
 //! - [`config`]: CLI flags and the TOML file;
 //! - [`layout`]: what a data dir holds and the check that it fits;
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint;
@@ -23,3 +24,4 @@ pub mod protocol;
 pub mod router;
 pub mod server;
 pub mod shard;
+pub mod transfer;

@@ -27,6 +27,27 @@ fn main() -> ExitCode {
             }
         }
         Command::Bench(command) => rankd::bench::main(*command),
+        Command::Import(args) => block_on(async move {
+            let report = rankd::transfer::import(&args).await?;
+            eprintln!(
+                "imported {} rows in {:.1} s ({:.0} rows/s)",
+                report.rows,
+                report.seconds,
+                report.rows as f64 / report.seconds.max(1e-9)
+            );
+            Ok(())
+        }),
+        Command::Export(args) => block_on(async move {
+            let rows = match &args.out {
+                Some(path) => {
+                    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+                    rankd::transfer::export(&args, &mut file).await?
+                }
+                None => rankd::transfer::export(&args, &mut std::io::stdout().lock()).await?,
+            };
+            eprintln!("exported {rows} rows");
+            Ok(())
+        }),
         client => {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt,
@@ -37,6 +58,17 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+    }
+}
+
+/// Runs a client task on a single-threaded runtime.
+fn block_on(task: impl std::future::Future<Output = Result<(), rankd::transfer::TransferError>>) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => match runtime.block_on(task) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        },
+        Err(e) => fail(&e),
     }
 }
 
