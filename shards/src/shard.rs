@@ -216,6 +216,7 @@ const LOG_ENTRY_LEN: usize = TREE_PREFIX_LEN + 1 + 16 + 16;
 pub const CHECKPOINT_EVERY: u64 = 100_000;
 
 const META_BOARD: &[u8] = b"board/";
+const META_EXPIRING: &[u8] = b"expiring/";
 const META_MAX_SEQ: &[u8] = b"max_seq";
 const META_MAX_BOARD: &[u8] = b"max_board_id";
 const META_BRANCHING: &[u8] = b"branching";
@@ -346,7 +347,16 @@ impl Shard {
             };
             tree.install_leaf(id, &value)?;
         }
-        self.replay_log()
+        self.replay_log()?;
+        // Periods whose deletion a restart interrupted: finish it, never serve them.
+        self.expiring.clear();
+        for item in self.meta.prefix(META_EXPIRING) {
+            let key = item.key()?;
+            let tree = TreeId::from_prefix(&key[META_EXPIRING.len()..]).ok_or(ShardError::Corrupt("expiring key"))?;
+            self.trees.remove(&tree);
+            self.expiring.push_back(tree);
+        }
+        Ok(())
     }
 
     /// Applies the change log on top of the checkpointed leaves.
@@ -422,10 +432,12 @@ impl Shard {
             .filter(|tree| boards.get(&tree.board).is_some_and(|b| window::expired(b, *tree, now)))
             .collect();
         for tree in &newly {
-            if let Some(mut count_tree) = self.trees.remove(tree) {
-                count_tree.clear_dirty();
-            }
+            self.trees.remove(tree);
             self.expiring.push_back(*tree);
+        }
+        if !newly.is_empty() {
+            // Drop the log that could replay them back and remember them.
+            self.checkpoint_with(&newly)?;
         }
         let mut left = budget;
         while left > 0 {
@@ -439,13 +451,15 @@ impl Shard {
                 }
             }
             let done = left > 0;
+            if done {
+                batch.remove(&self.meta, expiring_key(tree));
+            }
             batch.commit()?;
             if done {
                 self.expiring.pop_front();
+                // Cache keys are hashes: the tree's records cannot be picked out.
+                self.cache.get_mut().clear();
             }
-        }
-        if !newly.is_empty() {
-            self.cache.get_mut().clear();
         }
         Ok(newly)
     }
@@ -709,10 +723,20 @@ impl Shard {
     /// Writes every leaf changed since the last checkpoint and deletes the
     /// log records that led to them, in one atomic batch.
     pub fn checkpoint(&mut self) -> Result<(), ShardError> {
+        self.checkpoint_with(&[])
+    }
+
+    /// [`Shard::checkpoint`], also marking `expiring` trees as being deleted
+    /// in the same batch: once the log that could rebuild them is gone, the
+    /// mark is what lets a restart finish deleting them.
+    fn checkpoint_with(&mut self, expiring: &[TreeId]) -> Result<(), ShardError> {
         if self.has_staged() {
             return Err(ShardError::NeedsCommit);
         }
         let mut batch = self.db.batch().durability(Some(self.persist_mode()));
+        for tree in expiring {
+            batch.insert(&self.meta, expiring_key(*tree), []);
+        }
         for (tree_id, tree) in &mut self.trees {
             for (leaf, bytes) in tree.take_dirty() {
                 let key = leaf_key(*tree_id, leaf);
@@ -875,6 +899,12 @@ fn leaf_key(tree: TreeId, leaf: LeafId) -> Vec<u8> {
     let mut key = tree.prefix().to_vec();
     key.extend_from_slice(&leaf.prefix.to_be_bytes());
     key.push(leaf.depth);
+    key
+}
+
+fn expiring_key(tree: TreeId) -> Vec<u8> {
+    let mut key = META_EXPIRING.to_vec();
+    key.extend_from_slice(&tree.prefix());
     key
 }
 
