@@ -145,6 +145,24 @@ pub struct ServeArgs {
     /// When writes are acknowledged [default: sync].
     #[arg(long, value_enum)]
     pub durability: Option<DurabilityArg>,
+    /// Token clients must present with `auth` before any op but `ping`.
+    #[arg(long, env = "RANKD_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// Allow listening on a non-loopback address without `--auth-token`.
+    #[arg(long)]
+    pub allow_unauthenticated_remote: bool,
+    /// Client connections served at once; more are answered `overloaded`
+    /// and closed [default: 4096].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Close a connection with nothing in flight that sent nothing for this
+    /// many seconds (half-open or abandoned clients) [default: 300].
+    #[arg(long)]
+    pub idle_timeout_secs: Option<u64>,
+    /// Commands a shard may have queued before new work for it is answered
+    /// `overloaded` instead of queued [default: 262144].
+    #[arg(long)]
+    pub max_shard_queue: Option<usize>,
     /// Testing only: every commit first sleeps this long (a slow disk).
     #[arg(long, hide = true, default_value_t = 0)]
     pub debug_commit_delay_ms: u64,
@@ -167,6 +185,11 @@ pub struct ServeFile {
     max_frame: Option<usize>,
     max_inflight: Option<usize>,
     durability: Option<DurabilityArg>,
+    auth_token: Option<String>,
+    allow_unauthenticated_remote: Option<bool>,
+    max_connections: Option<usize>,
+    idle_timeout_secs: Option<u64>,
+    max_shard_queue: Option<usize>,
 }
 
 /// Resolved server settings.
@@ -190,10 +213,41 @@ pub struct ServeConfig {
     pub max_inflight: usize,
     /// Durability.
     pub durability: DurabilityArg,
+    /// Required token, if any.
+    pub auth_token: Option<Secret>,
+    /// Max concurrent connections.
+    pub max_connections: usize,
+    /// Idle connection timeout.
+    pub idle_timeout: std::time::Duration,
+    /// Max queued commands per shard.
+    pub max_shard_queue: usize,
     /// Testing only: sleep before each commit.
     pub debug_commit_delay: std::time::Duration,
     /// Benchmarking only: skip per-request and per-batch metrics.
     pub no_request_metrics: bool,
+}
+
+/// A secret setting: never printed, not even in `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl Secret {
+    /// Compares with `candidate` in time that depends only on the lengths,
+    /// never on where the first difference is.
+    pub fn matches(&self, candidate: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), candidate.as_bytes());
+        let mut diff = a.len() ^ b.len();
+        for i in 0..a.len().max(b.len()) {
+            diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+        }
+        diff == 0
+    }
 }
 
 /// A bad setting.
@@ -234,6 +288,12 @@ impl ServeArgs {
             max_frame: self.max_frame.or(file.max_frame).unwrap_or(DEFAULT_MAX_FRAME),
             max_inflight: self.max_inflight.or(file.max_inflight).unwrap_or(4096),
             durability: self.durability.or(file.durability).unwrap_or_default(),
+            auth_token: self.auth_token.clone().or(file.auth_token).filter(|t| !t.is_empty()).map(Secret),
+            max_connections: self.max_connections.or(file.max_connections).unwrap_or(4096),
+            idle_timeout: std::time::Duration::from_secs(
+                self.idle_timeout_secs.or(file.idle_timeout_secs).unwrap_or(300),
+            ),
+            max_shard_queue: self.max_shard_queue.or(file.max_shard_queue).unwrap_or(1 << 18),
             debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
             no_request_metrics: self.no_request_metrics,
         };
@@ -243,6 +303,19 @@ impl ServeArgs {
         rankd_shards::tree::branching_bits(config.branching).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if config.max_batch == 0 || config.max_inflight == 0 {
             return Err(ConfigError::Invalid("--max-batch and --max-inflight must be at least 1".into()));
+        }
+        let allow_remote = self.allow_unauthenticated_remote || file.allow_unauthenticated_remote.unwrap_or(false);
+        if config.auth_token.is_none() && !config.listen.ip().is_loopback() && !allow_remote {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to listen on {} without --auth-token (set RANKD_AUTH_TOKEN, or pass \
+                 --allow-unauthenticated-remote if the network is trusted)",
+                config.listen
+            )));
+        }
+        if config.max_connections == 0 || config.max_shard_queue == 0 || config.idle_timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "--max-connections, --max-shard-queue and --idle-timeout-secs must be at least 1".into(),
+            ));
         }
         if !(64..=64 << 20).contains(&config.max_frame) {
             return Err(ConfigError::Invalid("--max-frame must be 64 bytes to 64 MiB".into()));
@@ -270,5 +343,24 @@ mod tests {
             Err(ConfigError::Parse(..))
         ));
         assert!(ServeArgs { branching: Some(3), ..ServeArgs::default() }.resolve().is_err());
+    }
+
+    #[test]
+    fn remote_listening_needs_a_token_or_an_explicit_opt_in() {
+        let remote: SocketAddr = "0.0.0.0:7070".parse().unwrap();
+        let err = ServeArgs { listen: Some(remote), ..ServeArgs::default() }.resolve().unwrap_err();
+        assert!(err.to_string().contains("--auth-token"), "{err}");
+        let with_token = ServeArgs { listen: Some(remote), auth_token: Some("s3cret".into()), ..ServeArgs::default() };
+        let config = with_token.resolve().unwrap();
+        assert!(!format!("{config:?}").contains("s3cret"), "the token never shows in Debug output");
+        let opted_in = ServeArgs { listen: Some(remote), allow_unauthenticated_remote: true, ..ServeArgs::default() };
+        assert!(opted_in.resolve().is_ok());
+    }
+
+    #[test]
+    fn tokens_compare_exactly() {
+        let secret = Secret("abc".into());
+        assert!(secret.matches("abc"));
+        assert!(!secret.matches("abd") && !secret.matches("ab") && !secret.matches("abcd") && !secret.matches(""));
     }
 }

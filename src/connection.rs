@@ -14,8 +14,15 @@
 //! without serialising ordinary pipelines.
 //!
 //! Bounds: at most `max_inflight` requests per connection are in flight; past
-//! that the server stops reading and TCP pushes back on the client. A frame
-//! over `max_frame` is refused before its body is read.
+//! that the server stops reading and TCP pushes back on the client, so a
+//! client that pipelines without reading replies holds at most
+//! `max_inflight` requests and their replies. A frame over `max_frame` is
+//! refused before its body is read. A connection idle (nothing in flight,
+//! nothing sent) or not reading its replies for `idle_timeout` is closed.
+//!
+//! Auth: with a token configured, every op but `ping` and `auth` is answered
+//! `unauthorized` until `auth` succeeds on the connection; the token is
+//! compared in constant time and never logged.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,10 +36,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use crate::config::Secret;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
-use crate::protocol::{encode_error, encode_reply, FrameError, FrameReader, Op};
+use crate::protocol::{encode_error, encode_reply, FrameError, FrameReader, Op, Reply};
 use crate::router::{Dispatch, Router};
 
 /// Per-connection limits.
@@ -42,6 +50,9 @@ pub struct Limits {
     pub max_frame: usize,
     /// Requests in flight before reading pauses.
     pub max_inflight: usize,
+    /// A connection with nothing in flight that sends nothing this long is
+    /// closed (half-open and abandoned clients).
+    pub idle_timeout: std::time::Duration,
 }
 
 /// Encoded replies of one dispatched batch, how many requests it held, and
@@ -54,10 +65,22 @@ fn is_multi_step(op: &Op) -> bool {
     matches!(op, Op::Rank { .. } | Op::Top { .. } | Op::Around { .. })
 }
 
-/// One decoded frame: a request, or the error to answer in its place.
+/// One decoded frame: a request, the error to answer in its place, or an
+/// answer the connection gives itself (`auth`, `unauthorized`).
 enum Decoded {
     Request(Request),
     Invalid(Rejected),
+    Answered(u64, &'static str, Result<Reply, Error>),
+}
+
+/// How one slot of a dispatched batch gets its reply.
+enum Slot {
+    /// From the router, in order.
+    Routed(&'static str),
+    /// Rejected while decoding.
+    Rejected(Rejected),
+    /// Answered by the connection.
+    Answered(&'static str, Result<Reply, Error>),
 }
 
 struct Connection {
@@ -70,9 +93,28 @@ struct Connection {
     multi_outstanding: usize,
     /// Decoded but not dispatched yet, in order.
     pending: Vec<Decoded>,
+    /// The token this server requires, if any.
+    auth: Option<Arc<Secret>>,
+    /// Whether `auth` succeeded on this connection (or none is required).
+    authenticated: bool,
 }
 
 impl Connection {
+    /// Admits a decoded request: `auth` is answered here, and without a
+    /// successful `auth` every op but `ping` is answered `unauthorized`.
+    fn admit(&mut self, request: Request) -> Decoded {
+        match &request.op {
+            Op::Auth { token } => {
+                let ok = self.auth.as_ref().is_none_or(|secret| secret.matches(token));
+                self.authenticated |= ok;
+                Decoded::Answered(request.id, "auth", if ok { Ok(Reply::Bool(true)) } else { Err(Error::Unauthorized) })
+            }
+            Op::Ping => Decoded::Request(request),
+            op if !self.authenticated => Decoded::Answered(request.id, op.name(), Err(Error::Unauthorized)),
+            _ => Decoded::Request(request),
+        }
+    }
+
     /// Sends the decoded requests to the router as batches. A batch ends
     /// before a write that follows a multi-step read (in the batch or still
     /// in flight); that write stays pending until those reads are answered.
@@ -101,16 +143,16 @@ impl Connection {
     fn dispatch(&mut self, batch: Vec<Decoded>, has_multi: bool) {
         let started = Instant::now();
         let count = batch.len();
-        // Each slot: the request id, and the op's name or why it was rejected.
-        let mut slots: Vec<(u64, Result<&'static str, Rejected>)> = Vec::with_capacity(count);
+        let mut slots: Vec<(u64, Slot)> = Vec::with_capacity(count);
         let mut ops = Vec::with_capacity(count);
         for decoded in batch {
             match decoded {
                 Decoded::Request(Request { id, op }) => {
-                    slots.push((id, Ok(op.name())));
+                    slots.push((id, Slot::Routed(op.name())));
                     ops.push(op);
                 }
-                Decoded::Invalid(rejected) => slots.push((rejected.id, Err(rejected))),
+                Decoded::Invalid(rejected) => slots.push((rejected.id, Slot::Rejected(rejected))),
+                Decoded::Answered(id, name, result) => slots.push((id, Slot::Answered(name, result))),
             }
         }
         // `send` enqueues into the router's mailbox now, preserving order.
@@ -129,27 +171,25 @@ impl Connection {
             let elapsed = started.elapsed();
             let mut out = Vec::with_capacity(count * 48);
             for (id, slot) in slots {
-                match slot {
-                    Ok(name) => {
-                        let result = replies.next().unwrap_or_else(|| Err(Error::Internal("router stopped".into())));
-                        let outcome = match result {
-                            Ok(reply) => {
-                                encode_reply(&mut out, id, &reply);
-                                "ok"
-                            }
-                            Err(error) => {
-                                encode_error(&mut out, id, &error);
-                                error.code()
-                            }
-                        };
-                        if metrics.hot_path {
-                            metrics.op(name).finish(outcome, elapsed);
-                        }
+                let (name, result) = match slot {
+                    Slot::Routed(name) => {
+                        (Some(name), replies.next().unwrap_or_else(|| Err(Error::Internal("router stopped".into()))))
                     }
-                    Err(Rejected { op, error, .. }) => {
-                        op.map_or(&metrics.undecodable, |name| metrics.op(name)).finish(error.code(), elapsed);
+                    Slot::Rejected(Rejected { op, error, .. }) => (op, Err(error)),
+                    Slot::Answered(name, result) => (Some(name), result),
+                };
+                let outcome = match result {
+                    Ok(reply) => {
+                        encode_reply(&mut out, id, &reply);
+                        "ok"
+                    }
+                    Err(error) => {
                         encode_error(&mut out, id, &error);
+                        error.code()
                     }
+                };
+                if metrics.hot_path {
+                    name.map_or(&metrics.undecodable, |name| metrics.op(name)).finish(outcome, elapsed);
                 }
             }
             (out, count, has_multi)
@@ -170,19 +210,31 @@ pub async fn serve(
     stream: TcpStream,
     router: Addr<Router>,
     limits: Limits,
+    auth: Option<Arc<Secret>>,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     metrics.connections_accepted.inc();
     metrics.connections_open.inc();
-    serve_inner(stream, router, limits, metrics.clone(), &mut shutdown).await;
+    serve_inner(stream, router, limits, auth, metrics.clone(), &mut shutdown).await;
     metrics.connections_open.dec();
+}
+
+/// Answers a connection over the limit with one `overloaded` error, then
+/// closes it.
+pub async fn refuse(mut stream: TcpStream, metrics: Arc<Metrics>) {
+    metrics.connections_refused.inc();
+    let mut out = Vec::new();
+    encode_error(&mut out, 0, &Error::Overloaded("too many connections; retry later".into()));
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.write_all(&out)).await;
+    let _ = stream.shutdown().await;
 }
 
 async fn serve_inner(
     stream: TcpStream,
     router: Addr<Router>,
     limits: Limits,
+    auth: Option<Arc<Secret>>,
     metrics: Arc<Metrics>,
     shutdown: &mut watch::Receiver<bool>,
 ) {
@@ -196,7 +248,10 @@ async fn serve_inner(
         inflight_requests: 0,
         multi_outstanding: 0,
         pending: Vec::new(),
+        authenticated: auth.is_none(),
+        auth,
     };
+    let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
     let mut closing = *shutdown.borrow();
     // Received bytes are added to the metric once per reply write, not per frame.
     let mut received = 0u64;
@@ -219,8 +274,10 @@ async fn serve_inner(
                 conn.dispatch_pending();
                 metrics.received_bytes.inc_by(std::mem::take(&mut received));
                 metrics.sent_bytes.inc_by(out.len() as u64);
-                if write_half.write_all(&out).await.is_err() {
-                    return;
+                // A client that stops reading cannot hold the task forever.
+                match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) | Err(_) => return,
                 }
                 out.clear();
             }
@@ -231,10 +288,11 @@ async fn serve_inner(
                     match frame {
                         Ok(Some(body)) => {
                             received += body.len() as u64 + 4;
-                            conn.pending.push(match parse(&body) {
-                                Ok(request) => Decoded::Request(request),
+                            let decoded = match parse(&body) {
+                                Ok(request) => conn.admit(request),
                                 Err(rejected) => Decoded::Invalid(rejected),
-                            });
+                            };
+                            conn.pending.push(decoded);
                         }
                         Ok(None) => closing = true,
                         Err(FrameError::Empty) => {
@@ -261,8 +319,13 @@ async fn serve_inner(
                     frame = frames.next_frame().await;
                 }
                 conn.dispatch_pending();
+                idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
             },
             _ = shutdown.changed(), if !closing => closing = true,
+            () = tokio::time::sleep_until(idle_deadline), if conn.inflight.is_empty() && conn.pending.is_empty() => {
+                // Nothing owed to the client and nothing heard from it.
+                break;
+            }
             else => break,
         }
     }

@@ -87,6 +87,8 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     /// Accepted client connections.
     pub connections_accepted: IntCounter,
+    /// Connections refused at the connection limit.
+    pub connections_refused: IntCounter,
     /// Bytes read from clients.
     pub received_bytes: IntCounter,
     /// Bytes written to clients.
@@ -182,6 +184,10 @@ impl Metrics {
 
         let connections_open = IntGauge::new("rankd_connections_open", "Client connections open.")?;
         let connections_accepted = IntCounter::new("rankd_connections_accepted_total", "Client connections accepted.")?;
+        let connections_refused = IntCounter::new(
+            "rankd_connections_refused_total",
+            "Client connections refused at --max-connections (answered `overloaded`).",
+        )?;
         let received_bytes = IntCounter::new("rankd_received_bytes_total", "Bytes read from clients.")?;
         let sent_bytes = IntCounter::new("rankd_sent_bytes_total", "Bytes written to clients.")?;
         let fanout = HistogramVec::new(
@@ -212,6 +218,7 @@ impl Metrics {
             Box::new(players),
             Box::new(connections_open.clone()),
             Box::new(connections_accepted.clone()),
+            Box::new(connections_refused.clone()),
             Box::new(received_bytes.clone()),
             Box::new(sent_bytes.clone()),
             Box::new(fanout.clone()),
@@ -230,6 +237,7 @@ impl Metrics {
             shards: shard_metrics,
             connections_open,
             connections_accepted,
+            connections_refused,
             received_bytes,
             sent_bytes,
             fanout: FANOUT_OPS.iter().map(|op| fanout.with_label_values(&[op])).collect(),

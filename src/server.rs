@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
-use crate::config::{DurabilityArg, ServeConfig};
+use crate::config::{DurabilityArg, Secret, ServeConfig};
 use crate::connection::{self, Limits};
 use crate::layout;
 use crate::metrics::{self, Metrics};
@@ -129,8 +129,8 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
             let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index, clock)
                 .with_commit_delay(config.debug_commit_delay);
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
-            let depth = metrics.hot_path.then(|| metrics.shards[index].mailbox_depth.clone());
-            links.push(ShardLink { addr, depth });
+            let depth = metrics.shards[index].mailbox_depth.clone();
+            links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue });
             arbiters.push(arbiter);
         }
         let router = Router::new(links.clone(), state, dense, clock, metrics.clone()).start();
@@ -146,8 +146,14 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
         let _ = writeln!(stdout, "rankd listening on {local} metrics {metrics_addr}");
         let _ = stdout.flush();
 
-        let limits = Limits { max_frame: config.max_frame, max_inflight: config.max_inflight };
-        accept_until_signal(listener, router, limits, metrics.clone()).await;
+        let limits = Limits {
+            max_frame: config.max_frame,
+            max_inflight: config.max_inflight,
+            idle_timeout: config.idle_timeout,
+        };
+        let auth = config.auth_token.clone().map(Arc::new);
+        let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
+        accept_until_signal(listener, router, limits, auth, slots, metrics.clone()).await;
         metrics.set_ready(false);
         sync_shards(&links).await;
         for arbiter in &arbiters {
@@ -159,7 +165,14 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
     Ok(())
 }
 
-async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits: Limits, metrics: Arc<Metrics>) {
+async fn accept_until_signal(
+    listener: TcpListener,
+    router: Addr<Router>,
+    limits: Limits,
+    auth: Option<Arc<Secret>>,
+    slots: Arc<tokio::sync::Semaphore>,
+    metrics: Arc<Metrics>,
+) {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // Every connection task holds a clone; when all are dropped, all are done.
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
@@ -169,11 +182,16 @@ async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        // At the connection limit: say so, then close.
+                        actix_rt::spawn(connection::refuse(stream, metrics.clone()));
+                        continue;
+                    };
                     let (router, shutdown, alive) = (router.clone(), shutdown_rx.clone(), alive_tx.clone());
-                    let metrics = metrics.clone();
+                    let (metrics, auth) = (metrics.clone(), auth.clone());
                     actix_rt::spawn(async move {
-                        connection::serve(stream, router, limits, metrics, shutdown).await;
-                        drop(alive);
+                        connection::serve(stream, router, limits, auth, metrics, shutdown).await;
+                        drop((alive, slot));
                     });
                 }
                 Err(e) => {
@@ -197,7 +215,14 @@ async fn accept_until_signal(listener: TcpListener, router: Addr<Router>, limits
 /// Waits until every shard has committed everything queued before now and
 /// prepared a fast restart.
 async fn sync_shards(shards: &[ShardLink]) {
-    let pending: Vec<_> = shards.iter().map(|s| s.ask(Command::Shutdown)).collect();
+    let pending: Vec<_> = shards
+        .iter()
+        .map(|s| {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            s.send_unbounded(vec![(Command::Shutdown, reply)]);
+            answer
+        })
+        .collect();
     for (index, answer) in pending.into_iter().enumerate() {
         match answer.await {
             Ok(Ok(_)) => {}

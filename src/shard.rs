@@ -96,14 +96,21 @@ impl Message for ShardRequest {
 /// An answer computed in the current round, waiting for the round's commit.
 type Held = (oneshot::Sender<Result<Answer, Error>>, Result<Answer, Error>);
 
-/// How the router reaches a shard: its address, and the gauge of requests
-/// sent to it and not yet answered (raised here, lowered by the shard).
+/// How the router reaches a shard: its address, and the count of commands
+/// sent to it and not yet answered (raised here, lowered by the shard; it is
+/// also the `rankd_shard_mailbox_depth` gauge).
+///
+/// The count is the mailbox bound: actix 0.13 enforces no capacity on
+/// `do_send` (actix issue #329), so a link refuses work past `max_queue` and
+/// answers it `overloaded` at once instead of queueing without limit.
 #[derive(Clone)]
 pub struct ShardLink {
     /// The actor.
     pub addr: actix::Addr<ShardActor>,
-    /// `rankd_shard_mailbox_depth` of this shard (`None`: not measured).
-    pub depth: Option<prometheus::IntGauge>,
+    /// Commands queued or in the current round.
+    pub depth: prometheus::IntGauge,
+    /// Most commands that may be queued.
+    pub max_queue: usize,
 }
 
 impl ShardLink {
@@ -114,11 +121,26 @@ impl ShardLink {
         answer
     }
 
-    /// Enqueues several commands as one mailbox message.
+    /// Enqueues several commands as one mailbox message, or answers them all
+    /// `overloaded` if the shard's queue is full.
     pub fn send(&self, items: Vec<ShardItem>) {
-        if let Some(depth) = &self.depth {
-            depth.add(items.len() as i64);
+        let queued = usize::try_from(self.depth.get()).unwrap_or(0);
+        if queued + items.len() > self.max_queue {
+            for (_, reply) in items {
+                let _ = reply.send(Err(Error::Overloaded(format!(
+                    "shard has {queued} commands queued (limit {}); retry later",
+                    self.max_queue
+                ))));
+            }
+            return;
         }
+        self.send_unbounded(items);
+    }
+
+    /// Enqueues regardless of the bound: for control commands (shutdown)
+    /// that must never be shed.
+    pub fn send_unbounded(&self, items: Vec<ShardItem>) {
+        self.depth.add(items.len() as i64);
         self.addr.do_send(ShardRequest { items });
     }
 }
@@ -241,9 +263,7 @@ impl ShardActor {
         }
         let staged = self.shard.has_staged();
         let result = self.shard.commit();
-        if self.metrics.hot_path {
-            metrics.mailbox_depth.sub(held.len() as i64);
-        }
+        metrics.mailbox_depth.sub(held.len() as i64);
         match result {
             Ok(committed) => {
                 if staged && self.metrics.hot_path {

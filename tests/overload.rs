@@ -1,0 +1,138 @@
+//! Overload: a thousand connections pipelining writes without reading a
+//! reply keep the server's memory bounded, get `overloaded` instead of
+//! unbounded queueing, and do not stop other clients from being served;
+//! plus the connection limit and the idle timeout.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use rankd::client::{set_call, Call, Client};
+use rmpv::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// `n` framed `set` requests for distinct players.
+fn set_frames(conn: usize, n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let map = Value::Map(vec![
+            ("id".into(), Value::from(i as u64 + 1)),
+            ("op".into(), "set".into()),
+            ("board".into(), "flood".into()),
+            ("player".into(), Value::from(format!("c{conn}-p{i}"))),
+            ("score".into(), Value::from(i as i64)),
+        ]);
+        let mut body = Vec::new();
+        rmpv::encode::write_value(&mut body, &map).unwrap();
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_greedy_connections_stay_bounded_and_others_are_served() {
+    const FLOODERS: usize = 1000;
+    const PER_CONNECTION: usize = 2000;
+    let server = common::Server::start_with(
+        2,
+        &["--max-inflight", "256", "--max-shard-queue", "20000", "--max-connections", "2000"],
+    );
+    let baseline = server.rss_bytes();
+    let mut flooders = Vec::with_capacity(FLOODERS);
+    for c in 0..FLOODERS {
+        let mut stream = TcpStream::connect(&server.addr).await.expect("connect");
+        let frames = set_frames(c, PER_CONNECTION);
+        // Write what the socket takes without blocking on the rest: the
+        // server stops reading once this connection has 256 requests in flight.
+        let _ = tokio::time::timeout(Duration::from_millis(20), stream.write_all(&frames)).await;
+        flooders.push(stream);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let flooded = server.rss_bytes();
+
+    // A well-behaved client is still served while the flood sits there.
+    let mut client = server.client().await;
+    let started = Instant::now();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), client.ping()).await.expect("ping answered").unwrap(),
+        "pong"
+    );
+    let ping_time = started.elapsed();
+    match client.set("calm", "p", 1, "set").await {
+        Ok(score) => assert_eq!(score, 1),
+        Err(e) => assert_eq!(e.code(), Some("overloaded"), "only shedding may refuse it: {e}"),
+    }
+
+    // The flooders' replies: acknowledged or shed, nothing else.
+    let (mut ok, mut shed) = (0usize, 0usize);
+    for stream in flooders.iter_mut().take(50) {
+        let mut buf = vec![0u8; 1 << 16];
+        let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await else { continue };
+        let mut rest = &buf[..n];
+        while rest.len() >= 4 {
+            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            if rest.len() < 4 + len {
+                break;
+            }
+            let reply = rmpv::decode::read_value(&mut &rest[4..4 + len]).unwrap();
+            match reply["err"]["code"].as_str() {
+                None => ok += 1,
+                Some("overloaded") => shed += 1,
+                Some(other) => panic!("unexpected error code {other}"),
+            }
+            rest = &rest[4 + len..];
+        }
+    }
+    eprintln!(
+        "RSS baseline {} MiB, under {FLOODERS} flooding connections {} MiB; ping in {ping_time:?}; \
+         sampled replies: {ok} acknowledged, {shed} overloaded",
+        baseline >> 20,
+        flooded >> 20
+    );
+    assert!(ok + shed > 0, "the flooders got replies");
+    assert!(shed > 0, "with 256k requests offered and a 20k queue, some were shed");
+    assert!(flooded < 1 << 30, "RSS {} MiB under the flood: not bounded", flooded >> 20);
+    drop(flooders);
+    // Once the flood is gone, everything is normal again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(client.set("calm", "q", 2, "set").await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_are_told_and_closed() {
+    let server = common::Server::start_with(1, &["--max-connections", "3"]);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut c = server.client().await;
+        c.ping().await.unwrap();
+        held.push(c);
+    }
+    let mut extra = Client::connect(server.addr.as_str()).await.unwrap();
+    let reply = extra.read_raw().await.unwrap().expect("one reply before closing");
+    assert_eq!(reply["err"]["code"].as_str(), Some("overloaded"));
+    assert!(extra.read_raw().await.unwrap().is_none(), "then closed");
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = server.client().await;
+    assert_eq!(again.ping().await.unwrap(), "pong", "a freed slot is usable");
+}
+
+#[tokio::test]
+async fn idle_and_half_open_connections_are_closed() {
+    let server = common::Server::start_with(1, &["--idle-timeout-secs", "1"]);
+    let mut idle = TcpStream::connect(&server.addr).await.unwrap();
+    // Half a frame, then silence.
+    idle.write_all(&[0, 0, 0, 50, 0x81]).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await.expect("closed within 5 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "the server closed the idle connection");
+    // An active client is not affected by the timeout.
+    let mut client = server.client().await;
+    for _ in 0..3 {
+        client.call(Call::new("ping")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    client.call(set_call("b", "p", 1, "set")).await.unwrap();
+}
