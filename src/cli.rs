@@ -9,7 +9,7 @@ use crate::config::{ClientArgs, Command};
 /// Runs a client subcommand against a running server; returns the exit code.
 pub async fn run(command: Command) -> Result<(), ClientError> {
     let (args, call, show): (ClientArgs, Call, fn(&Value) -> String) = match command {
-        Command::Serve(_) | Command::Bench(_) | Command::Import(_) | Command::Export(_) => {
+        Command::Serve(_) | Command::Bench(_) | Command::Import(_) | Command::Export(_) | Command::Check { .. } => {
             unreachable!("not a single-request client command")
         }
         Command::Ping(args) => (args, Call::new("ping"), plain),

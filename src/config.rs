@@ -80,6 +80,12 @@ pub enum Command {
     },
     /// All boards.
     Boards(ClientArgs),
+    /// Verify a stopped server's data dir (trees, index and players agree).
+    Check {
+        /// The data dir to check.
+        #[arg(long, default_value = "rankd-data")]
+        data_dir: PathBuf,
+    },
     /// Load `board,player,score` rows (CSV or msgpack) into a running server.
     Import(crate::transfer::ImportArgs),
     /// Write a board in rank order as CSV.

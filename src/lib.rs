@@ -12,6 +12,7 @@
 //! - [`error`]: the one place errors become protocol codes.
 
 pub mod bench;
+pub mod check;
 pub mod cli;
 pub mod client;
 pub mod clock;

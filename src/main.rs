@@ -27,6 +27,16 @@ fn main() -> ExitCode {
             }
         }
         Command::Bench(command) => rankd::bench::main(*command),
+        Command::Check { data_dir } => match rankd::check::check(&data_dir) {
+            Ok(report) => {
+                println!(
+                    "ok: {} shards, {} boards, {} players; trees, index and players agree",
+                    report.shards, report.boards, report.players
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
         Command::Import(args) => block_on(async move {
             let report = rankd::transfer::import(&args).await?;
             eprintln!(

@@ -867,15 +867,48 @@ impl Shard {
         if self.has_staged() {
             return Err(ShardError::NeedsCommit);
         }
+        let inconsistent = |id: &TreeId, what: String| ShardError::Inconsistent(format!("{id:?}: {what}"));
         for (id, tree) in &self.trees {
-            tree.check().map_err(|e| ShardError::Inconsistent(format!("{id:?}: {e}")))?;
-            let indexed = self.index.prefix(id.prefix()).count() as u64;
-            let players = self.players.prefix(id.prefix()).count() as u64;
-            if indexed != tree.total() || players != tree.total() {
-                return Err(ShardError::Inconsistent(format!(
-                    "{id:?}: tree counts {} players, index holds {indexed}, players {players}",
-                    tree.total()
-                )));
+            tree.check().map_err(|e| inconsistent(id, e))?;
+            let Some(board) = self.boards.get(&id.board) else {
+                return Err(inconsistent(id, "tree of a board this shard has no config for".into()));
+            };
+            let (order, ties) = (board.config.order, board.config.ties);
+            // Every index entry matches its player's record, and the tree
+            // holds exactly the keys the index implies.
+            let mut keys = Vec::with_capacity(tree.total() as usize);
+            for item in self.index.prefix(id.prefix()) {
+                let key = item.key()?;
+                let (sk, seq, player) =
+                    key::parse_list_position(ties, &key[TREE_PREFIX_LEN..]).ok_or(ShardError::Corrupt("index key"))?;
+                let record = self
+                    .players
+                    .get(player_key(*id, player))?
+                    .map(|v| Record::decode(&v))
+                    .transpose()?
+                    .ok_or_else(|| inconsistent(id, format!("index lists {player:?} but no record exists")))?;
+                if key::score_key(record.score, order) != sk || (ties == Ties::Ordinal && record.seq != seq) {
+                    return Err(inconsistent(id, format!("index and record of {player:?} disagree")));
+                }
+                keys.push(key::tree_key(sk, key::tiebreak(ties, player, record.seq)));
+            }
+            let players = self.players.prefix(id.prefix()).count();
+            if players != keys.len() {
+                return Err(inconsistent(id, format!("{players} player records but {} index entries", keys.len())));
+            }
+            keys.sort_unstable();
+            let mut expected: Vec<(u128, u64)> = Vec::new();
+            for key in keys {
+                match expected.last_mut() {
+                    Some((last, n)) if *last == key => *n += 1,
+                    _ => expected.push((key, 1)),
+                }
+            }
+            if tree.entries() != expected {
+                return Err(inconsistent(
+                    id,
+                    format!("count tree ({} players) disagrees with the score index", tree.total()),
+                ));
             }
         }
         Ok(())
