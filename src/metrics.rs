@@ -72,6 +72,8 @@ pub struct ShardMetrics {
     pub commit_errors: IntCounter,
     /// Players held, over all boards.
     pub players: IntGauge,
+    /// 1 while writes are refused after a storage failure.
+    pub degraded: IntGauge,
 }
 
 /// All of rankd's metrics.
@@ -165,6 +167,10 @@ impl Metrics {
         let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
         let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
         let players = shard_gauge("rankd_shard_players", "Players held, over all boards.")?;
+        let degraded = shard_gauge(
+            "rankd_shard_degraded",
+            "1 while the shard refuses writes after a storage failure (reads go on; it retries each second).",
+        )?;
         let shard_metrics = (0..shards)
             .map(|i| {
                 let label = i.to_string();
@@ -178,6 +184,7 @@ impl Metrics {
                     writes_applied: writes.with_label_values(&l),
                     commit_errors: errors.with_label_values(&l),
                     players: players.with_label_values(&l),
+                    degraded: degraded.with_label_values(&l),
                 }
             })
             .collect();
@@ -216,6 +223,7 @@ impl Metrics {
             Box::new(writes),
             Box::new(errors),
             Box::new(players),
+            Box::new(degraded),
             Box::new(connections_open.clone()),
             Box::new(connections_accepted.clone()),
             Box::new(connections_refused.clone()),

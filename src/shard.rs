@@ -53,6 +53,18 @@ pub enum Command {
 }
 
 impl Command {
+    /// Commands that change what is stored.
+    fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Self::Write { .. }
+                | Self::WriteMany { .. }
+                | Self::Remove { .. }
+                | Self::EnsureBoard { .. }
+                | Self::DropBoard { .. }
+        )
+    }
+
     /// Reads that scan storage need every earlier write of the round committed.
     fn needs_committed_state(&self) -> bool {
         matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Sync | Self::Shutdown)
@@ -154,7 +166,13 @@ impl Message for Flush {
 
 /// The actor. See the module docs.
 pub struct ShardActor {
-    shard: Shard,
+    /// The engine. `None` only while reopening after a storage failure
+    /// failed; requests then fail with `internal` until it opens again.
+    shard: Option<Shard>,
+    /// Set when a commit failed: writes are refused (never falsely
+    /// acknowledged) while reads go on, and the storage is reopened each
+    /// second until writes work again.
+    degraded: Option<String>,
     /// Commands of the round being gathered.
     queue: Vec<ShardItem>,
     flush_scheduled: bool,
@@ -189,7 +207,8 @@ impl ShardActor {
         Self {
             clock,
             last_expiry_check: i64::MIN,
-            shard,
+            shard: Some(shard),
+            degraded: None,
             queue: Vec::new(),
             flush_scheduled: false,
             max_batch: max_batch.max(1),
@@ -207,7 +226,10 @@ impl ShardActor {
     }
 
     fn run_round(&mut self) {
-        self.shard.set_time(self.clock.now());
+        let now = self.clock.now();
+        if let Some(shard) = &mut self.shard {
+            shard.set_time(now);
+        }
         let queue = std::mem::take(&mut self.queue);
         let observe = self.metrics.hot_path;
         if observe {
@@ -220,7 +242,7 @@ impl ShardActor {
                 self.commit_and_release(&mut held);
             }
             let started = Instant::now();
-            let answer = self.execute(command).map_err(Error::from);
+            let answer = self.execute(command);
             applying += started.elapsed();
             held.push((reply, answer));
         }
@@ -239,8 +261,13 @@ impl ShardActor {
             return;
         }
         self.last_expiry_check = now;
-        self.shard.set_time(now);
-        match self.shard.expire(EXPIRY_BUDGET) {
+        if self.degraded.is_some() {
+            self.try_recover();
+            return;
+        }
+        let Some(shard) = &mut self.shard else { return };
+        shard.set_time(now);
+        match shard.expire(EXPIRY_BUDGET) {
             Ok(expired) if !expired.is_empty() => {
                 tracing::info!(shard = self.index, periods = expired.len(), "expired periods dropped");
                 let mut dense = self.dense.lock();
@@ -253,16 +280,46 @@ impl ShardActor {
         }
     }
 
+    /// Reopens the storage after a failure; on success writes resume.
+    fn try_recover(&mut self) {
+        let metrics = &self.metrics.shards[self.index];
+        let reopened = match self.shard.take() {
+            Some(shard) => shard.reopen(),
+            None => Err(rankd_shards::ShardError::Corrupt("shard closed")),
+        };
+        match reopened {
+            Ok(shard) => {
+                tracing::warn!(shard = self.index, "storage reopened; accepting writes again");
+                metrics.players.set(shard.players() as i64);
+                self.shard = Some(shard);
+                self.degraded = None;
+                metrics.degraded.set(0);
+            }
+            Err(e) => {
+                // Opening failed too: retry next second. Reopening from the
+                // data dir needs no in-memory state, so nothing is lost.
+                tracing::error!(shard = self.index, error = %e, "reopening storage failed; retrying");
+            }
+        }
+    }
+
     /// Commits the staged writes, then answers everything held so far: with
     /// its result if the commit succeeded, with `internal` if it did not (the
     /// in-memory state was rolled back to what is on disk).
     fn commit_and_release(&mut self, held: &mut Vec<Held>) {
         let metrics = &self.metrics.shards[self.index];
-        if !self.commit_delay.is_zero() && self.shard.has_staged() {
+        let Some(shard) = &mut self.shard else {
+            metrics.mailbox_depth.sub(held.len() as i64);
+            for (reply, _) in held.drain(..) {
+                let _ = reply.send(Err(Error::Internal("shard storage is closed; retrying".into())));
+            }
+            return;
+        };
+        if !self.commit_delay.is_zero() && shard.has_staged() {
             std::thread::sleep(self.commit_delay);
         }
-        let staged = self.shard.has_staged();
-        let result = self.shard.commit();
+        let staged = shard.has_staged();
+        let result = shard.commit();
         metrics.mailbox_depth.sub(held.len() as i64);
         match result {
             Ok(committed) => {
@@ -270,10 +327,10 @@ impl ShardActor {
                     metrics.commit_seconds.observe(committed.journal.as_secs_f64() + self.commit_delay.as_secs_f64());
                     metrics.fsync_seconds.observe(committed.sync.as_secs_f64());
                     metrics.writes_applied.inc_by(committed.writes as u64);
-                    metrics.players.set(self.shard.players() as i64);
+                    metrics.players.set(shard.players() as i64);
                 }
                 if !committed.dense.is_empty() {
-                    let branching = self.shard.branching();
+                    let branching = shard.branching();
                     let mut dense = self.dense.lock();
                     for change in committed.dense {
                         // A new period of a dense board starts its index here.
@@ -298,8 +355,14 @@ impl ShardActor {
             }
             Err(err) => {
                 metrics.commit_errors.inc();
-                tracing::error!(shard = self.index, error = %err, "commit failed; the round is answered with `internal`");
+                metrics.degraded.set(1);
+                tracing::error!(
+                    shard = self.index,
+                    error = %err,
+                    "commit failed; the round is answered `internal` and writes stop until storage recovers"
+                );
                 let msg = format!("commit failed: {err}");
+                self.degraded = Some(msg.clone());
                 for (reply, _) in held.drain(..) {
                     let _ = reply.send(Err(Error::Internal(msg.clone())));
                 }
@@ -307,8 +370,19 @@ impl ShardActor {
         }
     }
 
-    fn execute(&mut self, command: Command) -> Result<Answer, ShardError> {
-        let shard = &mut self.shard;
+    fn execute(&mut self, command: Command) -> Result<Answer, Error> {
+        let Some(shard) = &mut self.shard else {
+            return Err(Error::Internal("shard storage is closed; retrying".into()));
+        };
+        if let Some(reason) = &self.degraded {
+            if command.is_write() {
+                return Err(Error::Internal(format!("writes are refused until storage recovers ({reason})")));
+            }
+        }
+        Self::apply(shard, command).map_err(Error::from)
+    }
+
+    fn apply(shard: &mut Shard, command: Command) -> Result<Answer, ShardError> {
         Ok(match command {
             Command::Write { board, player, score, mode, seq } => {
                 Answer::Score(shard.write(&board, &player, score, mode, seq)?)
@@ -340,7 +414,8 @@ impl Actor for ShardActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.metrics.shards[self.index].players.set(self.shard.players() as i64);
+        let players = self.shard.as_ref().map_or(0, Shard::players);
+        self.metrics.shards[self.index].players.set(players as i64);
         // Idle shards still drop expired periods; busy ones do it between rounds.
         actix::AsyncContext::run_interval(ctx, Duration::from_secs(1), |actor, _| actor.maintain());
     }

@@ -231,6 +231,8 @@ pub struct Shard {
     /// The tree change log, one record per committed batch.
     changes: Keyspace,
     options: ShardOptions,
+    /// Where the shard lives, to reopen it after a storage failure.
+    path: std::path::PathBuf,
     trees: HashMap<TreeId, CountTree>,
     boards: HashMap<u64, Board>,
     max_seq: u64,
@@ -274,6 +276,7 @@ impl Shard {
             meta,
             changes,
             options,
+            path: path.to_path_buf(),
             trees: HashMap::new(),
             boards: HashMap::new(),
             max_seq: 0,
@@ -401,6 +404,18 @@ impl Shard {
             }
         }
         Ok(())
+    }
+
+    /// Closes the storage and opens it again: after a failed write fjall
+    /// refuses further writes (it marks the database poisoned), so resuming
+    /// after a disk fault clears means reopening. Recovery replays the
+    /// journal, so the state is exactly what was durably committed.
+    pub fn reopen(self) -> Result<Self, ShardError> {
+        let (path, options, now) = (self.path.clone(), self.options.clone(), self.now);
+        drop(self); // fjall locks the directory: release it first
+        let mut shard = Self::open(&path, options)?;
+        shard.now = now;
+        Ok(shard)
     }
 
     /// Sets the time (Unix seconds, UTC) the next writes are applied at. The
