@@ -45,8 +45,6 @@ pub enum Command {
     CountBefore { tree: TreeId, keys: Vec<u128> },
     /// A slice of the list order; replies [`Answer::List`].
     List { tree: TreeId, ties: Ties, order: Order, position: Vec<u8>, direction: Direction, limit: usize },
-    /// Commit everything before this; replies [`Answer::Done`].
-    Sync,
     /// Commit everything before this and prepare a fast restart (checkpoint
     /// the trees, flush the memtables); replies [`Answer::Done`].
     Shutdown,
@@ -67,7 +65,7 @@ impl Command {
 
     /// Reads that scan storage need every earlier write of the round committed.
     fn needs_committed_state(&self) -> bool {
-        matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Sync | Self::Shutdown)
+        matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Shutdown)
     }
 }
 
@@ -401,7 +399,6 @@ impl ShardActor {
             Command::List { tree, ties, order, position, direction, limit } => {
                 Answer::List(shard.list(tree, ties, order, &position, direction, limit)?)
             }
-            Command::Sync => Answer::Done,
             Command::Shutdown => {
                 shard.prepare_shutdown()?;
                 Answer::Done
