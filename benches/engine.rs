@@ -90,7 +90,8 @@ struct TreeFixture {
     /// `(old, new)` key moves; cycling through them is always valid.
     moves: Vec<(u128, u128)>,
     next_move: usize,
-    /// Keys of existing players.
+    /// Keys players held after the prefill (a rank costs the same whether or
+    /// not the `add` benchmark has moved that player since).
     probes: Vec<u128>,
     next_probe: usize,
 }
