@@ -74,10 +74,6 @@ impl Actor for Router {
 
 type Pending = oneshot::Receiver<Result<Answer, Error>>;
 
-fn ask(shard: &ShardLink, command: Command) -> Pending {
-    shard.ask(command)
-}
-
 /// The first-round shard commands of a client batch, gathered while the
 /// router routes the batch and then sent as ONE message per shard: one
 /// mailbox push and at most one wake-up of each shard thread per batch, not
@@ -149,7 +145,7 @@ impl Read {
     }
 
     fn send_counts(&self, keys: &[u128]) -> Vec<Pending> {
-        self.shards.iter().map(|s| ask(s, Command::CountBefore { tree: self.tree, keys: keys.to_vec() })).collect()
+        self.shards.iter().map(|s| s.ask(Command::CountBefore { tree: self.tree, keys: keys.to_vec() })).collect()
     }
 
     async fn counts(&self, keys: Vec<u128>) -> Result<(Vec<u64>, u64), Error> {
@@ -194,17 +190,14 @@ impl Read {
         let started = Instant::now();
         let config = &self.board.config;
         let pending = self.shards.iter().map(|s| {
-            ask(
-                s,
-                Command::List {
-                    tree: self.tree,
-                    ties: config.ties,
-                    order: config.order,
-                    position: position.clone(),
-                    direction,
-                    limit,
-                },
-            )
+            s.ask(Command::List {
+                tree: self.tree,
+                ties: config.ties,
+                order: config.order,
+                position: position.clone(),
+                direction,
+                limit,
+            })
         });
         let mut all = Vec::new();
         for list in try_join_all(pending.map(answer)).await? {

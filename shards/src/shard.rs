@@ -499,11 +499,6 @@ impl Shard {
         self.staged.ops > 0
     }
 
-    /// Number of players in the open batch's writes.
-    pub fn staged_ops(&self) -> usize {
-        self.staged.ops
-    }
-
     /// Persists `board`'s config in this shard if it is not there yet.
     pub fn ensure_board(&mut self, board: &Board) {
         if self.boards.get(&board.id).is_some_and(|b| b == board) {
