@@ -158,6 +158,12 @@ impl CountTree {
         ids.into_iter().map(|id| (id, self.leaf_at(id).map(encode_leaf))).collect()
     }
 
+    /// Forgets which leaves changed, for trees that are never persisted
+    /// (benchmarks, scratch trees), so the dirty set does not grow.
+    pub fn clear_dirty(&mut self) {
+        self.dirty.clear();
+    }
+
     /// Places a stored leaf back into the tree while loading. Leaves may come
     /// in any order; inner nodes on the way are created as needed.
     pub fn install_leaf(&mut self, id: LeafId, bytes: &[u8]) -> Result<(), CorruptLeaf> {
