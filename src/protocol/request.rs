@@ -135,7 +135,84 @@ pub fn parse(body: &[u8]) -> Result<Request, Rejected> {
 
 type Parsed = (u64, Result<Op, (Option<&'static str>, Error)>);
 
+/// Most msgpack values (at any depth) a request may hold: a full `set_many`
+/// is 3 per entry plus a few fields. Decoding allocates per value, so this
+/// bounds the memory one frame can cost to a few MB whatever its shape
+/// (fuzzing found 1-pair maps cost ~108x their size in a value tree).
+const MAX_VALUES: usize = 3 * MAX_SET_MANY + 256;
+
+/// Walks the msgpack structure without allocating: refuses frames that are
+/// truncated, nest deeper than [`MAX_DEPTH`], or hold more than
+/// [`MAX_VALUES`] values, before any value tree is built.
+fn check_shape(mut buf: &[u8]) -> Result<(), Error> {
+    use rmp::Marker;
+    let bad = |what: &str| Error::BadFrame(format!("not a msgpack value: {what}"));
+    // Values still to read in each open container, innermost last.
+    let mut open: Vec<u64> = vec![1];
+    let mut seen = 0usize;
+    while let Some(left) = open.last_mut() {
+        if *left == 0 {
+            open.pop();
+            continue;
+        }
+        *left -= 1;
+        seen += 1;
+        if seen > MAX_VALUES {
+            return Err(Error::TooLarge(format!("a request may hold at most {MAX_VALUES} msgpack values")));
+        }
+        let marker = rmp::decode::read_marker(&mut buf).map_err(|_| bad("truncated"))?;
+        let mut len = |bytes: usize| -> Result<u64, Error> {
+            let (head, rest) = buf.split_at_checked(bytes).ok_or_else(|| bad("truncated"))?;
+            buf = rest;
+            Ok(head.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+        };
+        let (skip, children) = match marker {
+            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => (0, 0),
+            Marker::U8 | Marker::I8 => (1, 0),
+            Marker::U16 | Marker::I16 => (2, 0),
+            Marker::U32 | Marker::I32 | Marker::F32 => (4, 0),
+            Marker::U64 | Marker::I64 | Marker::F64 => (8, 0),
+            Marker::FixStr(n) => (u64::from(n), 0),
+            Marker::Str8 | Marker::Bin8 => (len(1)?, 0),
+            Marker::Str16 | Marker::Bin16 => (len(2)?, 0),
+            Marker::Str32 | Marker::Bin32 => (len(4)?, 0),
+            Marker::FixExt1 => (2, 0),
+            Marker::FixExt2 => (3, 0),
+            Marker::FixExt4 => (5, 0),
+            Marker::FixExt8 => (9, 0),
+            Marker::FixExt16 => (17, 0),
+            Marker::Ext8 => (len(1)? + 1, 0),
+            Marker::Ext16 => (len(2)? + 1, 0),
+            Marker::Ext32 => (len(4)? + 1, 0),
+            Marker::FixArray(n) => (0, u64::from(n)),
+            Marker::Array16 => (0, len(2)?),
+            Marker::Array32 => (0, len(4)?),
+            Marker::FixMap(n) => (0, 2 * u64::from(n)),
+            Marker::Map16 => (0, 2 * len(2)?),
+            Marker::Map32 => (0, 2 * len(4)?),
+            Marker::Reserved => return Err(bad("reserved marker 0xc1")),
+        };
+        let skip = usize::try_from(skip).map_err(|_| bad("truncated"))?;
+        buf = buf.get(skip..).ok_or_else(|| bad("truncated"))?;
+        if children > 0 {
+            // Every value takes at least a byte: more than remain is a lie.
+            if children > buf.len() as u64 {
+                return Err(bad("a list or map announces more values than the frame holds"));
+            }
+            if open.len() > MAX_DEPTH {
+                return Err(bad("nested too deeply"));
+            }
+            open.push(children);
+        }
+    }
+    if !buf.is_empty() {
+        return Err(Error::BadFrame("frame holds more than one msgpack value".into()));
+    }
+    Ok(())
+}
+
 fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
+    check_shape(body).map_err(|e| (0, e))?;
     let mut rest = body;
     let value = rmpv::decode::read_value_ref_with_max_depth(&mut rest, MAX_DEPTH)
         .map_err(|e| (0, Error::BadFrame(format!("not a msgpack value: {e}"))))?;
@@ -425,6 +502,25 @@ mod tests {
 
         let body = encode(vec![("id", 1.into()), ("op", "top".into()), ("board", "b".into()), ("limit", 1001.into())]);
         assert_eq!(parse(&body).unwrap_err().error.code(), "bad_request");
+    }
+
+    #[test]
+    fn bounds_the_values_a_frame_may_hold() {
+        // A full set_many is fine...
+        let entries: Vec<Value> =
+            (0..MAX_SET_MANY).map(|i| Value::Array(vec![format!("p{i}").into(), Value::from(i as i64)])).collect();
+        let body = encode(vec![
+            ("id", 1.into()),
+            ("op", "set_many".into()),
+            ("board", "b".into()),
+            ("entries", Value::Array(entries)),
+        ]);
+        assert!(matches!(parse(&body), Ok(Request { op: Op::SetMany { .. }, .. })));
+        // ...but a frame of tiny nested values that would cost far more
+        // memory than its size is refused before it is decoded.
+        let many: Vec<Value> = (0..MAX_VALUES).map(|_| Value::Map(vec![(Value::Nil, Value::Nil)])).collect();
+        let body = encode(vec![("id", 1.into()), ("op", "ping".into()), ("x", Value::Array(many))]);
+        assert_eq!(parse(&body).unwrap_err().error.code(), "too_large");
     }
 
     #[test]
