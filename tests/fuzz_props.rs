@@ -467,7 +467,7 @@ fn set_many_limit_is_exact() {
 // ------------------------------------------------------------ properties --
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(20_000))]
 
     /// Random bytes: never a panic; Ok/Err both well-formed.
     #[test]
@@ -488,7 +488,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(1500))]
+    #![proptest_config(config(8_000))]
 
     /// Random structured requests: never a panic; an accepted request holds
     /// exactly the fields sent (or the defaults); id and op errors get the
@@ -598,7 +598,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(600))]
+    #![proptest_config(config(4_000))]
 
     /// FrameReader over a stream of random frames (and garbage), any
     /// max_frame, any read chunking: agrees with the reference splitter.
