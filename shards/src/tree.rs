@@ -55,10 +55,51 @@ enum Node {
     Inner(Box<Inner>),
 }
 
-/// Sorted `(key, count)` pairs of one sub-range.
+/// Sorted keys of one sub-range with their player counts.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Leaf {
-    entries: Vec<(u128, u64)>,
+    entries: Vec<Entry>,
+}
+
+/// One distinct key of a leaf and how many players hold it.
+///
+/// Leaves hold every player, so this layout is most of a tree's memory: a
+/// plain `(u128, u64)` takes 32 bytes (u128 is 16-aligned), this takes 20.
+/// A count saturates at `u32::MAX` players on one key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(4))]
+struct Entry {
+    key_high: u64,
+    key_low: u64,
+    count: u32,
+}
+
+impl Entry {
+    fn new(key: u128, count: u64) -> Self {
+        Self { key_high: (key >> 64) as u64, key_low: key as u64, count: u32::try_from(count).unwrap_or(u32::MAX) }
+    }
+
+    fn key(self) -> u128 {
+        (u128::from(self.key_high) << 64) | u128::from(self.key_low)
+    }
+
+    fn count(self) -> u64 {
+        u64::from(self.count)
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#x}:{}", self.key(), self.count())
+    }
+}
+
+/// Grows a leaf by a quarter rather than doubling: leaves are small and
+/// many, and doubling would leave a third of their memory unused on average.
+fn reserve_one(entries: &mut Vec<Entry>) {
+    if entries.len() == entries.capacity() {
+        entries.reserve_exact(entries.len() / 4 + 1);
+    }
 }
 
 #[derive(Debug)]
@@ -127,8 +168,8 @@ impl CountTree {
         loop {
             match node {
                 Node::Leaf(leaf) => {
-                    let end = leaf.entries.partition_point(|&(k, _)| k < key);
-                    return before + leaf.entries[..end].iter().map(|&(_, c)| c).sum::<u64>();
+                    let end = leaf.entries.partition_point(|e| e.key() < key);
+                    return before + leaf.entries[..end].iter().map(|e| e.count()).sum::<u64>();
                 }
                 Node::Inner(inner) => {
                     let d = digit(key, depth, self.bits);
@@ -171,8 +212,8 @@ impl CountTree {
         if leaf.entries.is_empty() {
             return Ok(());
         }
-        let leaf_total: u64 = leaf.entries.iter().map(|&(_, c)| c).sum();
-        if leaf.entries.iter().any(|&(k, _)| leaf_id_of(k, id.depth, self.bits) != id) {
+        let leaf_total: u64 = leaf.entries.iter().map(|e| e.count()).sum();
+        if leaf.entries.iter().any(|e| leaf_id_of(e.key(), id.depth, self.bits) != id) {
             return Err(CorruptLeaf("leaf key outside its range"));
         }
         if u32::from(id.depth) > max_depth(self.bits) {
@@ -272,18 +313,19 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: 
     match node {
         Node::Leaf(leaf) => {
             dirty.insert(leaf_id_of(key, depth as u8, bits));
-            match leaf.entries.binary_search_by(|&(k, _)| k.cmp(&key)) {
+            match leaf.entries.binary_search_by(|e| e.key().cmp(&key)) {
                 Ok(i) => {
-                    let count = leaf.entries[i].1.saturating_add_signed(delta);
+                    let count = leaf.entries[i].count().saturating_add_signed(delta);
                     if count == 0 {
                         leaf.entries.remove(i);
                     } else {
-                        leaf.entries[i].1 = count;
+                        leaf.entries[i] = Entry::new(key, count);
                     }
                 }
                 Err(i) => {
                     if delta > 0 {
-                        leaf.entries.insert(i, (key, delta.unsigned_abs()));
+                        reserve_one(&mut leaf.entries);
+                        leaf.entries.insert(i, Entry::new(key, delta.unsigned_abs()));
                     }
                 }
             }
@@ -306,16 +348,17 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: 
 
 /// Splits an over-full leaf at `depth` into an inner node with leaf children,
 /// recursing while a child is still over-full.
-fn burst(entries: Vec<(u128, u64)>, bits: u32, depth: u32, dirty: &mut HashSet<LeafId>) -> Node {
+fn burst(entries: Vec<Entry>, bits: u32, depth: u32, dirty: &mut HashSet<LeafId>) -> Node {
     let mut inner = Inner::new(level_width(depth, bits));
-    let mut groups: Vec<Vec<(u128, u64)>> = vec![Vec::new(); inner.counts.len()];
-    for (key, count) in entries {
-        let d = digit(key, depth, bits);
-        inner.counts[d] += count;
-        groups[d].push((key, count));
+    let mut groups: Vec<Vec<Entry>> = vec![Vec::new(); inner.counts.len()];
+    for entry in entries {
+        let d = digit(entry.key(), depth, bits);
+        inner.counts[d] += entry.count();
+        groups[d].push(entry);
     }
-    for (d, group) in groups.into_iter().enumerate() {
-        if let Some(&(first, _)) = group.first() {
+    for (d, mut group) in groups.into_iter().enumerate() {
+        group.shrink_to_fit();
+        if let Some(first) = group.first().map(|e| e.key()) {
             let child_depth = depth + 1;
             let child = if group.len() > LEAF_CAPACITY && child_depth < max_depth(bits) {
                 burst(group, bits, child_depth, dirty)
@@ -331,7 +374,7 @@ fn burst(entries: Vec<(u128, u64)>, bits: u32, depth: u32, dirty: &mut HashSet<L
 
 fn collect(node: &Node, out: &mut Vec<(u128, u64)>) {
     match node {
-        Node::Leaf(leaf) => out.extend_from_slice(&leaf.entries),
+        Node::Leaf(leaf) => out.extend(leaf.entries.iter().map(|e| (e.key(), e.count()))),
         Node::Inner(inner) => inner.children.iter().flatten().for_each(|c| collect(c, out)),
     }
 }
@@ -341,12 +384,12 @@ fn check_node(node: &Node, bits: u32, depth: u32, prefix: u128) -> Result<u64, S
         Node::Leaf(leaf) => {
             let id = LeafId { prefix, depth: depth as u8 };
             for pair in leaf.entries.windows(2) {
-                if pair[0].0 >= pair[1].0 {
+                if pair[0].key() >= pair[1].key() {
                     return Err(format!("leaf {id:?} not sorted"));
                 }
             }
             let mut sum = 0u64;
-            for &(key, count) in &leaf.entries {
+            for (key, count) in leaf.entries.iter().map(|e| (e.key(), e.count())) {
                 if count == 0 || leaf_id_of(key, depth as u8, bits) != id {
                     return Err(format!("leaf {id:?} holds bad entry {key:#x}:{count}"));
                 }
@@ -378,9 +421,9 @@ fn check_node(node: &Node, bits: u32, depth: u32, prefix: u128) -> Result<u64, S
 
 fn encode_leaf(leaf: &Leaf) -> Vec<u8> {
     let mut out = Vec::with_capacity(leaf.entries.len() * 24);
-    for &(key, count) in &leaf.entries {
-        out.extend_from_slice(&key.to_be_bytes());
-        out.extend_from_slice(&count.to_be_bytes());
+    for entry in &leaf.entries {
+        out.extend_from_slice(&entry.key().to_be_bytes());
+        out.extend_from_slice(&entry.count().to_be_bytes());
     }
     out
 }
@@ -394,10 +437,10 @@ fn decode_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         let (key, count) = chunk.split_at(16);
         let key = u128::from_be_bytes(key.try_into().map_err(|_| CorruptLeaf("key"))?);
         let count = u64::from_be_bytes(count.try_into().map_err(|_| CorruptLeaf("count"))?);
-        if count == 0 || entries.last().is_some_and(|&(k, _)| k >= key) {
-            return Err(CorruptLeaf("entries unsorted or empty"));
+        if count == 0 || count > u64::from(u32::MAX) || entries.last().is_some_and(|e: &Entry| e.key() >= key) {
+            return Err(CorruptLeaf("entries unsorted, empty or over-full"));
         }
-        entries.push((key, count));
+        entries.push(Entry::new(key, count));
     }
     Ok(Leaf { entries })
 }
