@@ -1,20 +1,33 @@
 //! The tree-shard actor: a thin actix shell around [`rankd_shards::Shard`]
-//! running the single-writer batch loop ("job aggregation").
+//! running the single-writer batch loop ("job aggregation") with pipelined
+//! group commit.
 //!
 //! Each request lands in the actor's queue. When the mailbox is drained (a
 //! self-notified `Flush` runs only after every queued message was handled) or
 //! the queue reaches `max_batch`, one *round* runs: requests apply in arrival
-//! order — writes staged in memory, reads answered from the staged state —
-//! then the whole round commits as ONE fjall batch with one fsync, and only
-//! then is every request of the round answered. So nobody ever sees a write
-//! that is not durable, and many writes share one fsync.
+//! order — writes staged in memory, reads answered at once from the staged
+//! state. Staged writes are committed as ONE fjall batch and handed, with
+//! their answers, to the shard's *sync thread*, which fsyncs and only then
+//! answers them. While an fsync is in flight the actor keeps serving: reads
+//! are answered, new writes are staged, and when the fsync ends everything
+//! staged meanwhile goes out as the next batch. So:
+//!
+//! - a write is acknowledged only once durable, and many writes share one
+//!   fsync — the busier the shard, the bigger the batch;
+//! - a read never waits for a disk flush (it may reflect writes whose
+//!   acknowledgment is still in flight, which protocol.md allows for reads
+//!   concurrent with writes; it never reflects a write that was refused);
+//! - the actor never blocks on fsync, because it only writes to the journal
+//!   when no fsync holds the journal.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Context, Handler, Message};
 use parking_lot::Mutex;
-use rankd_shards::{Board, DenseIndex, Direction, ListEntry, Mode, Order, Record, Shard, ShardError, Ties, TreeId};
+use rankd_shards::{
+    Board, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, Shard, ShardError, Ties, TreeId,
+};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -67,6 +80,11 @@ impl Command {
     fn needs_committed_state(&self) -> bool {
         matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Shutdown)
     }
+
+    /// Commands answered only once everything before them is durable.
+    fn answers_after_sync(&self) -> bool {
+        self.is_write() || matches!(self, Self::Shutdown)
+    }
 }
 
 /// A shard's answer; the variant is fixed by the [`Command`].
@@ -103,7 +121,7 @@ impl Message for ShardRequest {
     type Result = ();
 }
 
-/// An answer computed in the current round, waiting for the round's commit.
+/// A write's answer, computed when it was staged, waiting for its fsync.
 type Held = (oneshot::Sender<Result<Answer, Error>>, Result<Answer, Error>);
 
 /// How the router reaches a shard: its address, and the count of commands
@@ -162,12 +180,79 @@ impl Message for Flush {
     type Result = ();
 }
 
+/// From the sync thread: `jobs` batches' fsync ended (and their answers
+/// were sent).
+struct SyncDone {
+    jobs: usize,
+    /// Why the fsync failed, if it did: those batches were answered `internal`.
+    failure: Option<String>,
+}
+
+impl Message for SyncDone {
+    type Result = ();
+}
+
+/// A committed batch on its way to the sync thread.
+struct SyncJob {
+    /// Makes the batch durable.
+    handle: DurabilityHandle,
+    /// Which opening of the storage `handle` belongs to: one fsync covers
+    /// every queued job of one opening.
+    generation: u64,
+    /// Writes in the batch (for `rankd_shard_writes_applied_total`).
+    writes: usize,
+    /// The answers to send once durable.
+    replies: Vec<Held>,
+}
+
+/// The shard's sync thread: fsyncs committed batches — one fsync for
+/// whatever queued up meanwhile — then answers them and tells the actor.
+fn run_sync_thread(
+    jobs: std::sync::mpsc::Receiver<SyncJob>,
+    actor: actix::Addr<ShardActor>,
+    metrics: Arc<Metrics>,
+    index: usize,
+) {
+    let metrics = &metrics.shards[index];
+    while let Ok(first) = jobs.recv() {
+        let mut queued = vec![first];
+        queued.extend(jobs.try_iter());
+        let mut queued = queued.into_iter().peekable();
+        while let Some(head) = queued.next() {
+            let generation = head.generation;
+            let mut group = vec![head];
+            while let Some(next) = queued.next_if(|job| job.generation == generation) {
+                group.push(next);
+            }
+            // Syncing the journal once covers every batch written before.
+            let result = group[group.len() - 1].handle.sync();
+            let failure = match result {
+                Ok(took) => {
+                    metrics.fsync_seconds.observe(took.as_secs_f64());
+                    metrics.writes_applied.inc_by(group.iter().map(|job| job.writes as u64).sum());
+                    None
+                }
+                Err(e) => Some(format!("commit failed: {e}")),
+            };
+            let jobs = group.len();
+            for job in group {
+                metrics.mailbox_depth.sub(job.replies.len() as i64);
+                for (reply, answer) in job.replies {
+                    let _ = reply.send(unless_failed(answer, failure.as_deref()));
+                }
+                // `job.handle` drops here: a reopen needs every handle gone.
+            }
+            actor.do_send(SyncDone { jobs, failure });
+        }
+    }
+}
+
 /// The actor. See the module docs.
 pub struct ShardActor {
     /// The engine. `None` only while reopening after a storage failure
     /// failed; requests then fail with `internal` until it opens again.
     shard: Option<Shard>,
-    /// Set when a commit failed: writes are refused (never falsely
+    /// Set when a commit or fsync failed: writes are refused (never falsely
     /// acknowledged) while reads go on, and the storage is reopened each
     /// second until writes work again.
     degraded: Option<String>,
@@ -176,6 +261,15 @@ pub struct ShardActor {
     flush_scheduled: bool,
     /// A round never holds more requests than this, bounding latency and memory.
     max_batch: usize,
+    /// Answers of staged writes, waiting for their batch to be committed.
+    pending: Vec<Held>,
+    /// Committed batches handed to the sync thread and not yet durable.
+    syncs_in_flight: usize,
+    /// The sync thread's queue (see [`run_sync_thread`]); set once started.
+    sync_jobs: Option<std::sync::mpsc::Sender<SyncJob>>,
+    sync_thread: Option<std::thread::JoinHandle<()>>,
+    /// Bumped whenever the storage is reopened (see [`SyncJob::generation`]).
+    generation: u64,
     dense: DenseRegistry,
     metrics: Arc<Metrics>,
     /// This shard's index in `metrics.shards`.
@@ -210,6 +304,11 @@ impl ShardActor {
             queue: Vec::new(),
             flush_scheduled: false,
             max_batch: max_batch.max(1),
+            pending: Vec::new(),
+            syncs_in_flight: 0,
+            sync_jobs: None,
+            sync_thread: None,
+            generation: 0,
             dense,
             metrics,
             index,
@@ -233,21 +332,26 @@ impl ShardActor {
         if observe {
             self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
         }
-        let mut held: Vec<Held> = Vec::with_capacity(queue.len());
         let mut applying = Duration::ZERO;
         for (command, reply) in queue {
             if command.needs_committed_state() {
-                self.commit_and_release(&mut held);
+                self.commit_pending(true);
             }
+            let after_sync = command.answers_after_sync();
             let started = Instant::now();
             let answer = self.execute(command);
             applying += started.elapsed();
-            held.push((reply, answer));
+            if after_sync {
+                self.pending.push((reply, answer));
+            } else {
+                self.metrics.shards[self.index].mailbox_depth.dec();
+                let _ = reply.send(answer);
+            }
         }
         if observe {
             self.metrics.shards[self.index].apply_seconds.observe(applying.as_secs_f64());
         }
-        self.commit_and_release(&mut held);
+        self.commit_pending(false);
         self.maintain();
     }
 
@@ -258,12 +362,16 @@ impl ShardActor {
         if now == self.last_expiry_check {
             return;
         }
-        self.last_expiry_check = now;
         if self.degraded.is_some() {
+            self.last_expiry_check = now;
             self.try_recover();
             return;
         }
         let Some(shard) = &mut self.shard else { return };
+        if shard.has_staged() {
+            return; // a batch waits for the fsync in flight; look again after it
+        }
+        self.last_expiry_check = now;
         shard.set_time(now);
         match shard.expire(EXPIRY_BUDGET) {
             Ok(expired) if !expired.is_empty() => {
@@ -280,11 +388,15 @@ impl ShardActor {
 
     /// Reopens the storage after a failure; on success writes resume.
     fn try_recover(&mut self) {
+        if self.syncs_in_flight > 0 {
+            return; // the sync thread still holds the storage open
+        }
         let metrics = &self.metrics.shards[self.index];
         let reopened = match self.shard.take() {
             Some(shard) => shard.reopen(),
             None => Err(rankd_shards::ShardError::Corrupt("shard closed")),
         };
+        self.generation += 1;
         match reopened {
             Ok(shard) => {
                 tracing::warn!(shard = self.index, "storage reopened; accepting writes again");
@@ -301,14 +413,34 @@ impl ShardActor {
         }
     }
 
-    /// Commits the staged writes, then answers everything held so far: with
-    /// its result if the commit succeeded, with `internal` if it did not (the
-    /// in-memory state was rolled back to what is on disk).
-    fn commit_and_release(&mut self, held: &mut Vec<Held>) {
+    /// Marks the shard degraded after a failed commit or fsync.
+    fn degrade(&mut self, why: String) {
         let metrics = &self.metrics.shards[self.index];
+        metrics.commit_errors.inc();
+        metrics.degraded.set(1);
+        tracing::error!(
+            shard = self.index,
+            error = %why,
+            "commit failed; its writes are answered `internal` and writes stop until storage recovers"
+        );
+        self.degraded = Some(why);
+    }
+
+    /// Commits the staged writes as one batch and hands it with the pending
+    /// answers to the sync thread. Unless `force`d (a read that scans storage
+    /// needs the batch in the memtables), waits while an fsync is in flight:
+    /// [`SyncDone`] calls again, and everything staged meanwhile joins the
+    /// batch. Writing to the journal then would block on the fsync anyway.
+    fn commit_pending(&mut self, force: bool) {
+        if self.pending.is_empty() || (self.syncs_in_flight > 0 && !force) {
+            return;
+        }
+        let all_metrics = self.metrics.clone();
+        let metrics = &all_metrics.shards[self.index];
+        let replies = std::mem::take(&mut self.pending);
         let Some(shard) = &mut self.shard else {
-            metrics.mailbox_depth.sub(held.len() as i64);
-            for (reply, _) in held.drain(..) {
+            metrics.mailbox_depth.sub(replies.len() as i64);
+            for (reply, _) in replies {
                 let _ = reply.send(Err(Error::Internal("shard storage is closed; retrying".into())));
             }
             return;
@@ -317,53 +449,42 @@ impl ShardActor {
             std::thread::sleep(self.commit_delay);
         }
         let staged = shard.has_staged();
-        let result = shard.commit();
-        metrics.mailbox_depth.sub(held.len() as i64);
-        match result {
+        match shard.commit_unsynced() {
             Ok(committed) => {
                 if staged && self.metrics.hot_path {
                     metrics.commit_seconds.observe(committed.journal.as_secs_f64() + self.commit_delay.as_secs_f64());
-                    metrics.fsync_seconds.observe(committed.sync.as_secs_f64());
-                    metrics.writes_applied.inc_by(committed.writes as u64);
                     metrics.players.set(shard.players() as i64);
                 }
                 if !committed.dense.is_empty() {
-                    let branching = shard.branching();
-                    let mut dense = self.dense.lock();
-                    for change in committed.dense {
-                        // A new period of a dense board starts its index here.
-                        let index = match dense.entry(change.tree) {
-                            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                            std::collections::hash_map::Entry::Vacant(e) => match DenseIndex::new(branching) {
-                                Ok(index) => e.insert(index),
-                                Err(_) => continue,
-                            },
-                        };
-                        if let Some(sk) = change.removed {
-                            index.remove(sk);
-                        }
-                        if let Some(sk) = change.added {
-                            index.add(sk, 1);
+                    update_dense(&self.dense, shard.branching(), committed.dense);
+                }
+                let job = SyncJob {
+                    handle: shard.durability_handle(),
+                    generation: self.generation,
+                    writes: committed.writes,
+                    replies,
+                };
+                let unsent = match &self.sync_jobs {
+                    Some(jobs) => jobs.send(job).err().map(|std::sync::mpsc::SendError(job)| job),
+                    None => Some(job),
+                };
+                match unsent {
+                    None => self.syncs_in_flight += 1,
+                    // No sync thread (not started, or stopping): sync here.
+                    Some(job) => {
+                        if let Some(why) = sync_inline(job, metrics) {
+                            self.degrade(why);
                         }
                     }
                 }
-                for (reply, answer) in held.drain(..) {
-                    let _ = reply.send(answer);
-                }
             }
             Err(err) => {
-                metrics.commit_errors.inc();
-                metrics.degraded.set(1);
-                tracing::error!(
-                    shard = self.index,
-                    error = %err,
-                    "commit failed; the round is answered `internal` and writes stop until storage recovers"
-                );
-                let msg = format!("commit failed: {err}");
-                self.degraded = Some(msg.clone());
-                for (reply, _) in held.drain(..) {
-                    let _ = reply.send(Err(Error::Internal(msg.clone())));
+                let why = format!("commit failed: {err}");
+                metrics.mailbox_depth.sub(replies.len() as i64);
+                for (reply, _) in replies {
+                    let _ = reply.send(Err(Error::Internal(why.clone())));
                 }
+                self.degrade(why);
             }
         }
     }
@@ -413,13 +534,32 @@ impl Actor for ShardActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         let players = self.shard.as_ref().map_or(0, Shard::players);
         self.metrics.shards[self.index].players.set(players as i64);
+        let (jobs, queue) = std::sync::mpsc::channel();
+        let (actor, metrics, index) = (actix::AsyncContext::address(ctx), self.metrics.clone(), self.index);
+        match std::thread::Builder::new()
+            .name(format!("rankd-sync-{index}"))
+            .spawn(move || run_sync_thread(queue, actor, metrics, index))
+        {
+            Ok(thread) => {
+                self.sync_jobs = Some(jobs);
+                self.sync_thread = Some(thread);
+            }
+            // Commits then sync on the actor thread: slower, still correct.
+            Err(e) => tracing::error!(shard = index, error = %e, "starting the sync thread failed; syncing inline"),
+        }
         // Idle shards still drop expired periods; busy ones do it between rounds.
         actix::AsyncContext::run_interval(ctx, Duration::from_secs(1), |actor, _| actor.maintain());
     }
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
-        // Never drop staged writes on the way out.
+        // Never drop staged writes on the way out: commit them, let the sync
+        // thread finish every batch (it answers them), then stop it.
         self.run_round();
+        self.commit_pending(true);
+        self.sync_jobs = None;
+        if let Some(thread) = self.sync_thread.take() {
+            let _ = thread.join();
+        }
         actix::Running::Stop
     }
 }
@@ -446,6 +586,66 @@ impl Handler<Flush> for ShardActor {
         if !self.queue.is_empty() {
             self.run_round();
         }
+    }
+}
+
+impl Handler<SyncDone> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, done: SyncDone, _: &mut Self::Context) {
+        self.syncs_in_flight = self.syncs_in_flight.saturating_sub(done.jobs);
+        if let Some(why) = done.failure {
+            if self.degraded.is_none() {
+                self.degrade(why);
+            }
+        }
+        // What was staged during the fsync is the next batch.
+        self.commit_pending(false);
+    }
+}
+
+/// Applies a committed batch's changes of dense trees' score sets to the
+/// engine-wide distinct-score indexes.
+fn update_dense(registry: &DenseRegistry, branching: u32, changes: Vec<rankd_shards::DenseChange>) {
+    let mut dense = registry.lock();
+    for change in changes {
+        // A new period of a dense board starts its index here.
+        let index = match dense.entry(change.tree) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => match DenseIndex::new(branching) {
+                Ok(index) => e.insert(index),
+                Err(_) => continue,
+            },
+        };
+        if let Some(sk) = change.removed {
+            index.remove(sk);
+        }
+        if let Some(sk) = change.added {
+            index.add(sk, 1);
+        }
+    }
+}
+
+/// Makes a batch durable and answers it on the calling thread (when no sync
+/// thread runs); returns why that failed, if it did.
+fn sync_inline(job: SyncJob, metrics: &crate::metrics::ShardMetrics) -> Option<String> {
+    let failure = job.handle.sync().err().map(|e| format!("commit failed: {e}"));
+    if failure.is_none() {
+        metrics.writes_applied.inc_by(job.writes as u64);
+    }
+    metrics.mailbox_depth.sub(job.replies.len() as i64);
+    for (reply, answer) in job.replies {
+        let _ = reply.send(unless_failed(answer, failure.as_deref()));
+    }
+    failure
+}
+
+/// A held answer once its batch's fsync is over: if that failed, a success
+/// becomes `internal` (it may or may not have applied); a refusal stays.
+fn unless_failed(answer: Result<Answer, Error>, failure: Option<&str>) -> Result<Answer, Error> {
+    match (failure, answer) {
+        (Some(why), Ok(_)) => Err(Error::Internal(why.to_string())),
+        (_, answer) => answer,
     }
 }
 

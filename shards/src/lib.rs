@@ -23,5 +23,8 @@ pub use board::{Board, BoardConfig, Mode, Order, Ties, Window};
 pub use dense::DenseIndex;
 pub use error::ShardError;
 pub use key::TreeId;
-pub use shard::{Committed, DenseChange, Direction, Durability, ListEntry, Record, Shard, ShardOptions};
+pub use shard::{
+    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Record, Shard,
+    ShardOptions,
+};
 pub use tree::CountTree;

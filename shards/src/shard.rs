@@ -58,7 +58,13 @@ pub struct ShardOptions {
     /// memtable is also faster to search.
     pub memtable_bytes: u64,
     /// Player records kept in memory (see [`RecordCache`]); 0 disables.
+    /// [`cached_players_for`] turns a memory budget into this.
     pub cached_players: usize,
+    /// fjall flush/compaction threads for this shard. One: with more, fjall
+    /// 3's worker 0 hands compaction messages back to the queue while it
+    /// waits for flushes, and in profiles that ping-pong cost ~10% of the
+    /// server's CPU; the shard's writer is single-threaded anyway.
+    pub worker_threads: usize,
 }
 
 impl Default for ShardOptions {
@@ -69,7 +75,8 @@ impl Default for ShardOptions {
             cache_bytes: 32 << 20,
             checkpoint_every: CHECKPOINT_EVERY,
             memtable_bytes: 8 << 20,
-            cached_players: 4 << 20,
+            cached_players: cached_players_for(64 << 20),
+            worker_threads: 1,
         }
     }
 }
@@ -104,14 +111,33 @@ impl Record {
 /// Keys are the 128-bit xxHash3 of the player's storage key (tree prefix and
 /// name): 16 bytes instead of the name, and a collision is as unlikely as in
 /// content-addressed storage. Absence is cached too (a new player's first
-/// write). The shard is the only writer, so the cache is updated with every
-/// staged write and is always exact; it is cleared whenever the in-memory
-/// state is rebuilt. When full, an arbitrary tenth is evicted: misses only
-/// cost a storage read.
+/// write), as a record with the [`ABSENT`] sequence, so a slot is 32 bytes.
+/// The shard is the only writer, so the cache is updated with every staged
+/// write and is always exact; it is cleared whenever the in-memory state is
+/// rebuilt. When full, an arbitrary tenth is evicted: misses only cost a
+/// storage read.
 #[derive(Debug, Default)]
 struct RecordCache {
-    records: HashMap<u128, Option<Record>>,
+    records: HashMap<u128, Record>,
     capacity: usize,
+}
+
+/// The sequence marking a cached absence (real sequences never reach it).
+const ABSENT: u64 = u64::MAX;
+
+/// Bytes per hash-table slot of [`RecordCache`]: key, record, control byte.
+const CACHE_SLOT_BYTES: u64 = 16 + 16 + 1;
+
+/// How many records a cache of `bytes` holds: the table's slot count is the
+/// largest power of two that fits (hashbrown sizes tables in powers of two)
+/// and it is never filled past 7/8 of it, so it never grows past `bytes`.
+pub fn cached_players_for(bytes: u64) -> usize {
+    let slots = bytes / CACHE_SLOT_BYTES;
+    if slots < 8 {
+        return 0;
+    }
+    let slots = 1u64 << (63 - slots.leading_zeros());
+    usize::try_from(slots / 8 * 7).unwrap_or(usize::MAX)
 }
 
 impl RecordCache {
@@ -120,7 +146,7 @@ impl RecordCache {
     }
 
     fn get(&self, key: u128) -> Option<Option<Record>> {
-        self.records.get(&key).copied()
+        self.records.get(&key).map(|r| (r.seq != ABSENT).then_some(*r))
     }
 
     fn put(&mut self, key: u128, record: Option<Record>) {
@@ -134,7 +160,7 @@ impl RecordCache {
                 evict == 0
             });
         }
-        self.records.insert(key, record);
+        self.records.insert(key, record.unwrap_or(Record { score: 0, seq: ABSENT }));
     }
 
     fn clear(&mut self) {
@@ -208,6 +234,26 @@ pub struct Committed {
     pub sync: Duration,
 }
 
+/// Makes everything a shard has committed so far durable; see
+/// [`Shard::commit_unsynced`].
+#[derive(Clone)]
+pub struct DurabilityHandle {
+    db: Database,
+    mode: PersistMode,
+}
+
+impl DurabilityHandle {
+    /// Flushes the journal to the OS and, under [`Durability::Sync`], fsyncs
+    /// it; returns how long that took. One call covers every batch committed
+    /// before it, which is what group commit shares. A failure poisons the
+    /// storage (fjall refuses later writes): reopen the shard to go on.
+    pub fn sync(&self) -> Result<Duration, ShardError> {
+        let started = Instant::now();
+        self.db.persist(self.mode)?;
+        Ok(started.elapsed())
+    }
+}
+
 /// One logged tree change: a tree key leaves and/or one arrives.
 const LOG_ENTRY_LEN: usize = TREE_PREFIX_LEN + 1 + 16 + 16;
 
@@ -259,7 +305,10 @@ impl Shard {
     pub fn open(path: &Path, options: ShardOptions) -> Result<Self, ShardError> {
         tree::branching_bits(options.branching)?;
         let started = Instant::now();
-        let db = Database::builder(path).cache_size(options.cache_bytes).open()?;
+        let db = Database::builder(path)
+            .cache_size(options.cache_bytes)
+            .worker_threads(options.worker_threads.max(1))
+            .open()?;
         let memtable = options.memtable_bytes;
         let keyspace = |name: &str| db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable));
         let players = keyspace("players")?;
@@ -654,9 +703,37 @@ impl Shard {
         if !self.has_staged() {
             return Ok(Committed::default());
         }
+        let mut committed = self.commit_unsynced()?;
+        match self.durability_handle().sync() {
+            Ok(sync) => {
+                committed.sync = sync;
+                Ok(committed)
+            }
+            Err(err) => {
+                if let Err(reload) = self.load() {
+                    tracing::error!(error = %reload, "reloading shard state after a failed sync failed");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Writes the open batch atomically to the journal and memtables but does
+    /// not make it durable: the caller must call [`DurabilityHandle::sync`]
+    /// (possibly on another thread) and acknowledge the batch only after that
+    /// returns. This is what lets a server pipeline group commit: the writer
+    /// applies and journals the next batch while the previous one is being
+    /// fsynced, and reads never wait for a disk flush.
+    ///
+    /// On failure the in-memory state is rebuilt from disk and the error is
+    /// returned: none of the batch may be acknowledged.
+    pub fn commit_unsynced(&mut self) -> Result<Committed, ShardError> {
+        if !self.has_staged() {
+            return Ok(Committed::default());
+        }
         let staged = std::mem::take(&mut self.staged);
-        match self.write_batch(&staged).and_then(|times| self.maybe_checkpoint().map(|()| times)) {
-            Ok((journal, sync)) => Ok(Committed { dense: staged.dense, writes: staged.writes, journal, sync }),
+        match self.write_batch(&staged).and_then(|journal| self.maybe_checkpoint().map(|()| journal)) {
+            Ok(journal) => Ok(Committed { dense: staged.dense, writes: staged.writes, journal, sync: Duration::ZERO }),
             Err(err) => {
                 // Best effort: if even reading fails, later requests fail too.
                 if let Err(reload) = self.load() {
@@ -667,10 +744,17 @@ impl Shard {
         }
     }
 
-    /// Writes the batch, then persists it; returns how long each took.
-    fn write_batch(&mut self, staged: &Staged) -> Result<(Duration, Duration), ShardError> {
+    /// What makes committed batches durable, detached from the shard so it
+    /// can run on another thread. Holding one keeps the storage open: drop it
+    /// before [`Shard::reopen`].
+    pub fn durability_handle(&self) -> DurabilityHandle {
+        DurabilityHandle { db: self.db.clone(), mode: self.persist_mode() }
+    }
+
+    /// Writes the batch to the journal and memtables; returns how long it took.
+    fn write_batch(&mut self, staged: &Staged) -> Result<Duration, ShardError> {
         let started = Instant::now();
-        // Persisted separately below, so the fsync can be timed on its own.
+        // Made durable separately (see `commit_unsynced`).
         let mut batch = self.db.batch().durability(None);
         for (key, record) in &staged.players {
             match record {
@@ -698,13 +782,11 @@ impl Shard {
             batch.insert(&self.meta, META_MAX_SEQ, self.max_seq.to_be_bytes());
         }
         batch.commit()?;
-        let written = Instant::now();
-        self.db.persist(self.persist_mode())?;
         if !staged.log.is_empty() {
             self.next_log += 1;
             self.logged += (staged.log.len() / LOG_ENTRY_LEN) as u64;
         }
-        Ok((written - started, written.elapsed()))
+        Ok(started.elapsed())
     }
 
     /// Prepares for a fast next start: checkpoints the trees (so no log is
