@@ -169,6 +169,11 @@ pub struct ServeArgs {
     /// `overloaded` instead of queued [default: 262144].
     #[arg(long)]
     pub max_shard_queue: Option<usize>,
+    /// Memory for caches, MiB, shared by all shards: a quarter for storage
+    /// blocks, the rest for player records (a record hit spares a storage
+    /// read on every write and rank) [default: 128].
+    #[arg(long)]
+    pub cache_mb: Option<u64>,
     /// Testing only: every commit first sleeps this long (a slow disk).
     #[arg(long, hide = true, default_value_t = 0)]
     pub debug_commit_delay_ms: u64,
@@ -196,6 +201,7 @@ pub struct ServeFile {
     max_connections: Option<usize>,
     idle_timeout_secs: Option<u64>,
     max_shard_queue: Option<usize>,
+    cache_mb: Option<u64>,
 }
 
 /// Resolved server settings.
@@ -227,6 +233,8 @@ pub struct ServeConfig {
     pub idle_timeout: std::time::Duration,
     /// Max queued commands per shard.
     pub max_shard_queue: usize,
+    /// Cache memory in bytes, all shards together.
+    pub cache_bytes: u64,
     /// Testing only: sleep before each commit.
     pub debug_commit_delay: std::time::Duration,
     /// Benchmarking only: skip per-request and per-batch metrics.
@@ -300,6 +308,7 @@ impl ServeArgs {
                 self.idle_timeout_secs.or(file.idle_timeout_secs).unwrap_or(300),
             ),
             max_shard_queue: self.max_shard_queue.or(file.max_shard_queue).unwrap_or(1 << 18),
+            cache_bytes: self.cache_mb.or(file.cache_mb).unwrap_or(128).saturating_mul(1 << 20),
             debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
             no_request_metrics: self.no_request_metrics,
         };

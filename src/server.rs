@@ -61,6 +61,10 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
             DurabilityArg::Sync => Durability::Sync,
             DurabilityArg::Buffered => Durability::Buffered,
         },
+        // A quarter of the cache budget for fjall's block cache, the rest
+        // for player records, split evenly between the shards.
+        cache_bytes: (config.cache_bytes / 4 / config.shards as u64).max(1 << 20),
+        cached_players: rankd_shards::cached_players_for(config.cache_bytes / 4 * 3 / config.shards as u64),
         ..ShardOptions::default()
     };
     std::thread::scope(|scope| {
