@@ -171,7 +171,7 @@ pub struct ServeArgs {
     pub max_shard_queue: Option<usize>,
     /// Memory for caches, MiB, shared by all shards: a quarter for storage
     /// blocks, the rest for player records (a record hit spares a storage
-    /// read on every write and rank) [default: 128].
+    /// read on every write and rank) [default: 512].
     #[arg(long)]
     pub cache_mb: Option<u64>,
     /// Testing only: every commit first sleeps this long (a slow disk).
@@ -308,7 +308,7 @@ impl ServeArgs {
                 self.idle_timeout_secs.or(file.idle_timeout_secs).unwrap_or(300),
             ),
             max_shard_queue: self.max_shard_queue.or(file.max_shard_queue).unwrap_or(1 << 18),
-            cache_bytes: self.cache_mb.or(file.cache_mb).unwrap_or(128).saturating_mul(1 << 20),
+            cache_bytes: self.cache_mb.or(file.cache_mb).unwrap_or(512).saturating_mul(1 << 20),
             debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
             no_request_metrics: self.no_request_metrics,
         };
