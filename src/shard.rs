@@ -363,8 +363,12 @@ impl ShardActor {
             return;
         }
         if self.degraded.is_some() {
-            self.last_expiry_check = now;
-            self.try_recover();
+            // The sync thread holds the storage open while it has a batch;
+            // if it does, `SyncDone` calls again once it is done.
+            if self.syncs_in_flight == 0 {
+                self.last_expiry_check = now;
+                self.try_recover();
+            }
             return;
         }
         let Some(shard) = &mut self.shard else { return };
@@ -388,9 +392,6 @@ impl ShardActor {
 
     /// Reopens the storage after a failure; on success writes resume.
     fn try_recover(&mut self) {
-        if self.syncs_in_flight > 0 {
-            return; // the sync thread still holds the storage open
-        }
         let metrics = &self.metrics.shards[self.index];
         let reopened = match self.shard.take() {
             Some(shard) => shard.reopen(),
@@ -601,6 +602,9 @@ impl Handler<SyncDone> for ShardActor {
         }
         // What was staged during the fsync is the next batch.
         self.commit_pending(false);
+        if self.degraded.is_some() && self.syncs_in_flight == 0 {
+            self.maintain(); // a recovery may have waited for the sync thread
+        }
     }
 }
 
