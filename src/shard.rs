@@ -224,24 +224,8 @@ fn run_sync_thread(
             while let Some(next) = queued.next_if(|job| job.generation == generation) {
                 group.push(next);
             }
-            // Syncing the journal once covers every batch written before.
-            let result = group[group.len() - 1].handle.sync();
-            let failure = match result {
-                Ok(took) => {
-                    metrics.fsync_seconds.observe(took.as_secs_f64());
-                    metrics.writes_applied.inc_by(group.iter().map(|job| job.writes as u64).sum());
-                    None
-                }
-                Err(e) => Some(format!("commit failed: {e}")),
-            };
             let jobs = group.len();
-            for job in group {
-                metrics.mailbox_depth.sub(job.replies.len() as i64);
-                for (reply, answer) in job.replies {
-                    let _ = reply.send(unless_failed(answer, failure.as_deref()));
-                }
-                // `job.handle` drops here: a reopen needs every handle gone.
-            }
+            let failure = make_durable(group, metrics);
             actor.do_send(SyncDone { jobs, failure });
         }
     }
@@ -436,21 +420,17 @@ impl ShardActor {
         if self.pending.is_empty() || (self.syncs_in_flight > 0 && !force) {
             return;
         }
-        let all_metrics = self.metrics.clone();
-        let metrics = &all_metrics.shards[self.index];
+        let metrics = &self.metrics.shards[self.index];
         let replies = std::mem::take(&mut self.pending);
         let Some(shard) = &mut self.shard else {
-            metrics.mailbox_depth.sub(replies.len() as i64);
-            for (reply, _) in replies {
-                let _ = reply.send(Err(Error::Internal("shard storage is closed; retrying".into())));
-            }
+            answer_all(replies, Some("shard storage is closed; retrying"), metrics);
             return;
         };
         if !self.commit_delay.is_zero() && shard.has_staged() {
             std::thread::sleep(self.commit_delay);
         }
         let staged = shard.has_staged();
-        match shard.commit_unsynced() {
+        let failure = match shard.commit_unsynced() {
             Ok(committed) => {
                 if staged && self.metrics.hot_path {
                     metrics.commit_seconds.observe(committed.journal.as_secs_f64() + self.commit_delay.as_secs_f64());
@@ -470,23 +450,22 @@ impl ShardActor {
                     None => Some(job),
                 };
                 match unsent {
-                    None => self.syncs_in_flight += 1,
-                    // No sync thread (not started, or stopping): sync here.
-                    Some(job) => {
-                        if let Some(why) = sync_inline(job, metrics) {
-                            self.degrade(why);
-                        }
+                    None => {
+                        self.syncs_in_flight += 1;
+                        None
                     }
+                    // No sync thread (not started, or stopping): sync here.
+                    Some(job) => make_durable(vec![job], metrics),
                 }
             }
             Err(err) => {
                 let why = format!("commit failed: {err}");
-                metrics.mailbox_depth.sub(replies.len() as i64);
-                for (reply, _) in replies {
-                    let _ = reply.send(Err(Error::Internal(why.clone())));
-                }
-                self.degrade(why);
+                answer_all(replies, Some(&why), metrics);
+                Some(why)
             }
+        };
+        if let Some(why) = failure {
+            self.degrade(why);
         }
     }
 
@@ -630,22 +609,37 @@ fn update_dense(registry: &DenseRegistry, branching: u32, changes: Vec<rankd_sha
     }
 }
 
-/// Makes a batch durable and answers it on the calling thread (when no sync
-/// thread runs); returns why that failed, if it did.
-fn sync_inline(job: SyncJob, metrics: &crate::metrics::ShardMetrics) -> Option<String> {
-    let failure = job.handle.sync().err().map(|e| format!("commit failed: {e}"));
-    if failure.is_none() {
-        metrics.writes_applied.inc_by(job.writes as u64);
-    }
-    metrics.mailbox_depth.sub(job.replies.len() as i64);
-    for (reply, answer) in job.replies {
-        let _ = reply.send(unless_failed(answer, failure.as_deref()));
+/// Makes `jobs` (batches of one storage opening, oldest first) durable with
+/// one sync — syncing the journal covers every batch written before — then
+/// answers them; returns why the sync failed, if it did.
+fn make_durable(jobs: Vec<SyncJob>, metrics: &crate::metrics::ShardMetrics) -> Option<String> {
+    let last = jobs.last()?;
+    let failure = match last.handle.sync() {
+        Ok(took) => {
+            metrics.fsync_seconds.observe(took.as_secs_f64());
+            metrics.writes_applied.inc_by(jobs.iter().map(|job| job.writes as u64).sum());
+            None
+        }
+        Err(e) => Some(format!("commit failed: {e}")),
+    };
+    for job in jobs {
+        // `job.handle` drops here: a reopen needs every handle gone.
+        answer_all(job.replies, failure.as_deref(), metrics);
     }
     failure
 }
 
-/// A held answer once its batch's fsync is over: if that failed, a success
-/// becomes `internal` (it may or may not have applied); a refusal stays.
+/// Sends held answers and lowers the shard's queue depth by as many.
+fn answer_all(replies: Vec<Held>, failure: Option<&str>, metrics: &crate::metrics::ShardMetrics) {
+    metrics.mailbox_depth.sub(replies.len() as i64);
+    for (reply, answer) in replies {
+        let _ = reply.send(unless_failed(answer, failure));
+    }
+}
+
+/// A held answer once its batch is over: if the commit or sync failed, a
+/// success becomes `internal` (it may or may not have applied); a refusal
+/// (which changed nothing) stays.
 fn unless_failed(answer: Result<Answer, Error>, failure: Option<&str>) -> Result<Answer, Error> {
     match (failure, answer) {
         (Some(why), Ok(_)) => Err(Error::Internal(why.to_string())),

@@ -704,18 +704,18 @@ impl Shard {
             return Ok(Committed::default());
         }
         let mut committed = self.commit_unsynced()?;
-        match self.durability_handle().sync() {
-            Ok(sync) => {
-                committed.sync = sync;
-                Ok(committed)
-            }
-            Err(err) => {
-                if let Err(reload) = self.load() {
-                    tracing::error!(error = %reload, "reloading shard state after a failed sync failed");
-                }
-                Err(err)
-            }
+        committed.sync = self.durability_handle().sync().map_err(|err| self.rolled_back(err))?;
+        Ok(committed)
+    }
+
+    /// After a failed write or sync: rebuilds the in-memory state from disk,
+    /// so it never runs ahead of what is stored, and hands back the error.
+    fn rolled_back(&mut self, err: ShardError) -> ShardError {
+        // Best effort: if even reading fails, later requests fail too.
+        if let Err(reload) = self.load() {
+            tracing::error!(error = %reload, "reloading shard state after a failed commit failed");
         }
+        err
     }
 
     /// Writes the open batch atomically to the journal and memtables but does
@@ -732,16 +732,11 @@ impl Shard {
             return Ok(Committed::default());
         }
         let staged = std::mem::take(&mut self.staged);
-        match self.write_batch(&staged).and_then(|journal| self.maybe_checkpoint().map(|()| journal)) {
-            Ok(journal) => Ok(Committed { dense: staged.dense, writes: staged.writes, journal, sync: Duration::ZERO }),
-            Err(err) => {
-                // Best effort: if even reading fails, later requests fail too.
-                if let Err(reload) = self.load() {
-                    tracing::error!(error = %reload, "reloading shard state after a failed commit failed");
-                }
-                Err(err)
-            }
-        }
+        let journal = self
+            .write_batch(&staged)
+            .and_then(|journal| self.maybe_checkpoint().map(|()| journal))
+            .map_err(|err| self.rolled_back(err))?;
+        Ok(Committed { dense: staged.dense, writes: staged.writes, journal, sync: Duration::ZERO })
     }
 
     /// What makes committed batches durable, detached from the shard so it
