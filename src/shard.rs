@@ -6,19 +6,21 @@
 //! self-notified `Flush` runs only after every queued message was handled) or
 //! the queue reaches `max_batch`, one *round* runs: requests apply in arrival
 //! order — writes staged in memory, reads answered at once from the staged
-//! state. Staged writes are committed as ONE fjall batch and handed, with
-//! their answers, to the shard's *sync thread*, which fsyncs and only then
-//! answers them. While an fsync is in flight the actor keeps serving: reads
-//! are answered, new writes are staged, and when the fsync ends everything
-//! staged meanwhile goes out as the next batch. So:
+//! state. Staged writes are sealed into ONE fjall batch and handed, with
+//! their answers, to the shard's *committer thread*, which writes the batch
+//! to the journal and memtables, fsyncs, and only then answers. While a
+//! batch is with the committer the actor keeps serving: reads are answered,
+//! new writes are staged, and when the committer is done everything staged
+//! meanwhile goes out as the next batch. So:
 //!
 //! - a write is acknowledged only once durable, and many writes share one
 //!   fsync — the busier the shard, the bigger the batch;
-//! - a read never waits for a disk flush (it may reflect writes whose
+//! - a read never waits for storage: not for a flush, not for memtable
+//!   inserts, not for fjall's write stalls (it may reflect writes whose
 //!   acknowledgment is still in flight, which protocol.md allows for reads
 //!   concurrent with writes; it never reflects a write that was refused);
-//! - the actor never blocks on fsync, because it only writes to the journal
-//!   when no fsync holds the journal.
+//! - only reads that scan storage (lists) and maintenance wait for the
+//!   committer to be idle.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +28,8 @@ use std::time::{Duration, Instant};
 use actix::{Actor, Context, Handler, Message};
 use parking_lot::Mutex;
 use rankd_shards::{
-    Board, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, Shard, ShardError, Ties, TreeId,
+    Board, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard, ShardError,
+    Ties, TreeId,
 };
 use tokio::sync::oneshot;
 
@@ -180,38 +183,52 @@ impl Message for Flush {
     type Result = ();
 }
 
-/// From the sync thread: `jobs` batches' fsync ended (and their answers
-/// were sent).
-struct SyncDone {
-    jobs: usize,
-    /// Why the fsync failed, if it did: those batches were answered `internal`.
-    failure: Option<String>,
-}
+/// From the committer thread: some batches are over (see [`CommitProgress`]).
+struct CommitDone;
 
-impl Message for SyncDone {
+impl Message for CommitDone {
     type Result = ();
 }
 
-/// A committed batch on its way to the sync thread.
-struct SyncJob {
+/// A sealed batch on its way to the committer thread.
+struct CommitJob {
+    /// The batch.
+    batch: SealedBatch,
     /// Makes the batch durable.
     handle: DurabilityHandle,
     /// Which opening of the storage `handle` belongs to: one fsync covers
     /// every queued job of one opening.
     generation: u64,
-    /// Writes in the batch (for `rankd_shard_writes_applied_total`).
-    writes: usize,
     /// The answers to send once durable.
     replies: Vec<Held>,
 }
 
-/// The shard's sync thread: fsyncs committed batches — one fsync for
-/// whatever queued up meanwhile — then answers them and tells the actor.
-fn run_sync_thread(
-    jobs: std::sync::mpsc::Receiver<SyncJob>,
+/// How far the committer got, shared so the actor can wait for it (a list
+/// needs every sealed batch in the memtables) without a mailbox round trip.
+#[derive(Default)]
+struct CommitProgress {
+    state: Mutex<Progress>,
+    changed: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct Progress {
+    /// Jobs over (written and synced, or failed), ever.
+    finished: u64,
+    /// Why a write or fsync failed, until the actor takes it.
+    failure: Option<String>,
+}
+
+/// The shard's committer thread: writes sealed batches — all that queued up
+/// meanwhile — then makes them durable with one fsync, answers them and
+/// tells the actor.
+fn run_committer(
+    jobs: std::sync::mpsc::Receiver<CommitJob>,
     actor: actix::Addr<ShardActor>,
+    progress: Arc<CommitProgress>,
     metrics: Arc<Metrics>,
     index: usize,
+    delay: Duration,
 ) {
     let metrics = &metrics.shards[index];
     while let Ok(first) = jobs.recv() {
@@ -224,10 +241,9 @@ fn run_sync_thread(
             while let Some(next) = queued.next_if(|job| job.generation == generation) {
                 group.push(next);
             }
-            let jobs = group.len();
-            let failure = make_durable(group, metrics);
-            actor.do_send(SyncDone { jobs, failure });
+            commit_group(group, metrics, &progress, delay);
         }
+        actor.do_send(CommitDone);
     }
 }
 
@@ -247,12 +263,17 @@ pub struct ShardActor {
     max_batch: usize,
     /// Answers of staged writes, waiting for their batch to be committed.
     pending: Vec<Held>,
-    /// Committed batches handed to the sync thread and not yet durable.
+    /// Sealed batches handed to the committer and not yet over.
     syncs_in_flight: usize,
-    /// The sync thread's queue (see [`run_sync_thread`]); set once started.
-    sync_jobs: Option<std::sync::mpsc::Sender<SyncJob>>,
-    sync_thread: Option<std::thread::JoinHandle<()>>,
-    /// Bumped whenever the storage is reopened (see [`SyncJob::generation`]).
+    /// Batches handed to the committer, ever.
+    sent: u64,
+    /// Of those, how many are known to be over (see [`Progress::finished`]).
+    accounted: u64,
+    progress: Arc<CommitProgress>,
+    /// The committer thread's queue (see [`run_committer`]); set once started.
+    commit_jobs: Option<std::sync::mpsc::Sender<CommitJob>>,
+    committer: Option<std::thread::JoinHandle<()>>,
+    /// Bumped whenever the storage is reopened (see [`CommitJob::generation`]).
     generation: u64,
     dense: DenseRegistry,
     metrics: Arc<Metrics>,
@@ -264,7 +285,12 @@ pub struct ShardActor {
     clock: Clock,
     /// When expired periods were last looked for (Unix seconds).
     last_expiry_check: i64,
+    /// While degraded: when to try reopening the storage next.
+    retry_recovery_at: Instant,
 }
+
+/// How long a degraded shard waits between attempts to reopen its storage.
+const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 
 /// Keys of expired periods deleted per maintenance step: small enough that
 /// a rollover never holds a round up for long.
@@ -283,6 +309,7 @@ impl ShardActor {
         Self {
             clock,
             last_expiry_check: i64::MIN,
+            retry_recovery_at: Instant::now(),
             shard: Some(shard),
             degraded: None,
             queue: Vec::new(),
@@ -290,8 +317,11 @@ impl ShardActor {
             max_batch: max_batch.max(1),
             pending: Vec::new(),
             syncs_in_flight: 0,
-            sync_jobs: None,
-            sync_thread: None,
+            sent: 0,
+            accounted: 0,
+            progress: Arc::default(),
+            commit_jobs: None,
+            committer: None,
             generation: 0,
             dense,
             metrics,
@@ -319,7 +349,7 @@ impl ShardActor {
         let mut applying = Duration::ZERO;
         for (command, reply) in queue {
             if command.needs_committed_state() {
-                self.commit_pending(true);
+                self.settle();
             }
             let after_sync = command.answers_after_sync();
             let started = Instant::now();
@@ -340,27 +370,35 @@ impl ShardActor {
     }
 
     /// Between rounds: once a second, look for periods that fell out of their
-    /// board's `keep`; delete a bounded slice of expired data per call.
+    /// board's `keep` and delete a bounded slice of expired data (waiting for
+    /// the committer first if there is any: sustained writes must not starve
+    /// expiry); while degraded, try to reopen the storage instead.
     fn maintain(&mut self) {
-        let now = self.clock.now();
-        if now == self.last_expiry_check {
-            return;
-        }
         if self.degraded.is_some() {
-            // The sync thread holds the storage open while it has a batch;
-            // if it does, `SyncDone` calls again once it is done.
-            if self.syncs_in_flight == 0 {
-                self.last_expiry_check = now;
+            // The committer holds the storage open while it has a batch;
+            // if it does, `CommitDone` calls again once it is done.
+            if self.syncs_in_flight == 0 && Instant::now() >= self.retry_recovery_at {
                 self.try_recover();
             }
             return;
         }
-        let Some(shard) = &mut self.shard else { return };
-        if shard.has_staged() {
-            return; // a batch waits for the fsync in flight; look again after it
+        let now = self.clock.now();
+        if now == self.last_expiry_check {
+            return;
         }
         self.last_expiry_check = now;
-        shard.set_time(now);
+        let has_expired = self.shard.as_mut().is_some_and(|shard| {
+            shard.set_time(now);
+            shard.has_expired()
+        });
+        if !has_expired {
+            return;
+        }
+        self.settle();
+        if self.degraded.is_some() {
+            return;
+        }
+        let Some(shard) = &mut self.shard else { return };
         match shard.expire(EXPIRY_BUDGET) {
             Ok(expired) if !expired.is_empty() => {
                 tracing::info!(shard = self.index, periods = expired.len(), "expired periods dropped");
@@ -391,6 +429,7 @@ impl ShardActor {
                 metrics.degraded.set(0);
             }
             Err(e) => {
+                self.retry_recovery_at = Instant::now() + RECOVERY_RETRY;
                 // Opening failed too: retry next second. Reopening from the
                 // data dir needs no in-memory state, so nothing is lost.
                 tracing::error!(shard = self.index, error = %e, "reopening storage failed; retrying");
@@ -399,10 +438,10 @@ impl ShardActor {
     }
 
     /// Marks the shard degraded after a failed commit or fsync.
+    /// (The committer already counted the failure and raised the gauge,
+    /// before answering the batch: a client told `internal` sees it.)
     fn degrade(&mut self, why: String) {
-        let metrics = &self.metrics.shards[self.index];
-        metrics.commit_errors.inc();
-        metrics.degraded.set(1);
+        self.retry_recovery_at = Instant::now() + RECOVERY_RETRY;
         tracing::error!(
             shard = self.index,
             error = %why,
@@ -411,11 +450,10 @@ impl ShardActor {
         self.degraded = Some(why);
     }
 
-    /// Commits the staged writes as one batch and hands it with the pending
-    /// answers to the sync thread. Unless `force`d (a read that scans storage
-    /// needs the batch in the memtables), waits while an fsync is in flight:
-    /// [`SyncDone`] calls again, and everything staged meanwhile joins the
-    /// batch. Writing to the journal then would block on the fsync anyway.
+    /// Seals the staged writes into one batch and hands it with the pending
+    /// answers to the committer. Unless `force`d, waits while a batch is with
+    /// the committer: [`CommitDone`] calls again, and everything staged
+    /// meanwhile joins the next batch — the group in group commit.
     fn commit_pending(&mut self, force: bool) {
         if self.pending.is_empty() || (self.syncs_in_flight > 0 && !force) {
             return;
@@ -426,46 +464,62 @@ impl ShardActor {
             answer_all(replies, Some("shard storage is closed; retrying"), metrics);
             return;
         };
-        if !self.commit_delay.is_zero() && shard.has_staged() {
-            std::thread::sleep(self.commit_delay);
+        let mut batch = shard.seal();
+        if self.metrics.hot_path {
+            metrics.players.set(shard.players() as i64);
         }
-        let staged = shard.has_staged();
-        let failure = match shard.commit_unsynced() {
-            Ok(committed) => {
-                if staged && self.metrics.hot_path {
-                    metrics.commit_seconds.observe(committed.journal.as_secs_f64() + self.commit_delay.as_secs_f64());
-                    metrics.players.set(shard.players() as i64);
-                }
-                if !committed.dense.is_empty() {
-                    update_dense(&self.dense, shard.branching(), committed.dense);
-                }
-                let job = SyncJob {
-                    handle: shard.durability_handle(),
-                    generation: self.generation,
-                    writes: committed.writes,
-                    replies,
-                };
-                let unsent = match &self.sync_jobs {
-                    Some(jobs) => jobs.send(job).err().map(|std::sync::mpsc::SendError(job)| job),
-                    None => Some(job),
-                };
-                match unsent {
-                    None => {
-                        self.syncs_in_flight += 1;
-                        None
-                    }
-                    // No sync thread (not started, or stopping): sync here.
-                    Some(job) => make_durable(vec![job], metrics),
-                }
-            }
-            Err(err) => {
-                let why = format!("commit failed: {err}");
-                answer_all(replies, Some(&why), metrics);
-                Some(why)
-            }
+        let dense = std::mem::take(&mut batch.dense);
+        if !dense.is_empty() {
+            update_dense(&self.dense, shard.branching(), dense);
+        }
+        let job = CommitJob { batch, handle: shard.durability_handle(), generation: self.generation, replies };
+        self.sent += 1;
+        self.syncs_in_flight += 1;
+        let unsent = match &self.commit_jobs {
+            Some(jobs) => jobs.send(job).err().map(|std::sync::mpsc::SendError(job)| job),
+            None => Some(job),
         };
+        if let Some(job) = unsent {
+            // No committer (not started, or stopping): commit here.
+            commit_group(vec![job], metrics, &self.progress, self.commit_delay);
+            self.absorb_progress();
+        }
+    }
+
+    /// Hands the staged writes to the committer and waits until it has
+    /// written everything: for reads that scan storage and for maintenance.
+    fn settle(&mut self) {
+        self.commit_pending(true);
+        {
+            let mut progress = self.progress.state.lock();
+            while progress.finished < self.sent {
+                let timed_out = self.progress.changed.wait_for(&mut progress, Duration::from_secs(1)).timed_out();
+                if timed_out && self.committer.as_ref().is_some_and(|thread| thread.is_finished()) {
+                    tracing::error!(shard = self.index, "the committer thread is gone; not waiting for it");
+                    break;
+                }
+            }
+        }
+        self.absorb_progress();
+    }
+
+    /// Catches up with the committer: batches it finished are storage's
+    /// business now, and a failure it met degrades the shard.
+    fn absorb_progress(&mut self) {
+        let (finished, failure) = {
+            let mut progress = self.progress.state.lock();
+            (progress.finished, progress.failure.take())
+        };
+        let newly = finished.saturating_sub(self.accounted);
+        self.accounted = finished;
+        self.syncs_in_flight = usize::try_from(self.sent.saturating_sub(finished)).unwrap_or(usize::MAX);
+        if let Some(shard) = &mut self.shard {
+            shard.landed(usize::try_from(newly).unwrap_or(usize::MAX));
+        }
         if let Some(why) = failure {
-            self.degrade(why);
+            if self.degraded.is_none() {
+                self.degrade(why);
+            }
         }
     }
 
@@ -515,29 +569,34 @@ impl Actor for ShardActor {
         let players = self.shard.as_ref().map_or(0, Shard::players);
         self.metrics.shards[self.index].players.set(players as i64);
         let (jobs, queue) = std::sync::mpsc::channel();
-        let (actor, metrics, index) = (actix::AsyncContext::address(ctx), self.metrics.clone(), self.index);
+        let actor = actix::AsyncContext::address(ctx);
+        let (progress, metrics, index, delay) =
+            (self.progress.clone(), self.metrics.clone(), self.index, self.commit_delay);
         match std::thread::Builder::new()
-            .name(format!("rankd-sync-{index}"))
-            .spawn(move || run_sync_thread(queue, actor, metrics, index))
+            .name(format!("rankd-commit-{index}"))
+            .spawn(move || run_committer(queue, actor, progress, metrics, index, delay))
         {
             Ok(thread) => {
-                self.sync_jobs = Some(jobs);
-                self.sync_thread = Some(thread);
+                self.commit_jobs = Some(jobs);
+                self.committer = Some(thread);
             }
-            // Commits then sync on the actor thread: slower, still correct.
-            Err(e) => tracing::error!(shard = index, error = %e, "starting the sync thread failed; syncing inline"),
+            // Batches are then written and synced on the actor thread:
+            // slower, still correct.
+            Err(e) => {
+                tracing::error!(shard = index, error = %e, "starting the committer thread failed; committing inline")
+            }
         }
         // Idle shards still drop expired periods; busy ones do it between rounds.
         actix::AsyncContext::run_interval(ctx, Duration::from_secs(1), |actor, _| actor.maintain());
     }
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
-        // Never drop staged writes on the way out: commit them, let the sync
-        // thread finish every batch (it answers them), then stop it.
+        // Never drop staged writes on the way out: seal them, let the
+        // committer finish every batch (it answers them), then stop it.
         self.run_round();
         self.commit_pending(true);
-        self.sync_jobs = None;
-        if let Some(thread) = self.sync_thread.take() {
+        self.commit_jobs = None;
+        if let Some(thread) = self.committer.take() {
             let _ = thread.join();
         }
         actix::Running::Stop
@@ -569,20 +628,15 @@ impl Handler<Flush> for ShardActor {
     }
 }
 
-impl Handler<SyncDone> for ShardActor {
+impl Handler<CommitDone> for ShardActor {
     type Result = ();
 
-    fn handle(&mut self, done: SyncDone, _: &mut Self::Context) {
-        self.syncs_in_flight = self.syncs_in_flight.saturating_sub(done.jobs);
-        if let Some(why) = done.failure {
-            if self.degraded.is_none() {
-                self.degrade(why);
-            }
-        }
-        // What was staged during the fsync is the next batch.
+    fn handle(&mut self, _: CommitDone, _: &mut Self::Context) {
+        self.absorb_progress();
+        // What was staged while the committer worked is the next batch.
         self.commit_pending(false);
         if self.degraded.is_some() && self.syncs_in_flight == 0 {
-            self.maintain(); // a recovery may have waited for the sync thread
+            self.maintain(); // a recovery may have waited for the committer
         }
     }
 }
@@ -609,24 +663,62 @@ fn update_dense(registry: &DenseRegistry, branching: u32, changes: Vec<rankd_sha
     }
 }
 
-/// Makes `jobs` (batches of one storage opening, oldest first) durable with
-/// one sync — syncing the journal covers every batch written before — then
-/// answers them; returns why the sync failed, if it did.
-fn make_durable(jobs: Vec<SyncJob>, metrics: &crate::metrics::ShardMetrics) -> Option<String> {
-    let last = jobs.last()?;
-    let failure = match last.handle.sync() {
-        Ok(took) => {
-            metrics.fsync_seconds.observe(took.as_secs_f64());
-            metrics.writes_applied.inc_by(jobs.iter().map(|job| job.writes as u64).sum());
-            None
-        }
-        Err(e) => Some(format!("commit failed: {e}")),
-    };
+/// Writes `jobs` (sealed batches of one storage opening, oldest first) in
+/// order, makes them durable with one sync — syncing the journal covers
+/// every batch written before — answers them and records the progress. After
+/// a failed write nothing more is written: the batches after it are answered
+/// as failed too (the actor reopens the storage).
+fn commit_group(
+    jobs: Vec<CommitJob>,
+    metrics: &crate::metrics::ShardMetrics,
+    progress: &CommitProgress,
+    delay: Duration,
+) {
+    let count = jobs.len() as u64;
+    let mut failure = None;
+    let mut handle = None;
+    let mut writes = 0;
+    let writes_something = jobs.iter().any(|job| !job.batch.is_empty());
+    let mut held = Vec::with_capacity(jobs.len());
     for job in jobs {
-        // `job.handle` drops here: a reopen needs every handle gone.
-        answer_all(job.replies, failure.as_deref(), metrics);
+        if failure.is_none() {
+            if !delay.is_zero() {
+                std::thread::sleep(delay); // testing: a slow disk
+            }
+            writes += job.batch.writes;
+            match job.batch.write() {
+                Ok(took) => metrics.commit_seconds.observe((took + delay).as_secs_f64()),
+                Err(e) => failure = Some(format!("commit failed: {e}")),
+            }
+        }
+        handle = Some(job.handle);
+        held.push(job.replies);
     }
-    failure
+    if let (None, Some(handle)) = (&failure, &handle) {
+        match handle.sync() {
+            Ok(took) => {
+                metrics.fsync_seconds.observe(took.as_secs_f64());
+                metrics.writes_applied.inc_by(writes as u64);
+            }
+            Err(e) => failure = Some(format!("commit failed: {e}")),
+        }
+    }
+    // Every handle on the storage drops before the actor may hear the jobs
+    // are over: a reopen needs them gone.
+    drop(handle);
+    if failure.is_some() && writes_something {
+        metrics.commit_errors.inc();
+        metrics.degraded.set(1);
+    }
+    for replies in held {
+        answer_all(replies, failure.as_deref(), metrics);
+    }
+    let mut state = progress.state.lock();
+    state.finished += count;
+    if failure.is_some() {
+        state.failure = failure;
+    }
+    progress.changed.notify_all();
 }
 
 /// Sends held answers and lowers the shard's queue depth by as many.

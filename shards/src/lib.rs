@@ -24,7 +24,7 @@ pub use dense::DenseIndex;
 pub use error::ShardError;
 pub use key::TreeId;
 pub use shard::{
-    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Record, Shard,
-    ShardOptions,
+    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Record,
+    SealedBatch, Shard, ShardOptions,
 };
 pub use tree::CountTree;

@@ -9,13 +9,19 @@
 //! the players can never disagree. The caller acknowledges the batch's
 //! requests only after `commit` returns.
 //!
+//! A server splits that in two: [`Shard::seal`] turns the open batch into a
+//! [`SealedBatch`] on the shard's thread, and another thread writes it to the
+//! journal and memtables ([`SealedBatch::write`]) and fsyncs it, so the
+//! shard's thread never waits for storage. Until [`Shard::landed`] says a
+//! sealed batch is written, its player records stay readable from memory.
+//!
 //! Tree persistence is a checkpoint plus a log. Rewriting every changed leaf
 //! in every batch would cost about a kilobyte per write, so a batch instead
 //! logs its tree changes compactly (one `changes` record per batch, ~40 bytes
-//! per write). Every [`ShardOptions::checkpoint_every`] logged changes, the changed leaves
-//! are written and the log records they cover are deleted, atomically. Opening
-//! a shard loads the leaves and replays the (short) log: it never reads the
-//! players.
+//! per write). Once the log is long enough (see `Shard::checkpoint_due`),
+//! the changed leaves are written and the log records they cover are
+//! deleted, atomically. Opening a shard loads the leaves and replays the
+//! (bounded) log: it never reads the players.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -51,7 +57,8 @@ pub struct ShardOptions {
     pub durability: Durability,
     /// fjall block cache, bytes.
     pub cache_bytes: u64,
-    /// Logged tree changes between leaf checkpoints (see the module docs).
+    /// Least logged tree changes between leaf checkpoints (see
+    /// `Shard::checkpoint_due`).
     pub checkpoint_every: u64,
     /// Memtable size per keyspace, bytes. fjall's 64 MiB default costs
     /// several times that in skiplist nodes for small keys, and a smaller
@@ -202,12 +209,15 @@ pub enum Direction {
     Backward,
 }
 
+/// Player records a batch changes, by storage key (`None`: removed).
+type PlayerChanges = HashMap<Vec<u8>, Option<Record>>;
+
 /// Key changes of the open batch: one final value per key, so a player
 /// written twice in a batch is stored once (and fjall never sees two values
 /// for one key in one atomic batch).
 #[derive(Default)]
 struct Staged {
-    players: HashMap<Vec<u8>, Option<Record>>,
+    players: PlayerChanges,
     index: HashMap<Vec<u8>, bool>,
     meta: HashMap<Vec<u8>, Option<Vec<u8>>>,
     dense: Vec<DenseChange>,
@@ -234,6 +244,36 @@ pub struct Committed {
     pub sync: Duration,
 }
 
+/// A batch taken out of the shard by [`Shard::seal`], to be written by any
+/// thread. Sealed batches must be written in the order they were sealed, and
+/// none after one failed (the storage is poisoned then: reopen the shard).
+pub struct SealedBatch {
+    /// The fjall batch, `None` when the batch changed nothing stored.
+    batch: Option<fjall::OwnedWriteBatch>,
+    /// Changes to dense trees' score sets.
+    pub dense: Vec<DenseChange>,
+    /// Score writes and removals in the batch.
+    pub writes: usize,
+}
+
+impl SealedBatch {
+    /// Whether the batch changes nothing stored.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_none()
+    }
+
+    /// Writes the batch to the journal and memtables, atomically, without
+    /// making it durable (see [`DurabilityHandle::sync`]); returns how long
+    /// that took.
+    pub fn write(self) -> Result<Duration, ShardError> {
+        let started = Instant::now();
+        if let Some(batch) = self.batch {
+            batch.commit()?;
+        }
+        Ok(started.elapsed())
+    }
+}
+
 /// Makes everything a shard has committed so far durable; see
 /// [`Shard::commit_unsynced`].
 #[derive(Clone)]
@@ -257,9 +297,14 @@ impl DurabilityHandle {
 /// One logged tree change: a tree key leaves and/or one arrives.
 const LOG_ENTRY_LEN: usize = TREE_PREFIX_LEN + 1 + 16 + 16;
 
-/// Default logged tree changes between leaf checkpoints. Bounds both the log
-/// a restart replays and how often leaves are rewritten.
+/// Default least logged tree changes between leaf checkpoints (see
+/// `Shard::checkpoint_due`).
 pub const CHECKPOINT_EVERY: u64 = 100_000;
+
+/// A checkpoint waits for at most this many times
+/// [`ShardOptions::checkpoint_every`] logged changes: bounds the log a
+/// restart replays.
+const CHECKPOINT_STRETCH: u64 = 8;
 
 const META_BOARD: &[u8] = b"board/";
 const META_EXPIRING: &[u8] = b"expiring/";
@@ -290,6 +335,10 @@ pub struct Shard {
     /// Changes logged since the last checkpoint.
     logged: u64,
     staged: Staged,
+    /// Player records of sealed batches not yet known to be written, oldest
+    /// first: a read that misses the cache must not fall through to storage
+    /// that does not have them yet.
+    in_flight: VecDeque<PlayerChanges>,
     /// Exact cache of player records (reads take `&self`, hence the cell).
     cache: std::cell::RefCell<RecordCache>,
     /// The time writes are applied at (Unix seconds, UTC): decides which
@@ -334,6 +383,7 @@ impl Shard {
             first_log: 0,
             logged: 0,
             staged: Staged::default(),
+            in_flight: VecDeque::new(),
             cache: std::cell::RefCell::new(RecordCache { records: HashMap::new(), capacity: cached_players }),
             now: 0,
             expiring: VecDeque::new(),
@@ -376,6 +426,7 @@ impl Shard {
         self.trees.clear();
         self.boards.clear();
         self.staged = Staged::default();
+        self.in_flight.clear();
         self.max_seq = read_u64(&self.meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(&self.meta, META_MAX_BOARD)?;
         for item in self.meta.prefix(META_BOARD) {
@@ -478,23 +529,30 @@ impl Shard {
         self.options.branching
     }
 
+    /// Whether [`Shard::expire`] has anything to do at the current time.
+    pub fn has_expired(&self) -> bool {
+        !self.expiring.is_empty() || self.newly_expired().next().is_some()
+    }
+
+    /// Readable trees whose period fell out of their board's `keep`.
+    fn newly_expired(&self) -> impl Iterator<Item = TreeId> + '_ {
+        let (now, boards) = (self.now, &self.boards);
+        self.trees
+            .keys()
+            .copied()
+            .filter(move |tree| boards.get(&tree.board).is_some_and(|b| window::expired(b, *tree, now)))
+    }
+
     /// Moves periods that fell out of their board's `keep` out of the readable
     /// trees and deletes up to `budget` of their stored keys, in one batch
     /// that is not fsynced (losing it in a crash only means deleting again).
     /// Called between rounds, so a rollover never stalls writes behind a big
     /// delete. Returns the trees that newly expired.
     pub fn expire(&mut self, budget: usize) -> Result<Vec<TreeId>, ShardError> {
-        if self.has_staged() {
+        if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
-        let now = self.now;
-        let boards = &self.boards;
-        let newly: Vec<TreeId> = self
-            .trees
-            .keys()
-            .copied()
-            .filter(|tree| boards.get(&tree.board).is_some_and(|b| window::expired(b, *tree, now)))
-            .collect();
+        let newly: Vec<TreeId> = self.newly_expired().collect();
         for tree in &newly {
             self.trees.remove(tree);
             self.expiring.push_back(*tree);
@@ -677,7 +735,7 @@ impl Shard {
     /// Stages deleting everything stored for the board with `board_id`.
     /// Needs a committed state (it scans storage); returns whether it existed.
     pub fn drop_board(&mut self, board_id: u64) -> Result<bool, ShardError> {
-        if self.has_staged() {
+        if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
         let existed = self.boards.remove(&board_id).is_some();
@@ -720,10 +778,8 @@ impl Shard {
 
     /// Writes the open batch atomically to the journal and memtables but does
     /// not make it durable: the caller must call [`DurabilityHandle::sync`]
-    /// (possibly on another thread) and acknowledge the batch only after that
-    /// returns. This is what lets a server pipeline group commit: the writer
-    /// applies and journals the next batch while the previous one is being
-    /// fsynced, and reads never wait for a disk flush.
+    /// and acknowledge the batch only after that returns. [`Shard::seal`]
+    /// splits this further, so the write can run on another thread.
     ///
     /// On failure the in-memory state is rebuilt from disk and the error is
     /// returned: none of the batch may be acknowledged.
@@ -731,25 +787,25 @@ impl Shard {
         if !self.has_staged() {
             return Ok(Committed::default());
         }
+        let mut sealed = self.seal();
+        let (dense, writes) = (std::mem::take(&mut sealed.dense), sealed.writes);
+        let journal = sealed.write().map_err(|err| self.rolled_back(err))?;
+        self.landed(1);
+        Ok(Committed { dense, writes, journal, sync: Duration::ZERO })
+    }
+
+    /// Takes the open batch out of the shard as one atomic fjall batch —
+    /// players, index entries, the tree-change log record (or, when a
+    /// checkpoint is due, the changed leaves in its place) and the sequence high-water mark — for any thread to write with
+    /// [`SealedBatch::write`]. Pure memory work: the shard's thread never
+    /// waits for storage here. The in-memory state already includes the
+    /// batch; its player records stay readable from memory until
+    /// [`Shard::landed`] reports it written.
+    ///
+    /// If writing a sealed batch fails, the in-memory state is ahead of
+    /// storage: reopen the shard ([`Shard::reopen`]).
+    pub fn seal(&mut self) -> SealedBatch {
         let staged = std::mem::take(&mut self.staged);
-        let journal = self
-            .write_batch(&staged)
-            .and_then(|journal| self.maybe_checkpoint().map(|()| journal))
-            .map_err(|err| self.rolled_back(err))?;
-        Ok(Committed { dense: staged.dense, writes: staged.writes, journal, sync: Duration::ZERO })
-    }
-
-    /// What makes committed batches durable, detached from the shard so it
-    /// can run on another thread. Holding one keeps the storage open: drop it
-    /// before [`Shard::reopen`].
-    pub fn durability_handle(&self) -> DurabilityHandle {
-        DurabilityHandle { db: self.db.clone(), mode: self.persist_mode() }
-    }
-
-    /// Writes the batch to the journal and memtables; returns how long it took.
-    fn write_batch(&mut self, staged: &Staged) -> Result<Duration, ShardError> {
-        let started = Instant::now();
-        // Made durable separately (see `commit_unsynced`).
         let mut batch = self.db.batch().durability(None);
         for (key, record) in &staged.players {
             match record {
@@ -770,18 +826,57 @@ impl Shard {
                 None => batch.remove(&self.meta, key.as_slice()),
             }
         }
-        if !staged.log.is_empty() {
-            batch.insert(&self.changes, self.next_log.to_be_bytes(), staged.log.as_slice());
-        }
         if staged.seq_dirty {
             batch.insert(&self.meta, META_MAX_SEQ, self.max_seq.to_be_bytes());
         }
-        batch.commit()?;
-        if !staged.log.is_empty() {
-            self.next_log += 1;
-            self.logged += (staged.log.len() / LOG_ENTRY_LEN) as u64;
+        let changes = (staged.log.len() / LOG_ENTRY_LEN) as u64;
+        if changes > 0 {
+            if self.checkpoint_due(self.logged + changes) {
+                // Checkpoint in place of the log record: the leaves written
+                // here already hold this batch's changes.
+                self.checkpoint_into(&mut batch);
+            } else {
+                batch.insert(&self.changes, self.next_log.to_be_bytes(), staged.log.as_slice());
+                self.next_log += 1;
+                self.logged += changes;
+            }
         }
-        Ok(started.elapsed())
+        self.in_flight.push_back(staged.players);
+        SealedBatch { batch: (!batch.is_empty()).then_some(batch), dense: staged.dense, writes: staged.writes }
+    }
+
+    /// Whether a log of `logged` changes calls for a checkpoint. A checkpoint
+    /// rewrites every leaf a change touched, and random changes touch nearly
+    /// all leaves long before they number as many as the players: waiting
+    /// for an eighth of the players' worth of changes (at 10M players, the
+    /// least interval cost over a kilobyte of leaves per write). The wait is
+    /// between [`ShardOptions::checkpoint_every`] and
+    /// [`CHECKPOINT_STRETCH`] times that, so a restart replays a bounded log.
+    fn checkpoint_due(&self, logged: u64) -> bool {
+        let least = self.options.checkpoint_every;
+        let wanted = (self.players() / 8).clamp(least, least.saturating_mul(CHECKPOINT_STRETCH));
+        logged >= wanted
+    }
+
+    /// Reports that the `count` oldest sealed batches not yet reported are
+    /// written (or failed, and the shard will be reopened): storage now
+    /// answers for their player records.
+    pub fn landed(&mut self, count: usize) {
+        let count = count.min(self.in_flight.len());
+        self.in_flight.drain(..count);
+    }
+
+    /// Whether nothing is staged or sealed-but-unwritten: what reads that
+    /// scan storage (lists, checks) and maintenance need.
+    pub fn is_settled(&self) -> bool {
+        !self.has_staged() && self.in_flight.is_empty()
+    }
+
+    /// What makes committed batches durable, detached from the shard so it
+    /// can run on another thread. Holding one keeps the storage open: drop it
+    /// before [`Shard::reopen`].
+    pub fn durability_handle(&self) -> DurabilityHandle {
+        DurabilityHandle { db: self.db.clone(), mode: self.persist_mode() }
     }
 
     /// Prepares for a fast next start: checkpoints the trees (so no log is
@@ -800,13 +895,6 @@ impl Shard {
         self.trees.values().map(CountTree::total).sum()
     }
 
-    fn maybe_checkpoint(&mut self) -> Result<(), ShardError> {
-        if self.logged >= self.options.checkpoint_every {
-            self.checkpoint()?;
-        }
-        Ok(())
-    }
-
     /// Writes every leaf changed since the last checkpoint and deletes the
     /// log records that led to them, in one atomic batch.
     pub fn checkpoint(&mut self) -> Result<(), ShardError> {
@@ -817,13 +905,20 @@ impl Shard {
     /// in the same batch: once the log that could rebuild them is gone, the
     /// mark is what lets a restart finish deleting them.
     fn checkpoint_with(&mut self, expiring: &[TreeId]) -> Result<(), ShardError> {
-        if self.has_staged() {
+        if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
         let mut batch = self.db.batch().durability(Some(self.persist_mode()));
         for tree in expiring {
             batch.insert(&self.meta, expiring_key(*tree), []);
         }
+        self.checkpoint_into(&mut batch);
+        batch.commit().map_err(|err| self.rolled_back(err.into()))
+    }
+
+    /// Adds the changed leaves and the deletion of the log they make
+    /// redundant to `batch`, and starts a new log.
+    fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
         for (tree_id, tree) in &mut self.trees {
             for (leaf, bytes) in tree.take_dirty() {
                 let key = leaf_key(*tree_id, leaf);
@@ -836,10 +931,8 @@ impl Shard {
         for number in self.first_log..self.next_log {
             batch.remove(&self.changes, number.to_be_bytes());
         }
-        batch.commit()?;
         self.first_log = self.next_log;
         self.logged = 0;
-        Ok(())
     }
 
     fn persist_mode(&self) -> PersistMode {
@@ -858,6 +951,9 @@ impl Shard {
         }
         if let Some(staged) = self.staged.players.get(&key) {
             return Ok(*staged);
+        }
+        if let Some(sealed) = self.in_flight.iter().rev().find_map(|batch| batch.get(&key)) {
+            return Ok(*sealed);
         }
         let stored = self.players.get(&key)?.map(|v| Record::decode(&v)).transpose()?;
         self.cache.borrow_mut().put(hashed, stored);
@@ -909,7 +1005,7 @@ impl Shard {
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<ListEntry>, ShardError> {
-        if self.has_staged() {
+        if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
         let prefix = tree.prefix();
@@ -951,7 +1047,7 @@ impl Shard {
     /// Checks that each tree's counts equal its score index and players:
     /// the invariant a crash must never break.
     pub fn check(&self) -> Result<(), ShardError> {
-        if self.has_staged() {
+        if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
         let inconsistent = |id: &TreeId, what: String| ShardError::Inconsistent(format!("{id:?}: {what}"));

@@ -3,8 +3,11 @@
 //! checkpoints, reads (point, count, rank, lists), board drops, clean reopens
 //! (persistence, and count trees rebuilt from checkpointed leaves plus the
 //! replayed change log) and "crashes" (dropping the shard with writes still
-//! staged, which must lose exactly the uncommitted batch). Storage knobs vary
-//! per case: branching factor, durability, checkpoint interval, memtable size.
+//! staged, which must lose exactly the uncommitted batch). Batches may also
+//! be sealed and written later, as the server's committer thread does: reads
+//! in between must see them, and a crash before they are written loses them.
+//! Storage knobs vary per case: branching factor, durability, checkpoint
+//! interval, memtable size, record cache.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,8 +17,8 @@ use proptest::test_runner::TestCaseError;
 use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tiebreak, tree_key};
 use rankd_shards::tree::BRANCHINGS;
 use rankd_shards::{
-    Board, BoardConfig, DenseIndex, Direction, Durability, Mode, Order, Record, Shard, ShardError, ShardOptions, Ties,
-    TreeId, Window,
+    Board, BoardConfig, DenseChange, DenseIndex, Direction, Durability, Mode, Order, Record, SealedBatch, Shard,
+    ShardError, ShardOptions, Ties, TreeId, Window,
 };
 
 /// Named players: updates keep hitting the same few, and the names probe the
@@ -307,6 +310,10 @@ enum Op {
         mode: Mode,
     },
     Commit,
+    /// Take the open batch out as a sealed batch, not written yet.
+    Seal,
+    /// Write the sealed batches, in order, and sync them.
+    Land,
     /// Commit, then write the count-tree checkpoint (leaves) and trim the log.
     Checkpoint,
     CommitAndList,
@@ -364,6 +371,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..SLOTS, proptest::collection::vec((player(), score()), 0..6), mode())
             .prop_map(|(slot, entries, mode)| Op::WriteMany { slot, entries, mode }),
         8 => Just(Op::Commit),
+        4 => Just(Op::Seal),
+        2 => Just(Op::Land),
         1 => Just(Op::Checkpoint),
         3 => Just(Op::CommitAndList),
         2 => any::<bool>().prop_map(|w| Op::Reopen { wrong_branching: w }),
@@ -384,6 +393,10 @@ struct Run {
     staged: bool,
     /// Score writes and removals staged (what `commit` reports).
     staged_writes: usize,
+    /// Sealed batches not written yet, oldest first.
+    sealed: Vec<SealedBatch>,
+    /// The state once every sealed batch is written.
+    sealed_state: Option<State>,
     /// Engine-wide dense index per slot, fed by commits.
     dense: Vec<DenseIndex>,
     seq: u64,
@@ -476,34 +489,30 @@ impl Run {
         Ok(())
     }
 
-    fn commit(&mut self) -> Result<(), TestCaseError> {
-        let staged = self.staged;
+    /// Storage scans refuse to run over an open or unwritten batch.
+    fn check_scans_refused(&mut self) -> Result<(), TestCaseError> {
+        let ob = &self.live.slots[0];
+        let (cfg, tree) = (ob.board.config.clone(), tid(ob.board.id));
         let shard = self.shard.as_mut().expect("shard open");
-        prop_assert_eq!(shard.has_staged(), staged, "has_staged");
-        if staged {
-            // Storage scans refuse to run over an open batch.
-            let ob = &self.live.slots[0];
-            let (cfg, tree) = (&ob.board.config, tid(ob.board.id));
-            let list = shard.list(tree, cfg.ties, cfg.order, &[], Direction::Forward, 10);
-            prop_assert!(matches!(list, Err(ShardError::NeedsCommit)), "list with staged writes: {:?}", list);
-            let check = shard.check();
-            prop_assert!(matches!(check, Err(ShardError::NeedsCommit)), "check with staged writes: {:?}", check);
-            let drop = shard.drop_board(ob.board.id);
-            prop_assert!(matches!(drop, Err(ShardError::NeedsCommit)), "drop_board with staged writes: {:?}", drop);
-            let checkpoint = shard.checkpoint();
-            prop_assert!(
-                matches!(checkpoint, Err(ShardError::NeedsCommit)),
-                "checkpoint with staged writes: {:?}",
-                checkpoint
-            );
-        }
-        let committed = ok(shard.commit())?;
-        prop_assert!(!shard.has_staged());
-        prop_assert_eq!(committed.writes, self.staged_writes, "writes reported by commit");
-        if !staged {
-            prop_assert!(committed.dense.is_empty());
-        }
-        for change in committed.dense {
+        prop_assert!(!shard.is_settled());
+        let list = shard.list(tree, cfg.ties, cfg.order, &[], Direction::Forward, 10);
+        prop_assert!(matches!(list, Err(ShardError::NeedsCommit)), "list with staged writes: {:?}", list);
+        let check = shard.check();
+        prop_assert!(matches!(check, Err(ShardError::NeedsCommit)), "check with staged writes: {:?}", check);
+        let drop = shard.drop_board(tree.board);
+        prop_assert!(matches!(drop, Err(ShardError::NeedsCommit)), "drop_board with staged writes: {:?}", drop);
+        let checkpoint = shard.checkpoint();
+        prop_assert!(
+            matches!(checkpoint, Err(ShardError::NeedsCommit)),
+            "checkpoint with staged writes: {:?}",
+            checkpoint
+        );
+        Ok(())
+    }
+
+    /// Feeds dense-tree changes of a commit or seal to the engine-wide indexes.
+    fn absorb_dense(&mut self, changes: Vec<DenseChange>) -> Result<(), TestCaseError> {
+        for change in changes {
             let slot = self.live.slots.iter().position(|ob| ob.board.id == change.tree.board);
             let Some(slot) = slot else {
                 return Err(TestCaseError::fail(format!("dense change for a board not live: {change:?}")));
@@ -517,15 +526,71 @@ impl Run {
                 self.dense[slot].add(a, 1);
             }
         }
-        self.committed = self.live.clone();
-        self.staged = false;
-        self.staged_writes = 0;
+        Ok(())
+    }
+
+    fn check_dense_all(&self) -> Result<(), TestCaseError> {
         for (index, ob) in self.dense.iter().zip(&self.live.slots) {
             if ob.board.config.ties == Ties::Dense {
                 check_dense(index, ob)?;
             }
         }
         Ok(())
+    }
+
+    fn seal(&mut self) -> Result<(), TestCaseError> {
+        if self.staged {
+            self.check_scans_refused()?;
+        }
+        let mut batch = self.shard().seal();
+        prop_assert!(!self.shard().has_staged());
+        prop_assert_eq!(batch.writes, self.staged_writes, "writes reported by seal");
+        self.absorb_dense(std::mem::take(&mut batch.dense))?;
+        self.sealed.push(batch);
+        self.sealed_state = Some(self.live.clone());
+        self.staged = false;
+        self.staged_writes = 0;
+        self.check_dense_all()
+    }
+
+    /// Writes and syncs the sealed batches, as the committer thread does.
+    fn land(&mut self) -> Result<(), TestCaseError> {
+        if self.sealed.is_empty() {
+            return Ok(());
+        }
+        if !self.staged {
+            self.check_scans_refused()?;
+        }
+        let count = self.sealed.len();
+        for batch in std::mem::take(&mut self.sealed) {
+            ok(batch.write())?;
+        }
+        let shard = self.shard.as_mut().expect("shard open");
+        ok(shard.durability_handle().sync())?;
+        shard.landed(count);
+        self.committed = self.sealed_state.take().expect("sealed state");
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), TestCaseError> {
+        self.land()?;
+        let staged = self.staged;
+        prop_assert_eq!(self.shard().has_staged(), staged, "has_staged");
+        if staged {
+            self.check_scans_refused()?;
+        }
+        let shard = self.shard.as_mut().expect("shard open");
+        let committed = ok(shard.commit())?;
+        prop_assert!(shard.is_settled());
+        prop_assert_eq!(committed.writes, self.staged_writes, "writes reported by commit");
+        if !staged {
+            prop_assert!(committed.dense.is_empty());
+        }
+        self.absorb_dense(committed.dense)?;
+        self.committed = self.live.clone();
+        self.staged = false;
+        self.staged_writes = 0;
+        self.check_dense_all()
     }
 
     fn reopen(&mut self) -> Result<(), TestCaseError> {
@@ -592,6 +657,21 @@ impl Run {
                 self.commit()?;
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, false)?;
             }
+            Op::Seal => {
+                self.seal()?;
+                // Point reads, counts and ranks see sealed, unwritten batches.
+                let shard = self.shard.as_ref().unwrap();
+                for ob in &self.live.slots {
+                    check_memory(shard, ob, self.names.iter().map(String::as_str))?;
+                }
+            }
+            Op::Land => {
+                self.land()?;
+                let shard = self.shard.as_ref().unwrap();
+                for ob in &self.live.slots {
+                    check_memory(shard, ob, self.names.iter().map(String::as_str))?;
+                }
+            }
             Op::CommitAndList => {
                 self.commit()?;
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, true)?;
@@ -614,6 +694,9 @@ impl Run {
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, true)?;
             }
             Op::Crash => {
+                // Sealed batches never written die with the process.
+                self.sealed.clear();
+                self.sealed_state = None;
                 self.reopen()?;
                 self.live = self.committed.clone();
                 self.staged = false;
@@ -701,6 +784,8 @@ fn run(configs: Vec<(Order, Ties)>, knobs: Knobs, ops: Vec<Op>) -> Result<(), Te
         live: state,
         staged: false,
         staged_writes: 0,
+        sealed: Vec::new(),
+        sealed_state: None,
         dense: (0..SLOTS).map(|_| DenseIndex::new(branching).unwrap()).collect(),
         seq: 0,
         next_board_id: SLOTS as u64 + 1,
