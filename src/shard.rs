@@ -22,6 +22,7 @@
 //! - only reads that scan storage (lists) and maintenance wait for the
 //!   committer to be idle.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,8 +39,8 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 
 /// Distinct-score indexes of the dense-ranked trees, shared by all shards
-/// (which update them at commit) and the router (which reads them).
-pub type DenseRegistry = Arc<Mutex<std::collections::HashMap<TreeId, DenseIndex>>>;
+/// (which update them as they seal batches) and the router (which reads them).
+pub type DenseRegistry = Arc<Mutex<HashMap<TreeId, DenseIndex>>>;
 
 /// What a shard is asked to do. One enum, so all kinds keep their FIFO order
 /// in one mailbox.
@@ -287,6 +288,11 @@ pub struct ShardActor {
     last_expiry_check: i64,
     /// While degraded: when to try reopening the storage next.
     retry_recovery_at: Instant,
+    /// Where the storage lives, to reopen it after a failed attempt.
+    location: (std::path::PathBuf, rankd_shards::ShardOptions),
+    /// While recovering: this shard's share of the dense indexes as its
+    /// batches reported it, before the storage was reopened.
+    reported_dense: Option<HashMap<TreeId, Vec<(u64, u64)>>>,
 }
 
 /// How long a degraded shard waits between attempts to reopen its storage.
@@ -310,6 +316,8 @@ impl ShardActor {
             clock,
             last_expiry_check: i64::MIN,
             retry_recovery_at: Instant::now(),
+            location: shard.location(),
+            reported_dense: None,
             shard: Some(shard),
             degraded: None,
             queue: Vec::new(),
@@ -413,20 +421,35 @@ impl ShardActor {
     }
 
     /// Reopens the storage after a failure; on success writes resume.
+    ///
+    /// The batches that failed had already reported their dense changes
+    /// (at seal, so that reads after their answers would see them); the
+    /// reopened storage holds only what was durable, so this shard's share of
+    /// the dense indexes is replaced with what it holds now.
     fn try_recover(&mut self) {
-        let metrics = &self.metrics.shards[self.index];
+        if self.shard.as_ref().is_some_and(Shard::has_staged) {
+            self.commit_pending(true); // everything staged is reported first
+            return;
+        }
         let reopened = match self.shard.take() {
-            Some(shard) => shard.reopen(),
-            None => Err(rankd_shards::ShardError::Corrupt("shard closed")),
+            Some(shard) => {
+                self.reported_dense.get_or_insert_with(|| shard.dense_score_counts());
+                shard.reopen()
+            }
+            // An earlier attempt failed and dropped the shard: open it afresh.
+            None => Shard::open(&self.location.0, self.location.1.clone()),
         };
         self.generation += 1;
         match reopened {
-            Ok(shard) => {
+            Ok(mut shard) => {
                 tracing::warn!(shard = self.index, "storage reopened; accepting writes again");
-                metrics.players.set(shard.players() as i64);
+                shard.set_time(self.clock.now());
+                self.metrics.shards[self.index].players.set(shard.players() as i64);
+                let reported = self.reported_dense.take().unwrap_or_default();
+                replace_dense_share(&self.dense, shard.branching(), &reported, &shard.dense_score_counts());
                 self.shard = Some(shard);
                 self.degraded = None;
-                metrics.degraded.set(0);
+                self.metrics.shards[self.index].degraded.set(0);
             }
             Err(e) => {
                 self.retry_recovery_at = Instant::now() + RECOVERY_RETRY;
@@ -641,25 +664,45 @@ impl Handler<CommitDone> for ShardActor {
     }
 }
 
-/// Applies a committed batch's changes of dense trees' score sets to the
+/// Applies a sealed batch's changes of dense trees' score sets to the
 /// engine-wide distinct-score indexes.
 fn update_dense(registry: &DenseRegistry, branching: u32, changes: Vec<rankd_shards::DenseChange>) {
     let mut dense = registry.lock();
     for change in changes {
-        // A new period of a dense board starts its index here.
-        let index = match dense.entry(change.tree) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => match DenseIndex::new(branching) {
-                Ok(index) => e.insert(index),
-                Err(_) => continue,
-            },
-        };
+        let Some(index) = dense_index(&mut dense, change.tree, branching) else { continue };
         if let Some(sk) = change.removed {
-            index.remove(sk);
+            index.remove(sk, 1);
         }
         if let Some(sk) = change.added {
             index.add(sk, 1);
         }
+    }
+}
+
+/// Replaces one shard's share of the dense indexes: `reported` is what its
+/// batches had reported, `holds` what its reopened storage holds.
+fn replace_dense_share(
+    registry: &DenseRegistry,
+    branching: u32,
+    reported: &HashMap<TreeId, Vec<(u64, u64)>>,
+    holds: &HashMap<TreeId, Vec<(u64, u64)>>,
+) {
+    let mut dense = registry.lock();
+    for tree in reported.keys().chain(holds.keys()) {
+        let (before, after) = (reported.get(tree), holds.get(tree));
+        if before == after {
+            continue;
+        }
+        let Some(index) = dense_index(&mut dense, *tree, branching) else { continue };
+        index.replace_share(before.map_or(&[][..], Vec::as_slice), after.map_or(&[][..], Vec::as_slice));
+    }
+}
+
+/// The dense index of `tree`; a new period of a dense board starts its index here.
+fn dense_index(dense: &mut HashMap<TreeId, DenseIndex>, tree: TreeId, branching: u32) -> Option<&mut DenseIndex> {
+    match dense.entry(tree) {
+        std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+        std::collections::hash_map::Entry::Vacant(e) => DenseIndex::new(branching).ok().map(|index| e.insert(index)),
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rankd::client::{set_call, Client};
+use rankd::client::set_call;
 
 /// A tmpfs mounted for the test, unmounted on drop.
 struct Tmpfs {
@@ -64,9 +64,13 @@ fn metric(addr: &str, name: &str) -> f64 {
 async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     let disk = Tmpfs::mount("48m");
     let data_dir = disk.dir.join("data");
-    let (mut child, addr, metrics_addr) =
-        common::spawn(&data_dir, 1, &["--max-batch".into(), "64".into()]).expect("server starts");
-    let mut client = Client::connect_retry(&addr, Duration::from_secs(10)).await.unwrap();
+    // Declared after the tmpfs: dropped (killed) before it is unmounted.
+    let mut server = common::Server::start_in(&data_dir, 1, &["--max-batch", "64"]);
+    let metrics_addr = server.metrics_addr.clone();
+    let mut client = server.client().await;
+    // Dense ties: a refused write's score was already counted as distinct
+    // when its batch was sealed, and must be forgotten on recovery.
+    client.create_board("disk", "desc", "dense").await.unwrap();
     let mut acked: Vec<(String, i64)> = Vec::new();
     for i in 0..200 {
         let player = format!("before-{i}");
@@ -78,13 +82,15 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     // Write until the disk refuses: every reply is an ack (there was still
     // room) or `internal`, never anything else.
     let mut refused = 0;
+    // `internal` means the write may or may not have applied.
+    let mut unknown: Vec<(String, i64)> = Vec::new();
     let mut seq = 0i64;
     let started = Instant::now();
     while refused < 20 && started.elapsed() < Duration::from_secs(30) {
         let batch: Vec<(String, i64)> = (0..50)
             .map(|_| {
                 seq += 1;
-                (format!("during-{seq}"), seq)
+                (format!("during-{seq}"), 1000 + seq) // scores no one else holds
             })
             .collect();
         let calls: Vec<_> = batch.iter().map(|(player, score)| set_call("disk", player, *score, "set")).collect();
@@ -98,6 +104,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
                 Err(e) => {
                     assert_eq!(e.code(), Some("internal"), "a failed write says internal: {e}");
                     refused += 1;
+                    unknown.push((player, score));
                 }
             }
         }
@@ -125,16 +132,36 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     }
     acked.push(("after".into(), 1));
     assert_eq!(metric(&metrics_addr, "rankd_shard_degraded"), 0.0);
+    // Whatever the storage holds now, the dense index agrees with it: a
+    // refused write that did not land must not count as a distinct score.
+    let mut held = acked.clone();
+    for (player, score) in &unknown {
+        if let Some(stored) = client.get("disk", player).await.unwrap() {
+            assert_eq!(stored, *score, "a refused write holds its own score or none");
+            held.push((player.clone(), *score));
+        }
+    }
+    let distinct_above_zero = |held: &[(String, i64)]| {
+        1 + held.iter().map(|(_, score)| *score).filter(|&s| s > 0).collect::<std::collections::BTreeSet<_>>().len()
+            as u64
+    };
+    assert_eq!(
+        client.rank_of_score("disk", 0).await.unwrap(),
+        distinct_above_zero(&held),
+        "dense rank counts exactly the scores held after recovery"
+    );
 
     // Nothing acknowledged was lost, even across kill -9.
-    let _ = child.kill();
-    let _ = child.wait();
-    let (mut child, addr, _) = common::spawn(&data_dir, 1, &[]).expect("server restarts");
-    let mut client = Client::connect_retry(&addr, Duration::from_secs(10)).await.unwrap();
+    server.kill9();
+    server.restart();
+    let mut client = server.client().await;
     for (player, score) in &acked {
         assert_eq!(client.get("disk", player).await.unwrap(), Some(*score), "acknowledged {player} lost");
     }
-    eprintln!("{} acknowledged writes checked, {refused} refused during the fault", acked.len());
-    let _ = child.kill();
-    let _ = child.wait();
+    assert_eq!(client.rank_of_score("disk", 0).await.unwrap(), distinct_above_zero(&held), "dense rank after restart");
+    eprintln!(
+        "{} acknowledged writes checked, {refused} refused during the fault ({} of them applied)",
+        acked.len(),
+        held.len() - acked.len()
+    );
 }

@@ -37,13 +37,36 @@ impl DenseIndex {
         *n += players;
     }
 
-    /// One player less holds `score_key`.
-    pub fn remove(&mut self, score_key: u64) {
+    /// `players` fewer players hold `score_key`.
+    pub fn remove(&mut self, score_key: u64, players: u64) {
         if let Some(n) = self.players_at.get_mut(&score_key) {
-            *n -= 1;
+            *n = n.saturating_sub(players);
             if *n == 0 {
                 self.players_at.remove(&score_key);
                 self.distinct.add(u128::from(score_key) << 64, -1);
+            }
+        }
+    }
+
+    /// Replaces one shard's share of this index: `before` is what it had
+    /// reported, `after` what it holds now (both as [`crate::Shard::score_counts`]
+    /// gives them, sorted by score key). A shard whose storage is reopened
+    /// after a failed commit loses the batches that never became durable,
+    /// though their changes were already reported: this takes them back out.
+    pub fn replace_share(&mut self, before: &[(u64, u64)], after: &[(u64, u64)]) {
+        let mut delta: std::collections::BTreeMap<u64, i128> = std::collections::BTreeMap::new();
+        for &(score_key, players) in before {
+            *delta.entry(score_key).or_default() -= i128::from(players);
+        }
+        for &(score_key, players) in after {
+            *delta.entry(score_key).or_default() += i128::from(players);
+        }
+        for (score_key, change) in delta {
+            let players = change.unsigned_abs() as u64;
+            match change.signum() {
+                1 => self.add(score_key, players),
+                -1 => self.remove(score_key, players),
+                _ => {}
             }
         }
     }
@@ -67,8 +90,25 @@ mod tests {
         assert_eq!(index.distinct_before(20), 1);
         assert_eq!(index.distinct_before(25), 2);
         for _ in 0..4 {
-            index.remove(10);
+            index.remove(10, 1);
         }
         assert_eq!(index.distinct_before(25), 1);
+    }
+
+    #[test]
+    fn replacing_a_share_keeps_the_other_shards() {
+        let mut index = DenseIndex::new(2).unwrap();
+        let shard_a = [(10, 2), (20, 1)];
+        let shard_b = [(10, 1)];
+        for (sk, n) in shard_a.iter().chain(&shard_b) {
+            index.add(*sk, *n);
+        }
+        // Shard A lost score 10 (not durable) and gained 30.
+        index.replace_share(&shard_a, &[(20, 1), (30, 1)]);
+        assert_eq!(index.distinct_before(15), 1, "shard B still holds 10");
+        assert_eq!(index.distinct_before(31), 3);
+        index.replace_share(&shard_b, &[]);
+        assert_eq!(index.distinct_before(25), 1, "only 20 left below 25");
+        assert_eq!(index.distinct_before(31), 2);
     }
 }

@@ -518,6 +518,12 @@ impl Shard {
         Ok(shard)
     }
 
+    /// Where the shard's storage lives, and how it was opened: enough to open
+    /// it again (see [`Shard::reopen`]) even after the shard itself is gone.
+    pub fn location(&self) -> (std::path::PathBuf, ShardOptions) {
+        (self.path.clone(), self.options.clone())
+    }
+
     /// Sets the time (Unix seconds, UTC) the next writes are applied at. The
     /// caller owns the clock, so tests can cross period boundaries at will.
     pub fn set_time(&mut self, unix_seconds: i64) {
@@ -987,6 +993,13 @@ impl Shard {
             }
         }
         out
+    }
+
+    /// [`Shard::score_counts`] of every tree of a dense board: this shard's
+    /// share of the engine-wide [`crate::DenseIndex`]es.
+    pub fn dense_score_counts(&self) -> HashMap<TreeId, Vec<(u64, u64)>> {
+        let dense = |tree: &TreeId| self.boards.get(&tree.board).is_some_and(|b| b.config.ties == Ties::Dense);
+        self.trees.keys().filter(|t| dense(t)).map(|&t| (t, self.score_counts(t))).collect()
     }
 
     /// Trees this shard holds players for.

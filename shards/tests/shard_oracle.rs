@@ -520,7 +520,7 @@ impl Run {
             prop_assert_eq!(self.live.slots[slot].board.config.ties, Ties::Dense, "dense change for a non-dense board");
             prop_assert_eq!(change.tree, tid(change.tree.board));
             if let Some(r) = change.removed {
-                self.dense[slot].remove(r);
+                self.dense[slot].remove(r, 1);
             }
             if let Some(a) = change.added {
                 self.dense[slot].add(a, 1);
@@ -694,15 +694,29 @@ impl Run {
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, true)?;
             }
             Op::Crash => {
-                // Sealed batches never written die with the process.
+                // Sealed batches never written die with the process, though
+                // their dense changes were reported at seal: take this
+                // shard's share of the dense indexes back to what it holds
+                // after reopening, as the server does when it recovers.
+                if self.staged {
+                    self.seal()?; // the server seals everything before it recovers
+                }
                 self.sealed.clear();
                 self.sealed_state = None;
+                let before = self.shard().dense_score_counts();
                 self.reopen()?;
+                let after = self.shard().dense_score_counts();
+                for (index, ob) in self.dense.iter_mut().zip(&self.live.slots) {
+                    let tree = tid(ob.board.id);
+                    let (old, new) = (before.get(&tree), after.get(&tree));
+                    index.replace_share(old.map_or(&[][..], Vec::as_slice), new.map_or(&[][..], Vec::as_slice));
+                }
                 self.live = self.committed.clone();
                 self.staged = false;
                 self.staged_writes = 0;
                 prop_assert!(!self.shard().has_staged());
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, true)?;
+                self.check_dense_all()?;
             }
             Op::DropBoard { slot, order, ties } => {
                 self.commit()?;
@@ -836,7 +850,10 @@ fn known_sequence() {
         Write { slot: 1, player: 5, score: -1, mode: Mode::Incr },
         Write { slot: 1, player: 5, score: i64::MIN, mode: Mode::Incr },
         Write { slot: 1, player: 5, score: -1, mode: Mode::Incr }, // overflow
-        Crash,
+        Write { slot: 2, player: 0, score: i64::MAX, mode: Mode::Set }, // dense board
+        Seal,                                                      // reports its dense change, never written:
+        Write { slot: 2, player: 1, score: 3, mode: Mode::Set },
+        Crash, // the dense index must forget it
         Write { slot: 2, player: 7, score: 0, mode: Mode::Set },
         Write { slot: 2, player: 8, score: 0, mode: Mode::Set },
         Bulk { slot: 2, start: 0, scores: (0..90).map(|i| i % 7).collect(), mode: Mode::Set },

@@ -45,6 +45,14 @@ impl Server {
         Self { child, addr, metrics_addr, data_dir, shards, extra, env, _tmp: Some(tmp) }
     }
 
+    /// Starts a server on a data dir the caller owns (e.g. on a special
+    /// filesystem); it must outlive the server.
+    pub fn start_in(data_dir: &Path, shards: usize, extra: &[&str]) -> Self {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, addr, metrics_addr) = spawn(data_dir, shards, &extra).expect("server starts");
+        Self { child, addr, metrics_addr, data_dir: data_dir.to_path_buf(), shards, extra, env: Vec::new(), _tmp: None }
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
