@@ -6,6 +6,15 @@ use std::process::ExitCode;
 use clap::Parser;
 use rankd::config::{Cli, Command};
 
+/// jemalloc instead of glibc malloc: requests are allocated by connection
+/// tasks and freed on shard threads, and glibc's arenas handle that
+/// cross-thread traffic badly — in a `rank` profile malloc, free and
+/// `malloc_consolidate` took ~22% of the server's CPU. Back-to-back runs of
+/// the same load (1M players, 1 shard): rank 350k -> 448k ops/s, set
+/// 88k -> 110k ops/s.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -101,6 +101,10 @@ pub struct Metrics {
     pub ready: AtomicBool,
     /// `rankd_ready`: the same as a gauge, so an alert can see it.
     pub ready_gauge: IntGauge,
+    /// Bytes the server's allocations hold, and bytes the allocator keeps
+    /// resident for them (refreshed on each scrape): when RSS grows, these
+    /// say whether it is live data or allocator slack.
+    allocator: [IntGauge; 2],
     /// Whether per-request and per-batch metrics are updated. Only turned
     /// off to measure what they cost (`--no-request-metrics`).
     pub hot_path: bool,
@@ -211,6 +215,16 @@ impl Metrics {
             &["version", "shards"],
         )?;
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION"), &shards.to_string()]).set(1);
+        let allocator = [
+            IntGauge::new(
+                "rankd_allocator_allocated_bytes",
+                "Bytes held by the server's live allocations (jemalloc).",
+            )?,
+            IntGauge::new(
+                "rankd_allocator_resident_bytes",
+                "Bytes jemalloc keeps resident: live allocations plus its own slack.",
+            )?,
+        ];
 
         for collector in [
             Box::new(requests) as Box<dyn prometheus::core::Collector>,
@@ -232,6 +246,8 @@ impl Metrics {
             Box::new(fanout.clone()),
             Box::new(build_info),
             Box::new(ready_gauge.clone()),
+            Box::new(allocator[0].clone()),
+            Box::new(allocator[1].clone()),
         ] {
             registry.register(collector)?;
         }
@@ -251,6 +267,7 @@ impl Metrics {
             fanout: FANOUT_OPS.iter().map(|op| fanout.with_label_values(&[op])).collect(),
             ready: AtomicBool::new(false),
             ready_gauge,
+            allocator,
             hot_path,
         }))
     }
@@ -273,11 +290,26 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        self.refresh_allocator();
         let mut out = Vec::new();
         // Encoding into a Vec only fails on invalid metric families, which
         // registration already rejected.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Reads jemalloc's statistics (meaningful when jemalloc is the global
+    /// allocator, as in the `rankd` binary). A failed read leaves the gauges.
+    fn refresh_allocator(&self) {
+        use tikv_jemalloc_ctl::{epoch, stats};
+        if epoch::advance().is_err() {
+            return;
+        }
+        for (gauge, read) in self.allocator.iter().zip([stats::allocated::read, stats::resident::read]) {
+            if let Ok(bytes) = read() {
+                gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            }
+        }
     }
 }
 
