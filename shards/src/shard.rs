@@ -25,8 +25,10 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fjall::config::PinningPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use std::collections::VecDeque;
@@ -254,6 +256,7 @@ pub struct SealedBatch {
     pub dense: Vec<DenseChange>,
     /// Score writes and removals in the batch.
     pub writes: usize,
+    memtables: Memtables,
 }
 
 impl SealedBatch {
@@ -263,14 +266,51 @@ impl SealedBatch {
     }
 
     /// Writes the batch to the journal and memtables, atomically, without
-    /// making it durable (see [`DurabilityHandle::sync`]); returns how long
-    /// that took.
+    /// making it durable (see [`DurabilityHandle::sync`]), and hands full
+    /// memtables to fjall's flush workers; returns how long that took.
     pub fn write(self) -> Result<Duration, ShardError> {
         let started = Instant::now();
         if let Some(batch) = self.batch {
             batch.commit()?;
+            self.memtables.rotate_full()?;
         }
         Ok(started.elapsed())
+    }
+}
+
+/// A shard's keyspaces and the memtable size at which they are sealed for
+/// flushing.
+///
+/// fjall 3.1 rotates a memtable itself by queueing a request to its worker
+/// pool on *every* write batch once the memtable is over size, on a bounded
+/// queue (1000) that only the workers read; a worker handling one of those
+/// requests then blocks queueing the flush on that same queue. Under
+/// sustained writes, while the one worker per shard was busy compacting, the
+/// requests filled the queue and the worker deadlocked on itself (seen at
+/// 10M players: every write and the shutdown hung). fjall-rs/fjall#323 is
+/// the upstream fix, not yet released. So keyspaces are created with a
+/// memtable limit fjall never reaches, and the committer rotates them here,
+/// once per full memtable, which queues one flush and no flood.
+#[derive(Clone)]
+struct Memtables {
+    keyspaces: Arc<[Keyspace]>,
+    limit: u64,
+}
+
+impl Memtables {
+    fn largest(&self) -> u64 {
+        use fjall::AbstractTree as _;
+        self.keyspaces.iter().map(|keyspace| keyspace.tree.active_memtable().size()).max().unwrap_or(0)
+    }
+
+    fn rotate_full(&self) -> Result<(), ShardError> {
+        use fjall::AbstractTree as _;
+        for keyspace in self.keyspaces.iter() {
+            if keyspace.tree.active_memtable().size() > self.limit {
+                keyspace.rotate_memtable()?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -346,6 +386,8 @@ pub struct Shard {
     now: i64,
     /// Expired periods whose data is still being deleted, oldest first.
     expiring: VecDeque<TreeId>,
+    /// Rotates full memtables after each sealed batch is written.
+    memtables: Memtables,
 }
 
 impl Shard {
@@ -358,15 +400,31 @@ impl Shard {
             .cache_size(options.cache_bytes)
             .worker_threads(options.worker_threads.max(1))
             .open()?;
-        let memtable = options.memtable_bytes;
-        let keyspace = |name: &str| db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable));
-        let players = keyspace("players")?;
+        // fjall never rotates a memtable by itself (see [`Memtables`]).
+        let keyspace = |name: &str| db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(u64::MAX));
+        // Every write and rank that misses the record cache does a point read
+        // here. fjall pins index and filter blocks of the first levels only;
+        // deeper, a read loaded and checksummed a table's whole index block
+        // (hundreds of KiB) unless the block cache held it: with a small
+        // cache a 10M-player rank took ~0.4 ms, mostly xxh3 and memcpy. Pinned
+        // they cost ~2 bytes per player.
+        let players = db.keyspace("players", || {
+            KeyspaceCreateOptions::default()
+                .max_memtable_size(u64::MAX)
+                .index_block_pinning_policy(PinningPolicy::all(true))
+                .filter_block_pinning_policy(PinningPolicy::all(true))
+        })?;
         let index = keyspace("index")?;
         let leaves = keyspace("tree")?;
         let meta = keyspace("meta")?;
         let changes = keyspace("changes")?;
         let cached_players = options.cached_players;
+        let memtables = Memtables {
+            keyspaces: [&players, &index, &leaves, &meta, &changes].map(Keyspace::clone).into(),
+            limit: options.memtable_bytes,
+        };
         let mut shard = Self {
+            memtables,
             db,
             players,
             index,
@@ -848,7 +906,12 @@ impl Shard {
             }
         }
         self.in_flight.push_back(staged.players);
-        SealedBatch { batch: (!batch.is_empty()).then_some(batch), dense: staged.dense, writes: staged.writes }
+        SealedBatch {
+            batch: (!batch.is_empty()).then_some(batch),
+            dense: staged.dense,
+            writes: staged.writes,
+            memtables: self.memtables.clone(),
+        }
     }
 
     /// Whether a log of `logged` changes calls for a checkpoint. A checkpoint
@@ -894,6 +957,12 @@ impl Shard {
         }
         self.db.persist(PersistMode::SyncAll)?;
         Ok(())
+    }
+
+    /// Bytes in the fullest memtable still taking writes: stays near
+    /// [`ShardOptions::memtable_bytes`] as full ones are sealed for flushing.
+    pub fn largest_memtable_bytes(&self) -> u64 {
+        self.memtables.largest()
     }
 
     /// Players held in all trees of this shard.

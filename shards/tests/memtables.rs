@@ -1,0 +1,70 @@
+//! Sustained writes with small memtables never hang the storage.
+//!
+//! fjall 3.1 rotated a full memtable by queueing a request to its worker on
+//! every write batch, on a bounded queue the worker itself must send to when
+//! it handles one: a flood of batches while the worker was busy deadlocked
+//! it, and every later write with it. The shard now rotates memtables itself
+//! (see `Memtables` in `shard.rs`). This drives such a flood; the deadlock
+//! also needs a long compaction at the wrong moment, so it is not reproduced
+//! on demand, but the test fails if the writes stall, if a memtable is not
+//! rotated once full, or if anything written is missing after a reopen.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rankd_shards::{Board, BoardConfig, Durability, Mode, Order, Shard, ShardOptions, Ties, TreeId, Window};
+
+const PLAYERS: u64 = 300_000;
+const MEMTABLE: u64 = 256 << 10;
+
+fn board() -> Board {
+    let config = BoardConfig { order: Order::Desc, ties: Ties::Competition, windows: vec![Window::All], keep: 1 };
+    Board { id: 1, name: "flood".into(), config }
+}
+
+fn tree() -> TreeId {
+    TreeId { board: 1, window: Window::All.code(), period: 0 }
+}
+
+#[test]
+fn a_flood_of_small_batches_does_not_hang_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let options =
+        ShardOptions { memtable_bytes: MEMTABLE, durability: Durability::Buffered, ..ShardOptions::default() };
+    let (done, finished) = mpsc::channel();
+    let path = dir.path().to_path_buf();
+    let worker_options = options.clone();
+    // The writes run on their own thread: a hang shows as a timeout here,
+    // not as a test binary that never ends.
+    std::thread::spawn(move || {
+        let result = (|| -> Result<(), rankd_shards::ShardError> {
+            let mut shard = Shard::open(&path, worker_options)?;
+            let board = board();
+            for i in 0..PLAYERS {
+                shard.write(&board, &format!("player-{i}"), i as i64, Mode::Set, i + 1)?;
+                if i % 2 == 1 {
+                    shard.commit()?; // one small batch: the flood
+                    let largest = shard.largest_memtable_bytes();
+                    assert!(largest < 2 * MEMTABLE, "a memtable grew to {largest} bytes: not rotated");
+                }
+            }
+            shard.commit()?;
+            Ok(())
+        })();
+        let _ = done.send(result);
+    });
+    match finished.recv_timeout(Duration::from_secs(120)) {
+        Ok(result) => result.expect("writes succeed"),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("storage hung: {PLAYERS} writes in small batches did not finish in 120 s")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the writing thread panicked (see above)"),
+    }
+
+    let shard = Shard::open(dir.path(), options).unwrap();
+    assert_eq!(shard.count(tree()), PLAYERS);
+    for i in (0..PLAYERS).step_by(997) {
+        let record = shard.get(tree(), &format!("player-{i}")).unwrap().expect("record stored");
+        assert_eq!(record.score, i as i64);
+    }
+}
