@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use actix::{Actor, Context, Handler, Message};
 use parking_lot::Mutex;
 use rankd_shards::{
-    Board, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard, ShardError,
-    Ties, TreeId,
+    Board, DenseChange, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard,
+    ShardError, Ties, TreeId,
 };
 use tokio::sync::oneshot;
 
@@ -666,7 +666,7 @@ impl Handler<CommitDone> for ShardActor {
 
 /// Applies a sealed batch's changes of dense trees' score sets to the
 /// engine-wide distinct-score indexes.
-fn update_dense(registry: &DenseRegistry, branching: u32, changes: Vec<rankd_shards::DenseChange>) {
+fn update_dense(registry: &DenseRegistry, branching: u32, changes: Vec<DenseChange>) {
     let mut dense = registry.lock();
     for change in changes {
         let Some(index) = dense_index(&mut dense, change.tree, branching) else { continue };
@@ -687,13 +687,14 @@ fn replace_dense_share(
     reported: &HashMap<TreeId, Vec<(u64, u64)>>,
     holds: &HashMap<TreeId, Vec<(u64, u64)>>,
 ) {
+    let trees: std::collections::HashSet<TreeId> = reported.keys().chain(holds.keys()).copied().collect();
     let mut dense = registry.lock();
-    for tree in reported.keys().chain(holds.keys()) {
-        let (before, after) = (reported.get(tree), holds.get(tree));
+    for tree in trees {
+        let (before, after) = (reported.get(&tree), holds.get(&tree));
         if before == after {
             continue;
         }
-        let Some(index) = dense_index(&mut dense, *tree, branching) else { continue };
+        let Some(index) = dense_index(&mut dense, tree, branching) else { continue };
         index.replace_share(before.map_or(&[][..], Vec::as_slice), after.map_or(&[][..], Vec::as_slice));
     }
 }
@@ -813,5 +814,36 @@ impl Answer {
             Self::Counts { before, total } => Ok((before, total)),
             other => Err(Error::Internal(format!("shard answered {other:?}, expected Counts"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(board: u64) -> TreeId {
+        TreeId { board, window: 0, period: 0 }
+    }
+
+    #[test]
+    fn replacing_a_share_touches_each_tree_once() {
+        let registry: DenseRegistry = Arc::default();
+        let reported = HashMap::from([(tree(1), vec![(10, 1), (20, 1)]), (tree(2), vec![(5, 1)])]);
+        let holds = HashMap::from([(tree(1), vec![(20, 1)]), (tree(3), vec![(7, 2)])]);
+        // Another shard holds 10 in tree 1 too.
+        update_dense(&registry, 16, vec![DenseChange { tree: tree(1), removed: None, added: Some(10) }]);
+        for (t, counts) in &reported {
+            for &(sk, n) in counts {
+                for _ in 0..n {
+                    update_dense(&registry, 16, vec![DenseChange { tree: *t, removed: None, added: Some(sk) }]);
+                }
+            }
+        }
+        replace_dense_share(&registry, 16, &reported, &holds);
+        let dense = registry.lock();
+        // Tree 1 (in both maps): 10 still held by the other shard, 20 by this one.
+        assert_eq!(dense[&tree(1)].distinct_before(u64::MAX), 2);
+        assert_eq!(dense[&tree(2)].distinct_before(u64::MAX), 0, "only reported: taken out");
+        assert_eq!(dense[&tree(3)].distinct_before(u64::MAX), 1, "only held: added");
     }
 }

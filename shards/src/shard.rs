@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjall::config::PinningPolicy;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{AbstractTree as _, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use std::collections::VecDeque;
 
@@ -299,12 +299,10 @@ struct Memtables {
 
 impl Memtables {
     fn largest(&self) -> u64 {
-        use fjall::AbstractTree as _;
         self.keyspaces.iter().map(|keyspace| keyspace.tree.active_memtable().size()).max().unwrap_or(0)
     }
 
     fn rotate_full(&self) -> Result<(), ShardError> {
-        use fjall::AbstractTree as _;
         for keyspace in self.keyspaces.iter() {
             if keyspace.tree.active_memtable().size() > self.limit {
                 keyspace.rotate_memtable()?;
