@@ -16,8 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, Arbiter};
-use parking_lot::Mutex;
-use rankd_shards::{Board, DenseIndex, Durability, Shard, ShardOptions, Ties};
+use rankd_shards::{Board, Durability, Shard, ShardOptions};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -27,7 +26,7 @@ use crate::connection::{self, Limits};
 use crate::layout;
 use crate::metrics::{self, Metrics};
 use crate::router::{Router, RouterState};
-use crate::shard::{Command, DenseRegistry, ShardActor, ShardLink};
+use crate::shard::{replace_dense_share, Command, DenseRegistry, ShardActor, ShardLink};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -92,27 +91,22 @@ pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry)
             boards.insert(board.name.clone(), board.clone());
         }
     }
-    let mut dense = HashMap::new();
-    // Every period of every dense board present in any shard.
-    let dense_boards: std::collections::HashSet<u64> =
-        boards.values().filter(|b| b.config.ties == Ties::Dense).map(|b| b.id).collect();
-    let trees: std::collections::HashSet<_> =
-        shards.iter().flat_map(|s| s.tree_ids()).filter(|t| dense_boards.contains(&t.board)).collect();
-    for tree in trees {
-        let Ok(mut index) = DenseIndex::new(branching) else { continue };
-        for shard in shards {
-            for (score_key, players) in shard.score_counts(tree) {
-                index.add(score_key, players);
-            }
-        }
-        dense.insert(tree, index);
+    // Each shard adds its share of every live dense board's indexes, the way
+    // a recovering shard replaces its share (a half-finished drop's
+    // leftovers are not indexed).
+    let dense: DenseRegistry = Arc::default();
+    let live: std::collections::HashSet<u64> = boards.values().map(|b| b.id).collect();
+    for shard in shards {
+        let mut share = shard.dense_score_counts();
+        share.retain(|tree, _| live.contains(&tree.board));
+        replace_dense_share(&dense, branching, &HashMap::new(), &share);
     }
     let state = RouterState {
         boards: boards.into_values().collect(),
         max_board_id: shards.iter().map(Shard::max_board_id).max().unwrap_or(0),
         max_seq: shards.iter().map(Shard::max_seq).max().unwrap_or(0),
     };
-    (state, Arc::new(Mutex::new(dense)))
+    (state, dense)
 }
 
 /// Runs the server until SIGTERM/Ctrl-C. Blocks the calling thread.

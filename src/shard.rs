@@ -680,8 +680,9 @@ fn update_dense(registry: &DenseRegistry, branching: u32, changes: Vec<DenseChan
 }
 
 /// Replaces one shard's share of the dense indexes: `reported` is what its
-/// batches had reported, `holds` what its reopened storage holds.
-fn replace_dense_share(
+/// batches had reported, `holds` what its reopened storage holds. From an
+/// empty `reported` this is how a starting engine builds them.
+pub(crate) fn replace_dense_share(
     registry: &DenseRegistry,
     branching: u32,
     reported: &HashMap<TreeId, Vec<(u64, u64)>>,
