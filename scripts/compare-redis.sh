@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# rankd against Redis in one run: the comparison behind the README's
+# Performance table, so its figures can be reproduced with one command.
+#
+#   scripts/compare-redis.sh [SHARDS] [PLAYERS] [WORKLOADS...]
+#   scripts/compare-redis.sh 1 1000000 set rank
+#
+# Starts a release `rankd serve` and a `redis-server` (AOF on, appendfsync
+# always) on temp data dirs, prefills both with PLAYERS players, runs WARM
+# seconds of unmeasured sets on each (so each system's compaction or AOF
+# rewrite lands in its own figures), then each workload for DURATION seconds
+# per system, and prints ops/s, p99, the server's CPU (cores) and the ratio.
+# Env: CACHE_MB (rankd --cache-mb), WARM (default 30), DURATION (default 10),
+# CONNS (8), DEPTH (64), KEEP=1 keeps the temp dir with the JSON reports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+shards=${1:-1}
+players=${2:-1000000}
+shift $(( $# > 2 ? 2 : $# ))
+workloads=("$@")
+[ ${#workloads[@]} -gt 0 ] || workloads=(set rank)
+warm=${WARM:-30}
+duration=${DURATION:-10}
+conns=${CONNS:-8}
+depth=${DEPTH:-64}
+rankd_port=7270
+redis_port=6479
+
+command -v redis-server >/dev/null || { echo "needs redis-server (apt-get install -y redis-server)" >&2; exit 2; }
+cargo build --release --quiet
+rankd=target/release/rankd
+work=$(mktemp -d)
+rankd_pid=
+redis_pid=
+cleanup() {
+    [ -n "$rankd_pid" ] && kill "$rankd_pid" 2>/dev/null && wait "$rankd_pid" 2>/dev/null
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    if [ "${KEEP:-0}" = 1 ]; then echo "reports kept in $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+"$rankd" serve --shards "$shards" --data-dir "$work/rankd" --listen "127.0.0.1:$rankd_port" \
+    --metrics-listen 127.0.0.1:0 ${CACHE_MB:+--cache-mb "$CACHE_MB"} >"$work/rankd.log" 2>&1 &
+rankd_pid=$!
+mkdir -p "$work/redis"
+redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save '' \
+    --appendonly yes --appendfsync always >"$work/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 100); do
+    grep -q listening "$work/rankd.log" 2>/dev/null && redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+    sleep 0.1
+done
+
+targets=("rankd://127.0.0.1:$rankd_port" "redis://127.0.0.1:$redis_port")
+pids=("$rankd_pid" "$redis_pid")
+names=(rankd redis)
+
+# Cores a process used over a command: utime+stime ticks before and after.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+
+for i in 0 1; do
+    "$rankd" bench --target "${targets[$i]}" --players "$players" --prefill --ops 1 -q >/dev/null
+    [ "$warm" -gt 0 ] && "$rankd" bench --target "${targets[$i]}" --players "$players" \
+        --duration "$warm" -c "$conns" -d "$depth" -w set -q >/dev/null
+    for w in "${workloads[@]}"; do
+        before=$(ticks "${pids[$i]}")
+        "$rankd" bench --target "${targets[$i]}" --players "$players" --duration "$duration" \
+            -c "$conns" -d "$depth" -w "$w" -q --json "$work/${names[$i]}-$w.json" >/dev/null
+        after=$(ticks "${pids[$i]}")
+        echo "scale=2; ($after - $before) / $hz / $duration" | bc >"$work/${names[$i]}-$w.cpu"
+    done
+done
+
+printf '%-8s %14s %10s %6s %14s %10s %6s %8s\n' workload "rankd ops/s" "p99 us" cores "redis ops/s" "p99 us" cores ratio
+for w in "${workloads[@]}"; do
+    read -r r_ops r_p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$work/rankd-$w.json")
+    read -r s_ops s_p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$work/redis-$w.json")
+    printf '%-8s %14s %10s %6s %14s %10s %6s %8s\n' "$w" "$r_ops" "$r_p99" "$(cat "$work/rankd-$w.cpu")" \
+        "$s_ops" "$s_p99" "$(cat "$work/redis-$w.cpu")" "$(echo "scale=2; $r_ops / $s_ops" | bc)"
+done
