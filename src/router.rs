@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use futures::future::try_join_all;
-use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tree_key};
+use rankd_shards::key::{list_position, list_position_of_tree_key, rank_key, score_key, tree_key};
 use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Ties, TreeId, Window};
 use tokio::sync::oneshot;
 
@@ -163,10 +163,7 @@ impl Read {
     /// The key whose count-before decides a rank: ties at one score share
     /// `(score, 0)`; ordinal ties are apart by reach sequence.
     fn rank_key(&self, score_key: u64, seq: u64) -> u128 {
-        match self.ties() {
-            Ties::Ordinal => tree_key(score_key, seq),
-            Ties::Competition | Ties::Dense => tree_key(score_key, 0),
-        }
+        rank_key(self.ties(), score_key, seq)
     }
 
     /// Ranks for list entries: one fan-out for the whole list (or none, for
@@ -274,13 +271,29 @@ impl Read {
         Ok(Reply::Entries(self.ranked(entries).await?))
     }
 
-    async fn rank(self, found: Pending) -> Result<Reply, Error> {
-        let Some(record) = answer(found).await?.into_record()? else {
+    /// Finishes a rank whose first round went to the player's `owner` as
+    /// [`Command::Rank`]: the owner already counted its own players, so only
+    /// the other shards are asked (none, on one shard).
+    async fn rank(self, owner: usize, found: Pending) -> Result<Reply, Error> {
+        let (record, own_before, own_total) = answer(found).await?.into_ranked()?;
+        let Some(record) = record else {
             return Ok(Reply::Rank(None));
         };
         let sk = score_key(record.score, self.board.config.order);
-        let (before, count) = self.counts(vec![self.rank_key(sk, record.seq)]).await?;
-        let rank = 1 + if self.ties() == Ties::Dense { self.distinct_before(sk) } else { before[0] };
+        let key = self.rank_key(sk, record.seq);
+        let others: Vec<Pending> = (self.shards.iter().enumerate())
+            .filter(|(i, _)| *i != owner)
+            .map(|(_, s)| s.ask(Command::CountBefore { tree: self.tree, keys: vec![key] }))
+            .collect();
+        let (mut before, mut count) = (own_before, own_total);
+        if !others.is_empty() {
+            let started = Instant::now();
+            let (theirs, total) = summed_counts(others, 1).await?;
+            self.observe_round(started);
+            before += theirs[0];
+            count += total;
+        }
+        let rank = 1 + if self.ties() == Ties::Dense { self.distinct_before(sk) } else { before };
         Ok(Reply::Rank(Some(RankInfo { rank, score: record.score, count })))
     }
 
@@ -513,8 +526,10 @@ impl Router {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Rank(None))),
                 Ok(Some(read)) => {
-                    let found = outbox.ask(self.owner(&player), Command::Get { tree: read.tree, player });
-                    Box::pin(read.rank(found))
+                    let owner = self.owner(&player);
+                    let (tree, ties, order) = (read.tree, read.ties(), read.board.config.order);
+                    let found = outbox.ask(owner, Command::Rank { tree, player, ties, order });
+                    Box::pin(read.rank(owner, found))
                 }
             },
             Op::RankOfScore { board, score, view } => match self.read("rank_of_score", &board, view) {

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, Context, Handler, Message};
 use parking_lot::Mutex;
+use rankd_shards::key::{rank_key, score_key};
 use rankd_shards::{
     Board, DenseChange, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard,
     ShardError, Ties, TreeId,
@@ -58,6 +59,11 @@ pub enum Command {
     DropBoard { board_id: u64 },
     /// A player's record; replies [`Answer::Record`].
     Get { tree: TreeId, player: String },
+    /// A player's record and, on this shard, the players ranked before them
+    /// and in total; replies [`Answer::Ranked`]. The owner's half of a rank
+    /// in the round that finds the score: on one shard the whole rank is one
+    /// message, on S shards the second round goes to the other S-1.
+    Rank { tree: TreeId, player: String, ties: Ties, order: Order },
     /// Players before each key and in total; replies [`Answer::Counts`].
     CountBefore { tree: TreeId, keys: Vec<u128> },
     /// A slice of the list order; replies [`Answer::List`].
@@ -104,6 +110,9 @@ pub enum Answer {
     Record(Option<Record>),
     /// `before[i]` for each key, and the tree's total.
     Counts { before: Vec<u64>, total: u64 },
+    /// A player's record (if present) with this shard's count of players
+    /// ranked before it and its total (both 0 when absent).
+    Ranked { record: Option<Record>, before: u64, total: u64 },
     /// List entries.
     List(Vec<ListEntry>),
     /// Done.
@@ -571,6 +580,14 @@ impl ShardActor {
             }
             Command::DropBoard { board_id } => Answer::Bool(shard.drop_board(board_id)?),
             Command::Get { tree, player } => Answer::Record(shard.get(tree, &player)?),
+            Command::Rank { tree, player, ties, order } => match shard.get(tree, &player)? {
+                Some(record) => {
+                    let key = rank_key(ties, score_key(record.score, order), record.seq);
+                    let before = shard.count_before(tree, &[key]).first().copied().unwrap_or(0);
+                    Answer::Ranked { record: Some(record), before, total: shard.count(tree) }
+                }
+                None => Answer::Ranked { record: None, before: 0, total: 0 },
+            },
             Command::CountBefore { tree, keys } => {
                 Answer::Counts { before: shard.count_before(tree, &keys), total: shard.count(tree) }
             }
@@ -814,6 +831,14 @@ impl Answer {
         match self {
             Self::Counts { before, total } => Ok((before, total)),
             other => Err(Error::Internal(format!("shard answered {other:?}, expected Counts"))),
+        }
+    }
+
+    /// The `Ranked` payload: the record, this shard's count before it, its total.
+    pub fn into_ranked(self) -> Result<(Option<Record>, u64, u64), Error> {
+        match self {
+            Self::Ranked { record, before, total } => Ok((record, before, total)),
+            other => Err(Error::Internal(format!("shard answered {other:?}, expected Ranked"))),
         }
     }
 }

@@ -81,6 +81,17 @@ pub fn tree_key(score_key: u64, tiebreak: u64) -> u128 {
     (u128::from(score_key) << 64) | u128::from(tiebreak)
 }
 
+/// The tree key a player's rank counts up to: players with a smaller key
+/// rank before them. Ordinal boards order equal scores by reach sequence;
+/// the others rank every player of a score after exactly the better scores,
+/// so their key has the lowest tiebreak.
+pub fn rank_key(ties: Ties, score_key: u64, seq: u64) -> u128 {
+    match ties {
+        Ties::Ordinal => tree_key(score_key, seq),
+        Ties::Competition | Ties::Dense => tree_key(score_key, 0),
+    }
+}
+
 /// A position in a tree's list order (best first), as the bytes of the score
 /// index after the tree prefix: `score_key ‖ [seq, ordinal only] ‖ player`.
 /// Positions from every shard compare byte-wise, so the router can merge.
