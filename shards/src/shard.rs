@@ -127,7 +127,9 @@ impl Record {
 /// storage read.
 #[derive(Debug, Default)]
 struct RecordCache {
-    records: HashMap<u128, Record>,
+    /// foldhash, not SipHash: every write and rank looks up here. Randomly
+    /// seeded, so names chosen to collide in xxh3 do not collide in buckets.
+    records: HashMap<u128, Record, foldhash::fast::RandomState>,
     capacity: usize,
 }
 
@@ -173,7 +175,7 @@ impl RecordCache {
     }
 
     fn clear(&mut self) {
-        self.records = HashMap::new();
+        self.records = HashMap::default();
     }
 }
 
@@ -442,7 +444,7 @@ impl Shard {
             logged: 0,
             staged: Staged::default(),
             in_flight: VecDeque::new(),
-            cache: std::cell::RefCell::new(RecordCache { records: HashMap::new(), capacity: cached_players }),
+            cache: std::cell::RefCell::new(RecordCache { records: HashMap::default(), capacity: cached_players }),
             now: 0,
             expiring: VecDeque::new(),
         };

@@ -22,6 +22,12 @@
 
 use std::collections::HashSet;
 
+/// The dirty-leaf set. Every `add` inserts into it, so it hashes with
+/// foldhash (randomly seeded per process, like std's SipHash, so clients
+/// choosing scores cannot aim at collisions) rather than SipHash: at 10M
+/// players that made an add a third faster (`benches/engine.rs`, tree/add).
+type LeafSet = HashSet<LeafId, foldhash::fast::RandomState>;
+
 /// A leaf bursts into an inner node once it holds more distinct keys than
 /// this. Small enough that the linear sum inside a leaf stays cheap, large
 /// enough that inner nodes (which cost `branching` counters) stay rare.
@@ -52,7 +58,7 @@ pub struct LeafId {
 #[derive(Debug)]
 enum Node {
     Leaf(Leaf),
-    Inner(Box<Inner>),
+    Inner(Box<[Slot]>),
 }
 
 /// Sorted keys of one sub-range with their player counts.
@@ -102,11 +108,16 @@ fn reserve_one(entries: &mut Vec<Entry>) {
     }
 }
 
+/// One child sub-range of an inner node: how many players it holds, next to
+/// the child itself. A rank walk sums the counts before its digit and steps
+/// into the child at the digit, so keeping both in one array makes each level
+/// one allocation and a few adjacent cache lines; with counts and children in
+/// separate arrays behind a boxed node, each level cost three or four cache
+/// misses, and at 1M players those misses were most of a rank's time.
 #[derive(Debug)]
-struct Inner {
-    /// Players per child sub-range; `counts[d]` is the total under `children[d]`.
-    counts: Box<[u64]>,
-    children: Box<[Option<Node>]>,
+struct Slot {
+    count: u64,
+    child: Option<Node>,
 }
 
 /// The count tree of one board window period in one shard.
@@ -115,7 +126,7 @@ pub struct CountTree {
     bits: u32,
     root: Node,
     total: u64,
-    dirty: HashSet<LeafId>,
+    dirty: LeafSet,
 }
 
 /// Rejected branching factor.
@@ -139,7 +150,7 @@ impl CountTree {
             bits: branching_bits(branching)?,
             root: Node::Leaf(Leaf::default()),
             total: 0,
-            dirty: HashSet::new(),
+            dirty: LeafSet::default(),
         })
     }
 
@@ -171,10 +182,10 @@ impl CountTree {
                     let end = leaf.entries.partition_point(|e| e.key() < key);
                     return before + leaf.entries[..end].iter().map(|e| e.count()).sum::<u64>();
                 }
-                Node::Inner(inner) => {
+                Node::Inner(slots) => {
                     let d = digit(key, depth, self.bits);
-                    before += inner.counts[..d].iter().sum::<u64>();
-                    match &inner.children[d] {
+                    before += slots[..d].iter().map(|slot| slot.count).sum::<u64>();
+                    match &slots[d].child {
                         Some(child) => node = child,
                         None => return before,
                     }
@@ -226,12 +237,12 @@ impl CountTree {
                 if !existing.entries.is_empty() {
                     return Err(CorruptLeaf("leaves overlap"));
                 }
-                *node = Node::Inner(Box::new(Inner::new(level_width(depth, self.bits))));
+                *node = Node::Inner(empty_slots(level_width(depth, self.bits)));
             }
-            let Node::Inner(inner) = node else { unreachable!("made inner above") };
-            let d = digit(id.prefix, depth, self.bits);
-            inner.counts[d] += leaf_total;
-            node = inner.children[d].get_or_insert_with(|| Node::Leaf(Leaf::default()));
+            let Node::Inner(slots) = node else { unreachable!("made inner above") };
+            let slot = &mut slots[digit(id.prefix, depth, self.bits)];
+            slot.count += leaf_total;
+            node = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::default()));
         }
         match node {
             Node::Leaf(existing) if existing.entries.is_empty() => {
@@ -256,7 +267,7 @@ impl CountTree {
         let mut node = &self.root;
         for depth in 0..u32::from(id.depth) {
             match node {
-                Node::Inner(inner) => node = inner.children[digit(id.prefix, depth, self.bits)].as_ref()?,
+                Node::Inner(slots) => node = slots[digit(id.prefix, depth, self.bits)].child.as_ref()?,
                 Node::Leaf(_) => return None,
             }
         }
@@ -272,13 +283,9 @@ impl CountTree {
 #[error("corrupt count-tree leaf: {0}")]
 pub struct CorruptLeaf(pub &'static str);
 
-impl Inner {
-    fn new(width: usize) -> Self {
-        Self {
-            counts: vec![0; width].into_boxed_slice(),
-            children: std::iter::repeat_with(|| None).take(width).collect(),
-        }
-    }
+/// The slots of a new inner node with `width` empty sub-ranges.
+fn empty_slots(width: usize) -> Box<[Slot]> {
+    std::iter::repeat_with(|| Slot { count: 0, child: None }).take(width).collect()
 }
 
 /// Deepest level a leaf can sit at: below it every key is one value.
@@ -309,7 +316,7 @@ fn leaf_id_of(key: u128, depth: u8, bits: u32) -> LeafId {
     LeafId { prefix, depth }
 }
 
-fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: &mut HashSet<LeafId>) {
+fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: &mut LeafSet) {
     match node {
         Node::Leaf(leaf) => {
             dirty.insert(leaf_id_of(key, depth as u8, bits));
@@ -334,13 +341,13 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: 
                 *node = burst(entries, bits, depth, dirty);
             }
         }
-        Node::Inner(inner) => {
-            let d = digit(key, depth, bits);
-            inner.counts[d] = inner.counts[d].saturating_add_signed(delta);
-            let child = inner.children[d].get_or_insert_with(|| Node::Leaf(Leaf::default()));
+        Node::Inner(slots) => {
+            let slot = &mut slots[digit(key, depth, bits)];
+            slot.count = slot.count.saturating_add_signed(delta);
+            let child = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::default()));
             add_at(child, bits, depth + 1, key, delta, dirty);
-            if inner.counts[d] == 0 {
-                inner.children[d] = None;
+            if slot.count == 0 {
+                slot.child = None;
             }
         }
     }
@@ -348,12 +355,12 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: 
 
 /// Splits an over-full leaf at `depth` into an inner node with leaf children,
 /// recursing while a child is still over-full.
-fn burst(entries: Vec<Entry>, bits: u32, depth: u32, dirty: &mut HashSet<LeafId>) -> Node {
-    let mut inner = Inner::new(level_width(depth, bits));
-    let mut groups: Vec<Vec<Entry>> = vec![Vec::new(); inner.counts.len()];
+fn burst(entries: Vec<Entry>, bits: u32, depth: u32, dirty: &mut LeafSet) -> Node {
+    let mut slots = empty_slots(level_width(depth, bits));
+    let mut groups: Vec<Vec<Entry>> = vec![Vec::new(); slots.len()];
     for entry in entries {
         let d = digit(entry.key(), depth, bits);
-        inner.counts[d] += entry.count();
+        slots[d].count += entry.count();
         groups[d].push(entry);
     }
     for (d, mut group) in groups.into_iter().enumerate() {
@@ -366,16 +373,16 @@ fn burst(entries: Vec<Entry>, bits: u32, depth: u32, dirty: &mut HashSet<LeafId>
                 dirty.insert(leaf_id_of(first, child_depth as u8, bits));
                 Node::Leaf(Leaf { entries: group })
             };
-            inner.children[d] = Some(child);
+            slots[d].child = Some(child);
         }
     }
-    Node::Inner(Box::new(inner))
+    Node::Inner(slots)
 }
 
 fn collect(node: &Node, out: &mut Vec<(u128, u64)>) {
     match node {
         Node::Leaf(leaf) => out.extend(leaf.entries.iter().map(|e| (e.key(), e.count()))),
-        Node::Inner(inner) => inner.children.iter().flatten().for_each(|c| collect(c, out)),
+        Node::Inner(slots) => slots.iter().filter_map(|slot| slot.child.as_ref()).for_each(|c| collect(c, out)),
     }
 }
 
@@ -397,20 +404,17 @@ fn check_node(node: &Node, bits: u32, depth: u32, prefix: u128) -> Result<u64, S
             }
             Ok(sum)
         }
-        Node::Inner(inner) => {
+        Node::Inner(slots) => {
             let width = level_bits(depth, bits);
             let shift = KEY_BITS - bits * depth - width;
             let mut sum = 0u64;
-            for (d, child) in inner.children.iter().enumerate() {
-                let below = match child {
+            for (d, slot) in slots.iter().enumerate() {
+                let below = match &slot.child {
                     Some(c) => check_node(c, bits, depth + 1, prefix | ((d as u128) << shift))?,
                     None => 0,
                 };
-                if below != inner.counts[d] || (child.is_some() && below == 0) {
-                    return Err(format!(
-                        "inner at depth {depth} child {d}: count {} but {below} below",
-                        inner.counts[d]
-                    ));
+                if below != slot.count || (slot.child.is_some() && below == 0) {
+                    return Err(format!("inner at depth {depth} child {d}: count {} but {below} below", slot.count));
                 }
                 sum += below;
             }
