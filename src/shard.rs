@@ -304,6 +304,12 @@ pub struct ShardActor {
     reported_dense: Option<HashMap<TreeId, Vec<(u64, u64)>>>,
 }
 
+/// How long a shutdown waits for the memtables to be flushed; past it the
+/// process exits anyway and the next start replays the journal (slower, but
+/// nothing is lost). Well inside the 30 s an orchestrator usually grants
+/// between SIGTERM and SIGKILL.
+const SHUTDOWN_FLUSH_WAIT: Duration = Duration::from_secs(20);
+
 /// How long a degraded shard waits between attempts to reopen its storage.
 const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 
@@ -595,7 +601,7 @@ impl ShardActor {
                 Answer::List(shard.list(tree, ties, order, &position, direction, limit)?)
             }
             Command::Shutdown => {
-                shard.prepare_shutdown()?;
+                shard.prepare_shutdown(SHUTDOWN_FLUSH_WAIT)?;
                 Answer::Done
             }
         })

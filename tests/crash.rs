@@ -1,6 +1,7 @@
 //! Durability against the real process: kill -9 while writes are pipelined,
 //! restart, and find every acknowledged write; SIGTERM under load exits 0
-//! and loses nothing acknowledged.
+//! and loses nothing acknowledged; SIGTERM still ends the process when the
+//! storage cannot flush.
 
 mod common;
 
@@ -145,4 +146,20 @@ async fn sigterm_under_load_exits_zero_and_keeps_acknowledged_writes() {
     let mut client = server.client().await;
     verify(&mut client, &acked).await;
     check_consistent(&mut client).await;
+}
+
+/// A shutdown flushes the memtables. When that cannot happen (here the data
+/// dir is removed under the server; a full or failing disk does the same),
+/// the process must still exit: it used to wait forever for fjall's stopped
+/// flush worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_when_the_storage_cannot_flush() {
+    let mut server = common::Server::start(2);
+    let mut client = server.client().await;
+    let calls: Vec<Call> = (0..2000).map(|i| set_call("gone", &format!("p{i}"), i, "set")).collect();
+    client.pipeline(&calls).await.expect("sets");
+    drop(client);
+    std::fs::remove_dir_all(server.data_dir()).expect("remove the data dir");
+    // terminate() fails the test if the process is still there after 30 s.
+    tokio::task::spawn_blocking(move || server.terminate()).await.expect("terminate");
 }

@@ -954,10 +954,29 @@ impl Shard {
 
     /// Prepares for a fast next start: checkpoints the trees (so no log is
     /// replayed) and flushes every memtable (so no journal is replayed).
-    pub fn prepare_shutdown(&mut self) -> Result<(), ShardError> {
+    ///
+    /// The flush is waited for here, not with fjall's
+    /// `rotate_memtable_and_wait`, which polls until the flush queue is empty
+    /// however long that takes: when a flush failed (disk full, data dir
+    /// removed) fjall's worker stopped, nothing ever emptied the queue, and a
+    /// SIGTERM hung the server forever (seen at 10M players). A failed worker
+    /// poisons the database, which ends the wait with an error; a flush still
+    /// running after `wait` is left to the journal, which holds everything
+    /// the memtables do: the next start replays it.
+    pub fn prepare_shutdown(&mut self, wait: Duration) -> Result<(), ShardError> {
         self.checkpoint()?;
-        for keyspace in [&self.players, &self.index, &self.leaves, &self.meta, &self.changes] {
-            keyspace.rotate_memtable_and_wait()?;
+        self.db.persist(PersistMode::SyncAll)?;
+        for keyspace in self.memtables.keyspaces.iter() {
+            keyspace.rotate_memtable()?;
+        }
+        let deadline = Instant::now() + wait;
+        while self.memtables.keyspaces.iter().any(|keyspace| keyspace.tree.sealed_memtable_count() > 0) {
+            self.db.persist(PersistMode::Buffer)?; // fails once a worker has failed
+            if Instant::now() >= deadline {
+                tracing::warn!(path = %self.path.display(), "memtables not flushed in time; the next start replays the journal");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
         self.db.persist(PersistMode::SyncAll)?;
         Ok(())

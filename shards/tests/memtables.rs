@@ -8,6 +8,9 @@
 //! also needs a long compaction at the wrong moment, so it is not reproduced
 //! on demand, but the test fails if the writes stall, if a memtable is not
 //! rotated once full, or if anything written is missing after a reopen.
+//!
+//! Shutting down flushes the memtables; a flush that fails (here: the data
+//! dir is removed under the shard) must end the shutdown, not hang it.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -66,5 +69,31 @@ fn a_flood_of_small_batches_does_not_hang_storage() {
     for i in (0..PLAYERS).step_by(997) {
         let record = shard.get(tree(), &format!("player-{i}")).unwrap().expect("record stored");
         assert_eq!(record.score, i as i64);
+    }
+}
+
+#[test]
+fn shutdown_returns_when_the_flush_cannot_happen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard");
+    let mut shard = Shard::open(&path, ShardOptions::default()).unwrap();
+    let board = board();
+    for i in 0..1000u64 {
+        shard.write(&board, &format!("player-{i}"), i as i64, Mode::Set, i + 1).unwrap();
+    }
+    shard.commit().unwrap();
+    // The tables' directories are gone: fjall's flush fails and its worker stops.
+    std::fs::remove_dir_all(&path).unwrap();
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let result = shard.prepare_shutdown(Duration::from_secs(600));
+        let _ = done.send(result.is_ok());
+    });
+    // Either outcome is fine (an error is logged, and the journal would be
+    // replayed); waiting out the 600 s flush deadline, or forever, is not.
+    match finished.recv_timeout(Duration::from_secs(60)) {
+        Ok(_) => {}
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("shutdown hung on a flush that cannot happen"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("shutdown panicked (see above)"),
     }
 }

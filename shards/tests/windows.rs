@@ -1192,7 +1192,7 @@ fn restart_during_expiry_does_not_leak_keys() {
     shard.commit().unwrap();
     shard.set_time(day3);
     assert_eq!(shard.expire(1).unwrap(), vec![gone]); // deletes one key of four
-    shard.prepare_shutdown().unwrap(); // a clean shutdown checkpoints the trees
+    shard.prepare_shutdown(std::time::Duration::from_secs(60)).unwrap(); // a clean shutdown checkpoints the trees
     drop(shard);
 
     let mut shard = open(dir.path(), day3);
