@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The 10M-player figures of the README (issue 4's latency, memory and
+# restart bars) as one command:
+#
+#   scripts/large-board.sh [PLAYERS] [SHARDS]      # defaults: 10000000 2
+#
+# 1. prefill PLAYERS players;  2. 20 s of saturating sets;
+# 3. unpipelined ranks (-c 1 -d 1) for 15 s while 4x8 writers run, sampling
+#    the server's resident memory and its allocator's live bytes each second;
+# 4. SIGTERM, restart, time to "listening", resident memory right after;
+# 5. kill -9 in the middle of writes, restart, time to "listening".
+# Env: CACHE_MB (rankd --cache-mb), KEEP=1 keeps the temp dir, RANKD=path
+# runs another rankd binary (an A/B against an older build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+players=${1:-10000000}
+shards=${2:-2}
+port=7280
+metrics=7281
+if [ -z "${RANKD:-}" ]; then cargo build --release --quiet; fi
+rankd=${RANKD:-target/release/rankd}
+work=$(mktemp -d)
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+start() {
+    : >"$work/log"
+    local t0=$(date +%s.%N)
+    "$rankd" serve --shards "$shards" --data-dir "$work/data" --listen "127.0.0.1:$port" \
+        --metrics-listen "127.0.0.1:$metrics" ${CACHE_MB:+--cache-mb "$CACHE_MB"} >>"$work/log" 2>&1 &
+    pid=$!
+    until grep -q listening "$work/log"; do
+        kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
+        sleep 0.01
+    done
+    echo "ready in $(echo "$(date +%s.%N) - $t0" | bc | cut -c1-5) s"
+}
+rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status"; }
+live_mib() {
+    curl -s "127.0.0.1:$metrics/metrics" | awk '/^rankd_allocator_allocated_bytes/ {print int($2 / 1048576)}'
+}
+bench() { "$rankd" bench --server "127.0.0.1:$port" --players "$players" -q "$@"; }
+
+echo "== start on an empty data dir"; start
+echo "== prefill"; bench --prefill --ops 1 2>&1 >/dev/null | grep prefilled
+echo "== saturating set (-c 8 -d 64, 20 s)"; bench -w set -c 8 -d 64 --duration 20
+echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers run"
+bench -w set -c 4 -d 8 --duration 22 --json "$work/writers.json" >/dev/null &
+writers=$!
+sleep 3
+bench -w rank -c 1 -d 1 --duration 15 &
+ranks=$!
+: >"$work/mem"
+while kill -0 "$ranks" 2>/dev/null; do echo "$(rss_mib) $(live_mib)" >>"$work/mem"; sleep 1; done
+wait "$ranks"
+wait "$writers"
+python3 -c 'import json,sys; print("writers: %.0f sets/s" % json.load(open(sys.argv[1]))["ops_per_sec"])' "$work/writers.json"
+awk -v p="$players" 'NR == 1 {lo = hi = $1; llo = lhi = $2}
+    {if ($1 < lo) lo = $1; if ($1 > hi) hi = $1; if ($2 < llo) llo = $2; if ($2 > lhi) lhi = $2}
+    END {printf "resident while serving: %d-%d MiB (%.0f-%.0f B/player); allocator live %d-%d MiB\n",
+         lo, hi, lo * 1048576 / p, hi * 1048576 / p, llo, lhi}' "$work/mem"
+echo "== restart after SIGTERM"
+kill "$pid"; wait "$pid" || true
+start
+sleep 1
+echo "resident after restart: $(rss_mib) MiB ($(( $(rss_mib) * 1048576 / players )) B/player)"
+echo "== restart after kill -9 in the middle of writes"
+bench -w set -c 8 -d 64 --duration 30 >/dev/null 2>&1 &
+writers=$!
+sleep 10
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+wait "$writers" 2>/dev/null || true
+start
+sed 's/\x1b\[[0-9;]*m//g' "$work/log" | grep -o 'replayed=[0-9]*\|storage_ms=[0-9]*' | paste -sd' '
