@@ -82,7 +82,7 @@ fn shutdown_returns_when_the_flush_cannot_happen() {
         shard.write(&board, &format!("player-{i}"), i as i64, Mode::Set, i + 1).unwrap();
     }
     shard.commit().unwrap();
-    // The tables' directories are gone: fjall's flush fails and its worker stops.
+    // The data dir is gone: fjall's flush cannot create its table and its worker stops.
     std::fs::remove_dir_all(&path).unwrap();
     let (done, finished) = mpsc::channel();
     std::thread::spawn(move || {
