@@ -216,10 +216,10 @@ pub enum Direction {
 /// Player records a batch changes, by storage key (`None`: removed).
 type PlayerChanges = HashMap<Vec<u8>, Option<Record>, Hasher>;
 
-/// The hasher of the per-request maps (staged keys, the record cache):
-/// foldhash, several times cheaper than std's SipHash on short keys and,
-/// like it, seeded at random per process, so keys clients choose cannot be
-/// aimed at one bucket.
+/// The hasher of the maps every request touches (staged keys, the record
+/// cache, the trees): foldhash, several times cheaper than std's SipHash on
+/// short keys and, like it, seeded at random per process, so keys clients
+/// choose cannot be aimed at one bucket.
 type Hasher = foldhash::fast::RandomState;
 
 /// Key changes of the open batch: one final value per key, so a player
@@ -372,7 +372,7 @@ pub struct Shard {
     options: ShardOptions,
     /// Where the shard lives, to reopen it after a storage failure.
     path: std::path::PathBuf,
-    trees: HashMap<TreeId, CountTree>,
+    trees: HashMap<TreeId, CountTree, Hasher>,
     boards: HashMap<u64, Board>,
     max_seq: u64,
     max_board_id: u64,
@@ -441,7 +441,7 @@ impl Shard {
             changes,
             options,
             path: path.to_path_buf(),
-            trees: HashMap::new(),
+            trees: HashMap::default(),
             boards: HashMap::new(),
             max_seq: 0,
             max_board_id: 0,
