@@ -589,7 +589,7 @@ impl ShardActor {
             Command::Rank { tree, player, ties, order } => match shard.get(tree, &player)? {
                 Some(record) => {
                     let key = rank_key(ties, score_key(record.score, order), record.seq);
-                    let before = shard.count_before(tree, &[key]).first().copied().unwrap_or(0);
+                    let before = shard.count_before_key(tree, key);
                     Answer::Ranked { record: Some(record), before, total: shard.count(tree) }
                 }
                 None => Answer::Ranked { record: None, before: 0, total: 0 },

@@ -1079,6 +1079,12 @@ impl Shard {
         }
     }
 
+    /// How many players of `tree` sort strictly before `key`: one rank's
+    /// count, without the vector [`Shard::count_before`] returns.
+    pub fn count_before_key(&self, tree: TreeId, key: u128) -> u64 {
+        self.trees.get(&tree).map_or(0, |t| t.count_before(key))
+    }
+
     /// Distinct score keys of `tree` with their player counts (for dense
     /// ranks), read from the count tree, not from the players.
     pub fn score_counts(&self, tree: TreeId) -> Vec<(u64, u64)> {
