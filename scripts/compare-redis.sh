@@ -69,7 +69,8 @@ for i in 0 1; do
         "$rankd" bench --target "${targets[$i]}" --players "$players" --duration "$duration" \
             -c "$conns" -d "$depth" -w "$w" -q --json "$work/${names[$i]}-$w.json" >/dev/null
         after=$(ticks "${pids[$i]}")
-        echo "scale=2; ($after - $before) / $hz / $duration" | bc >"$work/${names[$i]}-$w.cpu"
+        awk -v t="$((after - before))" -v hz="$hz" -v d="$duration" 'BEGIN {printf "%.2f\n", t / hz / d}' \
+            >"$work/${names[$i]}-$w.cpu"
     done
 done
 
@@ -78,5 +79,5 @@ for w in "${workloads[@]}"; do
     read -r r_ops r_p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$work/rankd-$w.json")
     read -r s_ops s_p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$work/redis-$w.json")
     printf '%-8s %14s %10s %6s %14s %10s %6s %8s\n' "$w" "$r_ops" "$r_p99" "$(cat "$work/rankd-$w.cpu")" \
-        "$s_ops" "$s_p99" "$(cat "$work/redis-$w.cpu")" "$(echo "scale=2; $r_ops / $s_ops" | bc)"
+        "$s_ops" "$s_p99" "$(cat "$work/redis-$w.cpu")" "$(awk -v a="$r_ops" -v b="$s_ops" 'BEGIN {printf "%.2f", a / b}')"
 done

@@ -38,7 +38,7 @@ start() {
         kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
         sleep 0.01
     done
-    echo "ready in $(echo "$(date +%s.%N) - $t0" | bc | cut -c1-5) s"
+    awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {printf "ready in %.2f s\n", a - b}'
 }
 rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status"; }
 live_mib() {
