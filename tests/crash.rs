@@ -101,13 +101,19 @@ async fn acknowledged_writes_survive_kill_9() {
         let acked = Arc::new(Mutex::new(Acked::default()));
         let writers: Vec<_> =
             (0..4).map(|id| tokio::spawn(writer(server.addr.clone(), cycle, id, acked.clone()))).collect();
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(150..600))).await;
+        // Kill at a random moment once writes are being acknowledged: a fixed
+        // delay alone sometimes ended before the first ack on a loaded machine.
+        let started = std::time::Instant::now();
+        while acked.lock().sets.is_empty() {
+            assert!(started.elapsed() < Duration::from_secs(30), "cycle {cycle}: no write acknowledged in 30 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..450))).await;
         server.kill9();
         for w in writers {
             w.await.expect("writer task");
         }
         let acked = Arc::try_unwrap(acked).ok().expect("writers done").into_inner();
-        assert!(!acked.sets.is_empty(), "cycle {cycle}: some writes were acknowledged before the kill");
         server.restart();
         let mut client = server.client().await;
         all.sets.extend(acked.sets);
