@@ -92,6 +92,17 @@ async fn check_consistent(client: &mut Client) {
     assert_eq!(listed, count, "count and the score index agree");
 }
 
+/// Waits (bounded) until some write is acknowledged, so a kill or SIGTERM
+/// lands while writes are being acknowledged: a fixed delay alone once ended
+/// before the first ack on a loaded machine.
+async fn first_ack(acked: &Mutex<Acked>, when: &str) {
+    let started = std::time::Instant::now();
+    while acked.lock().sets.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "{when}: no write acknowledged in 30 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9() {
     let mut server = common::Server::start(4);
@@ -101,13 +112,7 @@ async fn acknowledged_writes_survive_kill_9() {
         let acked = Arc::new(Mutex::new(Acked::default()));
         let writers: Vec<_> =
             (0..4).map(|id| tokio::spawn(writer(server.addr.clone(), cycle, id, acked.clone()))).collect();
-        // Kill at a random moment once writes are being acknowledged: a fixed
-        // delay alone sometimes ended before the first ack on a loaded machine.
-        let started = std::time::Instant::now();
-        while acked.lock().sets.is_empty() {
-            assert!(started.elapsed() < Duration::from_secs(30), "cycle {cycle}: no write acknowledged in 30 s");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        first_ack(&acked, &format!("cycle {cycle}")).await;
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..450))).await;
         server.kill9();
         for w in writers {
@@ -136,7 +141,8 @@ async fn sigterm_under_load_exits_zero_and_keeps_acknowledged_writes() {
     let mut server = common::Server::start(2);
     let acked = Arc::new(Mutex::new(Acked::default()));
     let writers: Vec<_> = (0..3).map(|id| tokio::spawn(writer(server.addr.clone(), 9, id, acked.clone()))).collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    first_ack(&acked, "before SIGTERM").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let status = tokio::task::spawn_blocking(move || {
         let status = server.terminate();
         (server, status)
@@ -147,7 +153,6 @@ async fn sigterm_under_load_exits_zero_and_keeps_acknowledged_writes() {
         w.await.expect("writer");
     }
     let acked = Arc::try_unwrap(acked).ok().expect("writers done").into_inner();
-    assert!(!acked.sets.is_empty());
     server.restart();
     let mut client = server.client().await;
     verify(&mut client, &acked).await;
