@@ -144,26 +144,29 @@ impl Read {
         }
     }
 
-    fn send_counts(&self, keys: &[u128]) -> Vec<Pending> {
-        self.shards.iter().map(|s| s.ask(Command::CountBefore { tree: self.tree, keys: keys.to_vec() })).collect()
+    /// Counts before each key, summed over every shard, and the total.
+    async fn counts(&self, keys: Vec<u128>) -> Result<(Vec<u64>, u64), Error> {
+        self.counts_except(keys, None).await
     }
 
-    async fn counts(&self, keys: Vec<u128>) -> Result<(Vec<u64>, u64), Error> {
+    /// [`Read::counts`] over every shard but `except` (a shard that already
+    /// answered its part); no round at all when that leaves none.
+    async fn counts_except(&self, keys: Vec<u128>, except: Option<usize>) -> Result<(Vec<u64>, u64), Error> {
+        let pending: Vec<Pending> = (self.shards.iter().enumerate())
+            .filter(|(i, _)| Some(*i) != except)
+            .map(|(_, s)| s.ask(Command::CountBefore { tree: self.tree, keys: keys.clone() }))
+            .collect();
+        if pending.is_empty() {
+            return Ok((vec![0; keys.len()], 0));
+        }
         let started = Instant::now();
-        let n = keys.len();
-        let counts = summed_counts(self.send_counts(&keys), n).await;
+        let counts = summed_counts(pending, keys.len()).await;
         self.observe_round(started);
         counts
     }
 
     fn distinct_before(&self, score_key: u64) -> u64 {
         self.dense.lock().get(&self.tree).map_or(0, |d| d.distinct_before(score_key))
-    }
-
-    /// The key whose count-before decides a rank: ties at one score share
-    /// `(score, 0)`; ordinal ties are apart by reach sequence.
-    fn rank_key(&self, score_key: u64, seq: u64) -> u128 {
-        rank_key(self.ties(), score_key, seq)
     }
 
     /// Ranks for list entries: one fan-out for the whole list (or none, for
@@ -176,7 +179,8 @@ impl Read {
             let index = dense.get(&self.tree);
             score_keys.iter().map(|&sk| 1 + index.map_or(0, |d| d.distinct_before(sk))).collect()
         } else {
-            let keys: Vec<u128> = entries.iter().zip(&score_keys).map(|(e, &sk)| self.rank_key(sk, e.seq)).collect();
+            let keys: Vec<u128> =
+                entries.iter().zip(&score_keys).map(|(e, &sk)| rank_key(self.ties(), sk, e.seq)).collect();
             self.counts(keys).await?.0.into_iter().map(|b| b + 1).collect()
         };
         Ok(entries.into_iter().zip(ranks).map(|(e, rank)| Entry { player: e.player, score: e.score, rank }).collect())
@@ -280,21 +284,10 @@ impl Read {
             return Ok(Reply::Rank(None));
         };
         let sk = score_key(record.score, self.board.config.order);
-        let key = self.rank_key(sk, record.seq);
-        let others: Vec<Pending> = (self.shards.iter().enumerate())
-            .filter(|(i, _)| *i != owner)
-            .map(|(_, s)| s.ask(Command::CountBefore { tree: self.tree, keys: vec![key] }))
-            .collect();
-        let (mut before, mut count) = (own_before, own_total);
-        if !others.is_empty() {
-            let started = Instant::now();
-            let (theirs, total) = summed_counts(others, 1).await?;
-            self.observe_round(started);
-            before += theirs[0];
-            count += total;
-        }
-        let rank = 1 + if self.ties() == Ties::Dense { self.distinct_before(sk) } else { before };
-        Ok(Reply::Rank(Some(RankInfo { rank, score: record.score, count })))
+        let key = rank_key(self.ties(), sk, record.seq);
+        let (theirs, total) = self.counts_except(vec![key], Some(owner)).await?;
+        let rank = 1 + if self.ties() == Ties::Dense { self.distinct_before(sk) } else { own_before + theirs[0] };
+        Ok(Reply::Rank(Some(RankInfo { rank, score: record.score, count: own_total + total })))
     }
 
     fn rank_of_score(self, score: i64, outbox: &mut Outbox) -> ResponseFuture<Result<Reply, Error>> {
