@@ -38,6 +38,7 @@ use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::tree::{self, CountTree, LeafId};
 use crate::window;
+use crate::FastHasher;
 
 /// When a committed batch counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,9 +128,9 @@ impl Record {
 /// storage read.
 #[derive(Debug, Default)]
 struct RecordCache {
-    /// Keys are xxh3 of names clients choose; the seeded [`Hasher`] keeps
-    /// names made to collide in xxh3 from colliding in buckets.
-    records: HashMap<u128, Record, Hasher>,
+    /// Keys are xxh3 of names clients choose; the seeded hasher keeps names
+    /// made to collide in xxh3 from colliding in buckets.
+    records: HashMap<u128, Record, FastHasher>,
     capacity: usize,
 }
 
@@ -214,13 +215,7 @@ pub enum Direction {
 }
 
 /// Player records a batch changes, by storage key (`None`: removed).
-type PlayerChanges = HashMap<Vec<u8>, Option<Record>, Hasher>;
-
-/// The hasher of the maps every request touches (staged keys, the record
-/// cache, the trees): foldhash, several times cheaper than std's SipHash on
-/// short keys and, like it, seeded at random per process, so keys clients
-/// choose cannot be aimed at one bucket.
-type Hasher = foldhash::fast::RandomState;
+type PlayerChanges = HashMap<Vec<u8>, Option<Record>, FastHasher>;
 
 /// Key changes of the open batch: one final value per key, so a player
 /// written twice in a batch is stored once (and fjall never sees two values
@@ -228,7 +223,7 @@ type Hasher = foldhash::fast::RandomState;
 #[derive(Default)]
 struct Staged {
     players: PlayerChanges,
-    index: HashMap<Vec<u8>, bool, Hasher>,
+    index: HashMap<Vec<u8>, bool, FastHasher>,
     meta: HashMap<Vec<u8>, Option<Vec<u8>>>,
     dense: Vec<DenseChange>,
     /// This batch's tree changes, logged as one record.
@@ -372,7 +367,7 @@ pub struct Shard {
     options: ShardOptions,
     /// Where the shard lives, to reopen it after a storage failure.
     path: std::path::PathBuf,
-    trees: HashMap<TreeId, CountTree, Hasher>,
+    trees: HashMap<TreeId, CountTree, FastHasher>,
     boards: HashMap<u64, Board>,
     max_seq: u64,
     max_board_id: u64,

@@ -22,11 +22,8 @@
 
 use std::collections::HashSet;
 
-/// The dirty-leaf set. Every `add` inserts into it, so it hashes with
-/// foldhash (randomly seeded per process, like std's SipHash, so clients
-/// choosing scores cannot aim at collisions) rather than SipHash: at 10M
-/// players that made an add a third faster (`benches/engine.rs`, tree/add).
-type LeafSet = HashSet<LeafId, foldhash::fast::RandomState>;
+/// Leaves changed since the last checkpoint; every `add` inserts here.
+type LeafSet = HashSet<LeafId, crate::FastHasher>;
 
 /// A leaf bursts into an inner node once it holds more distinct keys than
 /// this. Small enough that the linear sum inside a leaf stays cheap, large
