@@ -74,10 +74,13 @@ for i in 0 1; do
     done
 done
 
+# "ops/s p99_us" of one JSON report.
+ops_and_p99() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$1"; }
+
 printf '%-8s %14s %10s %6s %14s %10s %6s %8s\n' workload "rankd ops/s" "p99 us" cores "redis ops/s" "p99 us" cores ratio
 for w in "${workloads[@]}"; do
-    read -r r_ops r_p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$work/rankd-$w.json")
-    read -r s_ops s_p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$work/redis-$w.json")
+    read -r r_ops r_p99 < <(ops_and_p99 "$work/rankd-$w.json")
+    read -r s_ops s_p99 < <(ops_and_p99 "$work/redis-$w.json")
     printf '%-8s %14s %10s %6s %14s %10s %6s %8s\n' "$w" "$r_ops" "$r_p99" "$(cat "$work/rankd-$w.cpu")" \
         "$s_ops" "$s_p99" "$(cat "$work/redis-$w.cpu")" "$(awk -v a="$r_ops" -v b="$s_ops" 'BEGIN {printf "%.2f", a / b}')"
 done
