@@ -11,7 +11,8 @@
 # rewrite lands in its own figures), then each workload for DURATION seconds
 # per system, and prints ops/s, p99, the server's CPU (cores) and the ratio.
 # Env: CACHE_MB (rankd --cache-mb), WARM (default 30), DURATION (default 10),
-# CONNS (8), DEPTH (64), KEEP=1 keeps the temp dir with the JSON reports.
+# CONNS (8), DEPTH (64), KEEP=1 keeps the temp dir with the JSON reports,
+# RANKD=path runs another rankd binary (an A/B against an older build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,8 +29,8 @@ rankd_port=7270
 redis_port=6479
 
 command -v redis-server >/dev/null || { echo "needs redis-server (apt-get install -y redis-server)" >&2; exit 2; }
-cargo build --release --quiet
-rankd=target/release/rankd
+if [ -z "${RANKD:-}" ]; then cargo build --release --quiet; fi
+rankd=${RANKD:-target/release/rankd}
 work=$(mktemp -d)
 rankd_pid=
 redis_pid=

@@ -81,6 +81,24 @@ fn bench_against_rankd_writes_json_and_csv() {
     assert_eq!(csv.lines().filter(|l| l.starts_with("target,")).count(), 1, "{csv}");
 }
 
+/// `--rate` paces the load: batch k of each connection starts no earlier
+/// than k * (pipeline * connections / rate), so however fast the server
+/// answers, a run offers at most `rate` ops per second plus the batches due
+/// at time zero. (Unpaced, this load runs thousands of ops per second.)
+#[test]
+fn rate_caps_the_offered_load() {
+    let server = common::Server::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--server", &server.addr, "--players", "1000", "--prefill", "-w", "rank", "-c", "2", "-d", "4"];
+    let paced = ["--rate", "400", "--duration", "1", "--json", "paced.json"];
+    rankd_bench(&[&args[..], &paced].concat(), dir.path());
+    let report = read_report(&dir.path().join("paced.json"));
+    assert_clean(&report);
+    assert_eq!(report["offered_rate"].as_f64(), Some(400.0), "{report}");
+    let (ops, seconds) = (report["ops"].as_f64().unwrap(), report["seconds"].as_f64().unwrap());
+    assert!(ops <= 400.0 * seconds + 2.0 * 4.0, "{ops} ops in {seconds} s offered at 400/s: {report}");
+}
+
 #[test]
 fn sweep_writes_csv_and_png() {
     let dir = tempfile::tempdir().unwrap();

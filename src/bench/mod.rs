@@ -147,6 +147,13 @@ pub struct LoadArgs {
     /// ...or stop after this many operations.
     #[arg(long)]
     pub ops: Option<u64>,
+    /// Offer at most this many operations per second in all (spread evenly
+    /// over the connections) instead of as many as the target answers.
+    /// Latency then counts from when each batch was due, not when it was
+    /// sent, so a stalled target shows in the figures instead of slowing
+    /// the load down (no coordinated omission).
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// The load.
     #[arg(long, short = 'w', value_enum, default_value = "set")]
     pub workload: Workload,
@@ -194,6 +201,9 @@ impl LoadArgs {
         }
         if self.ops.is_none() && !(self.duration.is_finite() && self.duration > 0.0) {
             return bad("--duration must be a positive number of seconds");
+        }
+        if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            return bad("--rate must be a positive number of operations per second");
         }
         if !(0.0..=1.0).contains(&self.write_ratio) {
             return bad("--write-ratio must be between 0 and 1");
@@ -253,6 +263,9 @@ pub struct Report {
     pub connections: usize,
     /// Pipeline depth.
     pub pipeline: usize,
+    /// The `--rate` offered, ops/s (none: as fast as answered).
+    #[serde(default)]
+    pub offered_rate: Option<f64>,
     /// Operations answered successfully.
     pub ops: u64,
     /// Operations answered with an error.
@@ -277,7 +290,7 @@ impl Report {
     /// The CSV header matching [`Report::csv_row`].
     pub const CSV_HEADER: &'static str = "target,server_version,workload,mode,distribution,zipf_exponent,players,\
                                           connections,pipeline,ops,errors,seconds,ops_per_sec,p50_us,p99_us,\
-                                          p999_us,max_us";
+                                          p999_us,max_us,offered_rate";
 
     /// One CSV row.
     pub fn csv_row(&self) -> String {
@@ -299,6 +312,7 @@ impl Report {
             self.p99_us.to_string(),
             self.p999_us.to_string(),
             self.max_us.to_string(),
+            self.offered_rate.map(|r| r.to_string()).unwrap_or_default(),
         ]
         .join(",")
     }
@@ -512,6 +526,7 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
         players: load.players,
         connections: load.connections,
         pipeline: load.pipeline,
+        offered_rate: load.rate,
         ops,
         errors,
         seconds,
@@ -537,6 +552,9 @@ async fn connection_load(
     let mut histogram = new_histogram()?;
     let (mut ok, mut err) = (0u64, 0u64);
     let mut ops = Vec::with_capacity(load.pipeline);
+    // With --rate, batch k of this connection is due at `k * every`.
+    let every = load.rate.map(|rate| Duration::from_secs_f64(load.pipeline as f64 * load.connections as f64 / rate));
+    let (start, mut batches) = (Instant::now(), 0u32);
     while !stop.load(Ordering::Relaxed) {
         let want = load.pipeline as u64;
         let granted = budget
@@ -547,7 +565,15 @@ async fn connection_load(
         }
         ops.clear();
         ops.extend((0..granted).map(|_| generator.next_op()));
-        let sent = Instant::now();
+        let sent = match every {
+            Some(every) => {
+                let due = start + every * batches;
+                batches += 1;
+                tokio::time::sleep_until(due.into()).await;
+                due
+            }
+            None => Instant::now(),
+        };
         let (good, bad) = conn.execute(&load.board, load.mode, &ops).await?;
         let micros = sent.elapsed().as_micros() as u64;
         histogram.saturating_record_n(micros.max(1), granted);
@@ -648,13 +674,14 @@ pub fn print(report: &Report) {
         None => "uniform".into(),
     };
     let version = report.server_version.as_ref().map(|v| format!(" (v{v})")).unwrap_or_default();
+    let offered = report.offered_rate.map(|r| format!(", offered {r:.0} ops/s")).unwrap_or_default();
     let mode = match report.workload {
         Workload::Set | Workload::Mixed => format!("mode {}, ", report.mode.as_str()),
         _ => String::new(),
     };
     println!(
         "{}{version} {:?} ({mode}{} players, {skew}): {} ops in {:.2} s = {:.0} ops/s ({} errors); \
-         latency p50 {} us, p99 {} us, p99.9 {} us, max {} us [{} connections x {} in flight]",
+         latency p50 {} us, p99 {} us, p99.9 {} us, max {} us [{} connections x {} in flight{offered}]",
         report.target,
         report.workload,
         report.players,
@@ -752,6 +779,7 @@ mod tests {
             players: 10,
             connections: 1,
             pipeline: 1,
+            offered_rate: Some(100.0),
             ops: 5,
             errors: 0,
             seconds: 1.0,
