@@ -349,6 +349,16 @@ pub const CHECKPOINT_EVERY: u64 = 100_000;
 /// journal recovery (2.0 s in all); 400k keeps the worst case under 3 s.
 const CHECKPOINT_STRETCH: u64 = 4;
 
+/// Journal bytes kept before fjall flushes the memtables that still need
+/// the oldest journal file. A start after a crash replays every journal
+/// file, and fjall's default (512 MiB) let them grow that far: keyspaces
+/// written a little per batch (meta, the tree log) never fill a memtable, so
+/// nothing released the old files. At 10M players after 3 minutes of writes
+/// each shard held ~440 MiB of journal and a restart after kill -9 took
+/// 9.8 s. fjall's minimum, 64 MiB (one journal file; fjall starts a new file
+/// at 64 MB), keeps the replay to about one or two files.
+const MAX_JOURNAL_BYTES: u64 = 64 << 20;
+
 /// Level-0 tables that make fjall merge them into level 1, for the
 /// keyspaces written one small random key per write (players, index).
 /// fjall's default, 4, suits its 64 MiB memtables; after our 8 MiB ones
@@ -418,6 +428,7 @@ impl Shard {
         let db = Database::builder(path)
             .cache_size(options.cache_bytes)
             .worker_threads(options.worker_threads.max(1))
+            .max_journaling_size(MAX_JOURNAL_BYTES)
             .open()?;
         // fjall never rotates a memtable by itself (see [`Memtables`]).
         let created = || KeyspaceCreateOptions::default().max_memtable_size(u64::MAX);
