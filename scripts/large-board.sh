@@ -7,9 +7,13 @@
 # 1. prefill PLAYERS players;  2. 20 s of saturating sets;
 # 3. unpipelined ranks (-c 1 -d 1) for 15 s while 4x8 writers run, sampling
 #    the server's resident memory and its allocator's live bytes each second;
+#    then 15 s more while the writers offer a fixed RATE sets/s instead of
+#    all they can (default 4000, `rankd bench --rate`);
 # 4. SIGTERM, restart, time to "listening", resident memory right after;
-# 5. kill -9 in the middle of writes, restart, time to "listening".
-# Env: CACHE_MB (rankd --cache-mb), KEEP=1 keeps the temp dir, RANKD=path
+# 5. kill -9 after KILL_AFTER (default 120) seconds of saturating writes,
+#    restart, time to "listening" (long enough for the journal to grow as it
+#    does in service: a restart after a crash replays all of it).
+# Env: CACHE_MB (rankd --cache-mb), RATE, KILL_AFTER, KEEP=1 keeps the temp dir, RANKD=path
 # runs another rankd binary (an A/B against an older build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,15 +68,24 @@ awk -v p="$players" 'NR == 1 {lo = hi = $1; llo = lhi = $2}
     {if ($1 < lo) lo = $1; if ($1 > hi) hi = $1; if ($2 < llo) llo = $2; if ($2 > lhi) lhi = $2}
     END {printf "resident while serving: %d-%d MiB (%.0f-%.0f B/player); allocator live %d-%d MiB\n",
          lo, hi, lo * 1048576 / p, hi * 1048576 / p, llo, lhi}' "$work/mem"
+rate=${RATE:-4000}
+echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers offer $rate sets/s"
+bench -w set -c 4 -d 8 --rate "$rate" --duration 20 >/dev/null &
+writers=$!
+sleep 3
+bench -w rank -c 1 -d 1 --duration 15
+wait "$writers"
 echo "== restart after SIGTERM"
 kill "$pid"; wait "$pid" || true
 start
 sleep 1
 echo "resident after restart: $(rss_mib) MiB ($(( $(rss_mib) * 1048576 / players )) B/player)"
-echo "== restart after kill -9 in the middle of writes"
-bench -w set -c 8 -d 64 --duration 30 >/dev/null 2>&1 &
+kill_after=${KILL_AFTER:-120}
+echo "== restart after kill -9 after ${kill_after} s of writes"
+bench -w set -c 8 -d 64 --duration $((kill_after + 20)) >/dev/null 2>&1 &
 writers=$!
-sleep 10
+sleep "$kill_after"
+echo "journal of shard 0 when killed: $(du -cm "$work"/data/shard-0/*.jnl | tail -1 | cut -f1) MiB"
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 wait "$writers" 2>/dev/null || true
 start
