@@ -364,9 +364,9 @@ const MAX_JOURNAL_BYTES: u64 = 64 << 20;
 /// fjall's default, 4, suits its 64 MiB memtables; after our 8 MiB ones
 /// every few MiB flushed rewrote the whole of level 1 (~130 MB per shard at
 /// 10M players): in a 10M-player profile under writes fjall's worker was
-/// ~30% of the server's CPU, and 12 took it from 31 s to 19 s of CPU over
-/// the same 97 s. Reads pay a bloom-filter probe per extra table. Below 20,
-/// where fjall starts stalling writes.
+/// ~30% of the server's CPU, and 12 took it from 31.5 s to 17.4 s of CPU
+/// over the same 97 s. Reads pay a bloom-filter probe per extra table.
+/// Below 20, where fjall starts stalling writes.
 const POINT_WRITE_L0_MERGE: u8 = 12;
 
 /// Compaction for the keyspaces written one small random key per write.
@@ -445,8 +445,9 @@ impl Shard {
                 .index_block_pinning_policy(PinningPolicy::all(true))
                 .filter_block_pinning_policy(PinningPolicy::all(true))
         })?;
-        // Leaves and the log keep fjall's default: a checkpoint rewrites the
-        // whole tree and a start scans it, so fewer overlapping tables there.
+        // The index takes small random keys too. Leaves and the log keep
+        // fjall's default: a checkpoint rewrites the whole tree and a start
+        // scans it, so fewer overlapping tables there.
         let index = db.keyspace("index", || created().compaction_strategy(point_write_compaction()))?;
         let leaves = keyspace("tree")?;
         let meta = keyspace("meta")?;
