@@ -53,28 +53,29 @@ bench() { "$rankd" bench --server "127.0.0.1:$port" --players "$players" -q "$@"
 echo "== start on an empty data dir"; start
 echo "== prefill"; bench --prefill --ops 1 2>&1 >/dev/null | grep prefilled
 echo "== saturating set (-c 8 -d 64, 20 s)"; bench -w set -c 8 -d 64 --duration 20
+# Unpipelined ranks for 15 s while 4x8 writers run (`bench -w set` with the
+# extra flags given), sampling resident memory and allocator live bytes.
+rank_under_writes() {
+    bench -w set -c 4 -d 8 --duration 22 --json "$work/writers.json" "$@" >/dev/null &
+    local writers=$!
+    sleep 3
+    bench -w rank -c 1 -d 1 --duration 15 &
+    local ranks=$!
+    : >"$work/mem"
+    while kill -0 "$ranks" 2>/dev/null; do echo "$(rss_mib) $(live_mib)" >>"$work/mem"; sleep 1; done
+    wait "$ranks"
+    wait "$writers"
+    python3 -c 'import json,sys; print("writers: %.0f sets/s" % json.load(open(sys.argv[1]))["ops_per_sec"])' "$work/writers.json"
+    awk -v p="$players" 'NR == 1 {lo = hi = $1; llo = lhi = $2}
+        {if ($1 < lo) lo = $1; if ($1 > hi) hi = $1; if ($2 < llo) llo = $2; if ($2 > lhi) lhi = $2}
+        END {printf "resident while serving: %d-%d MiB (%.0f-%.0f B/player); allocator live %d-%d MiB\n",
+             lo, hi, lo * 1048576 / p, hi * 1048576 / p, llo, lhi}' "$work/mem"
+}
 echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers run"
-bench -w set -c 4 -d 8 --duration 22 --json "$work/writers.json" >/dev/null &
-writers=$!
-sleep 3
-bench -w rank -c 1 -d 1 --duration 15 &
-ranks=$!
-: >"$work/mem"
-while kill -0 "$ranks" 2>/dev/null; do echo "$(rss_mib) $(live_mib)" >>"$work/mem"; sleep 1; done
-wait "$ranks"
-wait "$writers"
-python3 -c 'import json,sys; print("writers: %.0f sets/s" % json.load(open(sys.argv[1]))["ops_per_sec"])' "$work/writers.json"
-awk -v p="$players" 'NR == 1 {lo = hi = $1; llo = lhi = $2}
-    {if ($1 < lo) lo = $1; if ($1 > hi) hi = $1; if ($2 < llo) llo = $2; if ($2 > lhi) lhi = $2}
-    END {printf "resident while serving: %d-%d MiB (%.0f-%.0f B/player); allocator live %d-%d MiB\n",
-         lo, hi, lo * 1048576 / p, hi * 1048576 / p, llo, lhi}' "$work/mem"
+rank_under_writes
 rate=${RATE:-4000}
 echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers offer $rate sets/s"
-bench -w set -c 4 -d 8 --rate "$rate" --duration 20 >/dev/null &
-writers=$!
-sleep 3
-bench -w rank -c 1 -d 1 --duration 15
-wait "$writers"
+rank_under_writes --rate "$rate"
 echo "== restart after SIGTERM"
 kill "$pid"; wait "$pid" || true
 start
