@@ -27,7 +27,7 @@ pub use shard::{
     cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Record,
     SealedBatch, Shard, ShardOptions,
 };
-pub use tree::CountTree;
+pub use tree::{CountTree, Repacked};
 
 /// The hasher of the maps the hot paths touch (the record cache, staged
 /// keys, the trees, a tree's dirty leaves): foldhash, several times cheaper

@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use crate::board::{Board, BoardConfig, Mode, Order, Ties};
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
-use crate::tree::{self, CountTree, LeafId};
+use crate::tree::{self, CountTree, LeafId, Repacked};
 use crate::window;
 use crate::FastHasher;
 
@@ -417,6 +417,9 @@ pub struct Shard {
     expiring: VecDeque<TreeId>,
     /// Rotates full memtables after each sealed batch is written.
     memtables: Memtables,
+    /// The trees a leaf-repacking pass has yet to visit, each with where in
+    /// it to go on (see [`Shard::repack_step`]); the current one last.
+    repacking: Vec<(TreeId, u128)>,
 }
 
 impl Shard {
@@ -479,6 +482,7 @@ impl Shard {
             cache: std::cell::RefCell::new(RecordCache { records: HashMap::default(), capacity: cached_players }),
             now: 0,
             expiring: VecDeque::new(),
+            repacking: Vec::new(),
         };
         let opened = started.elapsed();
         shard.check_branching()?;
@@ -1065,6 +1069,51 @@ impl Shard {
         }
         self.first_log = self.next_log;
         self.logged = 0;
+        // A checkpoint comes after a tree's worth of changes, and with them
+        // a tree's worth of leaf reallocations: time for a repacking pass.
+        self.repacking = self.trees.keys().map(|tree| (*tree, 0)).collect();
+    }
+
+    /// Whether a leaf-repacking pass is under way (one starts at every
+    /// checkpoint; [`Shard::repack_step`] advances it).
+    pub fn is_repacking(&self) -> bool {
+        !self.repacking.is_empty()
+    }
+
+    /// Visits up to `budget` count-tree leaves and moves those `should_move`
+    /// picks (by the address of their entries) to fresh allocations: a slice
+    /// of the pass a checkpoint started, small enough to run between rounds.
+    /// Changes nothing a reader sees.
+    ///
+    /// Steady writes reallocate leaves all the time, and the allocator's
+    /// slabs fill with stragglers of the sizes leaves grew out of (see
+    /// [`CountTree::repack`]); moving the leaves on sparse slabs lets the
+    /// allocator pack them into fuller ones and return the rest. It works
+    /// with an allocator that can say how full a pointer's slab is and
+    /// fills its oldest slabs first, with its per-thread cache bypassed
+    /// during the step (otherwise each new copy takes the slot the previous
+    /// leaf just left): the server runs it on jemalloc that way.
+    pub fn repack_step(&mut self, budget: usize, mut should_move: impl FnMut(*const u8) -> bool) -> Repacked {
+        let mut done = Repacked::default();
+        while let Some((tree, from)) = self.repacking.last_mut() {
+            let Some(count_tree) = self.trees.get_mut(tree) else {
+                self.repacking.pop(); // expired since the pass began
+                continue;
+            };
+            let (step, next) = count_tree.repack(*from, budget - done.visited, &mut should_move);
+            done.visited += step.visited;
+            done.moved += step.moved;
+            match next {
+                Some(key) => {
+                    *from = key;
+                    break;
+                }
+                None => {
+                    self.repacking.pop();
+                }
+            }
+        }
+        done
     }
 
     fn persist_mode(&self) -> PersistMode {

@@ -316,6 +316,11 @@ enum Op {
     Land,
     /// Commit, then write the count-tree checkpoint (leaves) and trim the log.
     Checkpoint,
+    /// A step of the leaf-repacking pass the last checkpoint started (moves
+    /// tree leaves in memory; nothing a reader sees may change).
+    Repack {
+        budget: usize,
+    },
     CommitAndList,
     /// Commit, drop the shard, reopen it (first with a wrong branching factor
     /// if asked, which must be refused).
@@ -374,6 +379,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => Just(Op::Seal),
         2 => Just(Op::Land),
         1 => Just(Op::Checkpoint),
+        2 => (0usize..6).prop_map(|budget| Op::Repack { budget }),
         3 => Just(Op::CommitAndList),
         2 => any::<bool>().prop_map(|w| Op::Reopen { wrong_branching: w }),
         1 => Just(Op::Crash),
@@ -653,6 +659,16 @@ impl Run {
                 ok(self.shard().checkpoint())?;
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, true)?;
             }
+            Op::Repack { budget } => {
+                // Move every other leaf shown: which ones is the allocator's call.
+                let mut pick = false;
+                let done = self.shard().repack_step(budget, |_| {
+                    pick = !pick;
+                    pick
+                });
+                prop_assert!(done.moved <= done.visited && done.visited <= budget);
+                check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, false)?;
+            }
             Op::Commit => {
                 self.commit()?;
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, false)?;
@@ -863,6 +879,9 @@ fn known_sequence() {
         WriteMany { slot: 2, entries: vec![(7, 1), (7, i64::MAX), (8, 1)], mode: Mode::Incr }, // overflow: none
         Commit,
         Checkpoint,
+        Repack { budget: 1 },
+        Write { slot: 2, player: 9, score: 4, mode: Mode::Set },
+        Repack { budget: 5 },
         DropBoard { slot: 1, order: Order::Asc, ties: Ties::Dense },
         Write { slot: 1, player: 9, score: 5, mode: Mode::Best },
         Write { slot: 1, player: 9, score: 7, mode: Mode::Best },
@@ -878,4 +897,42 @@ fn known_sequence() {
             }
         }
     }
+}
+
+/// A checkpoint starts a repacking pass over every tree; steps finish it,
+/// each leaf moved once, and ranks stay what they were.
+#[test]
+fn checkpoint_starts_a_repacking_pass() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+    assert!(!shard.is_repacking());
+    let boards: Vec<OBoard> = (1..=2).map(|id| new_board(id, Order::Desc, Ties::Ordinal)).collect();
+    for (i, score) in (0..3000i64).map(|i| (i, i * 7919 % 1000)) {
+        let board = &boards[i as usize % 2].board;
+        shard.write(board, &format!("p{i}"), score, Mode::Set, i as u64 + 1).unwrap();
+    }
+    shard.commit().unwrap();
+    let ranks = |shard: &Shard| -> Vec<u64> {
+        let keys: Vec<u128> = (0..1000).map(|s| tree_key(score_key(s, Order::Desc), 0)).collect();
+        boards.iter().flat_map(|b| shard.count_before(tid(b.board.id), &keys)).collect()
+    };
+    let before = ranks(&shard);
+    assert_eq!(shard.repack_step(100, |_| true).visited, 0, "no pass before a checkpoint");
+
+    shard.checkpoint().unwrap();
+    assert!(shard.is_repacking());
+    let mut moved = 0;
+    let mut steps = 0;
+    while shard.is_repacking() {
+        let done = shard.repack_step(7, |_| true);
+        assert!(done.visited <= 7 && done.moved == done.visited);
+        moved += done.moved;
+        steps += 1;
+        assert!(steps < 10_000, "the pass never ends");
+    }
+    // 1500 players a tree, at most 64 keys a leaf: dozens of leaves each.
+    assert!(moved > 2 * 1500 / 64, "moved only {moved} leaves");
+    assert!(steps <= moved / 7 + 3, "{steps} steps for {moved} leaves");
+    assert_eq!(ranks(&shard), before);
+    shard.check().unwrap();
 }
