@@ -184,6 +184,11 @@ pub struct ServeArgs {
     /// Testing only: every commit first sleeps this long (a slow disk).
     #[arg(long, hide = true, default_value_t = 0)]
     pub debug_commit_delay_ms: u64,
+    /// Testing only: checkpoint the count trees after this many logged
+    /// changes instead of 100k, so tests reach checkpoints and the leaf
+    /// repacking passes that follow them.
+    #[arg(long, hide = true)]
+    pub debug_checkpoint_every: Option<u64>,
     /// Benchmarking only: do not update per-request and per-batch metrics
     /// (to measure what they cost).
     #[arg(long, hide = true)]
@@ -244,6 +249,8 @@ pub struct ServeConfig {
     pub cache_bytes: u64,
     /// Testing only: sleep before each commit.
     pub debug_commit_delay: std::time::Duration,
+    /// Testing only: logged tree changes between checkpoints.
+    pub debug_checkpoint_every: Option<u64>,
     /// Benchmarking only: skip per-request and per-batch metrics.
     pub no_request_metrics: bool,
 }
@@ -317,6 +324,7 @@ impl ServeArgs {
             max_shard_queue: self.max_shard_queue.or(file.max_shard_queue).unwrap_or(1 << 18),
             cache_bytes: self.cache_mb.or(file.cache_mb).unwrap_or(DEFAULT_CACHE_MB).saturating_mul(1 << 20),
             debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
+            debug_checkpoint_every: self.debug_checkpoint_every,
             no_request_metrics: self.no_request_metrics,
         };
         if !(1..=256).contains(&config.shards) {

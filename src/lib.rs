@@ -9,8 +9,10 @@
 //! - [`config`]: CLI flags and the TOML file;
 //! - [`layout`]: what a data dir holds and the check that it fits;
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint;
+//! - [`allocator`]: what the server asks of jemalloc beyond malloc and free;
 //! - [`error`]: the one place errors become protocol codes.
 
+pub mod allocator;
 pub mod bench;
 pub mod check;
 pub mod cli;

@@ -70,6 +70,10 @@ pub struct ShardMetrics {
     pub writes_applied: IntCounter,
     /// Failed commits (nothing of the round was acknowledged).
     pub commit_errors: IntCounter,
+    /// Count-tree leaves looked at by repacking passes.
+    pub repack_visited: IntCounter,
+    /// Of those, leaves moved to pack the allocator's slabs.
+    pub repack_moved: IntCounter,
     /// Players held, over all boards.
     pub players: IntGauge,
     /// 1 while writes are refused after a storage failure.
@@ -101,10 +105,11 @@ pub struct Metrics {
     pub ready: AtomicBool,
     /// `rankd_ready`: the same as a gauge, so an alert can see it.
     pub ready_gauge: IntGauge,
-    /// Bytes the server's allocations hold, and bytes the allocator keeps
-    /// resident for them (refreshed on each scrape): when RSS grows, these
-    /// say whether it is live data or allocator slack.
-    allocator: [IntGauge; 2],
+    /// Bytes the server's allocations hold, the bytes of the pages they
+    /// sit in, and the bytes the allocator keeps resident (refreshed on each
+    /// scrape): when RSS grows, these say whether it is live data,
+    /// fragmentation or allocator slack.
+    allocator: [IntGauge; 3],
     /// Whether per-request and per-batch metrics are updated. Only turned
     /// off to measure what they cost (`--no-request-metrics`).
     pub hot_path: bool,
@@ -170,6 +175,14 @@ impl Metrics {
             shard_histogram("rankd_shard_fsync_seconds", "Time making a round durable (fsync).", &LATENCY_BUCKETS)?;
         let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
         let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
+        let repack_visited = shard_counter(
+            "rankd_shard_repack_leaves_visited_total",
+            "Count-tree leaves looked at by repacking passes (one pass over every leaf after each checkpoint).",
+        )?;
+        let repack_moved = shard_counter(
+            "rankd_shard_repack_leaves_moved_total",
+            "Count-tree leaves moved off sparse allocator slabs, so the allocator can return emptied pages.",
+        )?;
         let players = shard_gauge("rankd_shard_players", "Players held, over all boards.")?;
         let degraded = shard_gauge(
             "rankd_shard_degraded",
@@ -187,6 +200,8 @@ impl Metrics {
                     fsync_seconds: fsync.with_label_values(&l),
                     writes_applied: writes.with_label_values(&l),
                     commit_errors: errors.with_label_values(&l),
+                    repack_visited: repack_visited.with_label_values(&l),
+                    repack_moved: repack_moved.with_label_values(&l),
                     players: players.with_label_values(&l),
                     degraded: degraded.with_label_values(&l),
                 }
@@ -221,6 +236,10 @@ impl Metrics {
                 "Bytes held by the server's live allocations (jemalloc).",
             )?,
             IntGauge::new(
+                "rankd_allocator_active_bytes",
+                "Bytes of the pages live allocations sit in: allocated plus fragmentation (jemalloc).",
+            )?,
+            IntGauge::new(
                 "rankd_allocator_resident_bytes",
                 "Bytes jemalloc keeps resident: live allocations plus its own slack.",
             )?,
@@ -236,6 +255,8 @@ impl Metrics {
             Box::new(fsync),
             Box::new(writes),
             Box::new(errors),
+            Box::new(repack_visited),
+            Box::new(repack_moved),
             Box::new(players),
             Box::new(degraded),
             Box::new(connections_open.clone()),
@@ -248,6 +269,7 @@ impl Metrics {
             Box::new(ready_gauge.clone()),
             Box::new(allocator[0].clone()),
             Box::new(allocator[1].clone()),
+            Box::new(allocator[2].clone()),
         ] {
             registry.register(collector)?;
         }
@@ -298,17 +320,11 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
-    /// Reads jemalloc's statistics (meaningful when jemalloc is the global
-    /// allocator, as in the `rankd` binary). A failed read leaves the gauges.
+    /// Reads the allocator's statistics; a failed read leaves the gauges.
     fn refresh_allocator(&self) {
-        use tikv_jemalloc_ctl::{epoch, stats};
-        if epoch::advance().is_err() {
-            return;
-        }
-        for (gauge, read) in self.allocator.iter().zip([stats::allocated::read, stats::resident::read]) {
-            if let Ok(bytes) = read() {
-                gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
-            }
+        let Some(stats) = crate::allocator::stats() else { return };
+        for (gauge, bytes) in self.allocator.iter().zip([stats.allocated, stats.active, stats.resident]) {
+            gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
     }
 }

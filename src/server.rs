@@ -64,6 +64,7 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
         // for player records, split evenly between the shards.
         cache_bytes: (config.cache_bytes / 4 / config.shards as u64).max(1 << 20),
         cached_players: rankd_shards::cached_players_for(config.cache_bytes / 4 * 3 / config.shards as u64),
+        checkpoint_every: config.debug_checkpoint_every.unwrap_or(rankd_shards::shard::CHECKPOINT_EVERY),
         ..ShardOptions::default()
     };
     std::thread::scope(|scope| {

@@ -198,8 +198,8 @@ async fn check_board(client: &mut Client, name: &str, board: &OracleBoard, rng: 
     }
 }
 
-async fn run_against_oracle(shards: usize, seed: u64) {
-    let server = common::Server::start(shards);
+async fn run_against_oracle(shards: usize, seed: u64, flags: &[&str]) {
+    let server = common::Server::start_with(shards, flags);
     let mut client = server.client().await;
     let mut rng = StdRng::seed_from_u64(seed);
     let names = player_names();
@@ -292,17 +292,20 @@ async fn run_against_oracle(shards: usize, seed: u64) {
 
 #[tokio::test]
 async fn one_shard_matches_oracle() {
-    run_against_oracle(1, 1).await;
+    run_against_oracle(1, 1, &[]).await;
 }
 
 #[tokio::test]
 async fn four_shards_match_oracle() {
-    run_against_oracle(4, 4).await;
+    // Checkpoints every few dozen changes: each one rewrites the changed
+    // leaves and starts a pass that moves every leaf in memory, all while
+    // the requests run.
+    run_against_oracle(4, 4, &["--debug-checkpoint-every", "25"]).await;
 }
 
 #[tokio::test]
 async fn seven_shards_match_oracle() {
-    run_against_oracle(7, 7).await;
+    run_against_oracle(7, 7, &[]).await;
 }
 
 /// The dense trap: one score held in several shards must count once.
