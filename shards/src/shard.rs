@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use crate::board::{Board, BoardConfig, Mode, Order, Ties};
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
-use crate::tree::{self, CountTree, LeafId, Repacked};
+use crate::tree::{self, CountTree, LeafEncoding, LeafId, Repacked};
 use crate::window;
 use crate::FastHasher;
 
@@ -380,6 +380,8 @@ const META_EXPIRING: &[u8] = b"expiring/";
 const META_MAX_SEQ: &[u8] = b"max_seq";
 const META_MAX_BOARD: &[u8] = b"max_board_id";
 const META_BRANCHING: &[u8] = b"branching";
+/// The [`LeafEncoding`] code; absent in data dirs made before there was a choice.
+const META_LEAF_ENCODING: &[u8] = b"leaf_encoding";
 
 /// One shard: see the module docs.
 pub struct Shard {
@@ -417,6 +419,8 @@ pub struct Shard {
     expiring: VecDeque<TreeId>,
     /// Rotates full memtables after each sealed batch is written.
     memtables: Memtables,
+    /// How this data dir stores tree leaves (fixed when it was made).
+    leaf_encoding: LeafEncoding,
     /// The trees a leaf-repacking pass has yet to visit, each with where in
     /// it to go on (see [`Shard::repack_step`]); the current one last.
     repacking: Vec<(TreeId, u128)>,
@@ -483,9 +487,10 @@ impl Shard {
             now: 0,
             expiring: VecDeque::new(),
             repacking: Vec::new(),
+            leaf_encoding: LeafEncoding::Fixed,
         };
         let opened = started.elapsed();
-        shard.check_branching()?;
+        shard.check_format()?;
         shard.load()?;
         tracing::info!(
             path = %path.display(),
@@ -498,7 +503,10 @@ impl Shard {
         Ok(shard)
     }
 
-    fn check_branching(&mut self) -> Result<(), ShardError> {
+    /// Checks the branching factor against the one the data dir was made
+    /// with, and reads how it stores leaves; a new data dir records both
+    /// (with the current leaf encoding).
+    fn check_format(&mut self) -> Result<(), ShardError> {
         let wanted = self.options.branching;
         match self.meta.get(META_BRANCHING)? {
             Some(stored) => {
@@ -507,10 +515,20 @@ impl Shard {
                 if stored != wanted {
                     return Err(ShardError::BranchingMismatch { stored, wanted });
                 }
+                self.leaf_encoding = match self.meta.get(META_LEAF_ENCODING)? {
+                    None => LeafEncoding::Fixed,
+                    Some(code) => match *code {
+                        [code] => LeafEncoding::from_code(code).ok_or(ShardError::Corrupt("leaf encoding"))?,
+                        _ => return Err(ShardError::Corrupt("leaf encoding")),
+                    },
+                };
             }
             None => {
-                self.meta.insert(META_BRANCHING, wanted.to_be_bytes())?;
-                self.db.persist(PersistMode::SyncAll)?;
+                self.leaf_encoding = LeafEncoding::Delta;
+                let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+                batch.insert(&self.meta, META_BRANCHING, wanted.to_be_bytes());
+                batch.insert(&self.meta, META_LEAF_ENCODING, [self.leaf_encoding.code()]);
+                batch.commit()?;
             }
         }
         Ok(())
@@ -544,7 +562,7 @@ impl Shard {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => e.insert(CountTree::new(self.options.branching)?),
             };
-            tree.install_leaf(id, &value)?;
+            tree.install_leaf(id, &value, self.leaf_encoding)?;
         }
         self.replay_log()?;
         // Periods whose deletion a restart interrupted: finish it, never serve them.
@@ -1056,7 +1074,7 @@ impl Shard {
     /// redundant to `batch`, and starts a new log.
     fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
         for (tree_id, tree) in &mut self.trees {
-            for (leaf, bytes) in tree.take_dirty() {
+            for (leaf, bytes) in tree.take_dirty(self.leaf_encoding) {
                 let key = leaf_key(*tree_id, leaf);
                 match bytes {
                     Some(b) => batch.insert(&self.leaves, key, b),
@@ -1333,5 +1351,45 @@ fn read_u64(meta: &Keyspace, key: &[u8]) -> Result<u64, ShardError> {
     match meta.get(key)? {
         Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| ShardError::Corrupt("meta counter"))?)),
         None => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::board::Window;
+
+    /// Data dirs made before the delta encoding record none: they keep
+    /// writing and reading fixed-size leaves, through checkpoints and
+    /// restarts, while new data dirs use the delta encoding.
+    #[test]
+    fn data_dirs_without_a_recorded_encoding_keep_fixed_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1 };
+        let board = Board { id: 1, name: "b".into(), config };
+        let tree = TreeId { board: 1, window: Window::All.code(), period: 0 };
+        {
+            let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+            assert_eq!(shard.leaf_encoding, LeafEncoding::Delta);
+            shard.meta.remove(META_LEAF_ENCODING).unwrap(); // as an older rankd left it
+            shard.db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        assert_eq!(shard.leaf_encoding, LeafEncoding::Fixed);
+        for i in 0..500i64 {
+            shard.write(&board, &format!("p{i}"), i * 37 % 101, Mode::Set, i as u64 + 1).unwrap();
+        }
+        shard.commit().unwrap();
+        shard.checkpoint().unwrap();
+        let stored: Vec<usize> = shard.leaves.iter().map(|item| item.into_inner().unwrap().1.len()).collect();
+        assert!(!stored.is_empty() && stored.iter().all(|len| len % 24 == 0), "fixed leaves: {stored:?}");
+        let keys: Vec<u128> = (0..101).map(|s| key::tree_key(key::score_key(s, Order::Desc), 0)).collect();
+        let before = shard.count_before(tree, &keys);
+        drop(shard);
+        let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        assert_eq!(shard.leaf_encoding, LeafEncoding::Fixed);
+        assert_eq!(shard.count(tree), 500);
+        assert_eq!(shard.count_before(tree, &keys), before);
+        shard.check().unwrap();
     }
 }
