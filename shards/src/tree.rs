@@ -605,7 +605,9 @@ fn decode_leaf(bytes: &[u8], encoding: LeafEncoding) -> Result<Leaf, CorruptLeaf
 }
 
 fn decode_delta_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
-    let mut entries: Vec<Entry> = Vec::with_capacity(bytes.len() / 8);
+    // Every varint ends in a byte below 0x80 and an entry is three of them:
+    // the leaf is allocated at its final size, like a fixed one.
+    let mut entries: Vec<Entry> = Vec::with_capacity(bytes.iter().filter(|b| **b < 0x80).count() / 3);
     let (mut at, mut previous_high) = (0, 0u64);
     while at < bytes.len() {
         let mut next = || take_varint(bytes, &mut at).ok_or(CorruptLeaf("varint cut short or too long"));
@@ -618,7 +620,6 @@ fn decode_delta_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         entries.push(Entry::new(key, count));
         previous_high = high;
     }
-    entries.shrink_to_fit();
     Ok(Leaf { entries })
 }
 
