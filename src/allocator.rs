@@ -36,7 +36,7 @@ pub fn stats() -> Option<Stats> {
 /// suggests, and what Redis's active defragmentation does. `false` when
 /// jemalloc does not know the pointer (it is not the global allocator, as in
 /// the library's tests) or cannot answer.
-pub fn worth_moving(ptr: *const u8) -> bool {
+fn worth_moving(ptr: *const u8) -> bool {
     /// `experimental.utilization.query`'s answer, laid out as jemalloc writes it.
     #[repr(C)]
     #[derive(Default)]
