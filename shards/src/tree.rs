@@ -613,11 +613,7 @@ fn decode_delta_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         let mut next = || take_varint(bytes, &mut at).ok_or(CorruptLeaf("varint cut short or too long"));
         let (delta, low, count) = (next()?, next()?, next()?);
         let high = previous_high.checked_add(delta).ok_or(CorruptLeaf("key past the key space"))?;
-        let key = (u128::from(high) << 64) | u128::from(low);
-        if count == 0 || count > u64::from(u32::MAX) || entries.last().is_some_and(|e| e.key() >= key) {
-            return Err(CorruptLeaf("entries unsorted, empty or over-full"));
-        }
-        entries.push(Entry::new(key, count));
+        push_decoded(&mut entries, (u128::from(high) << 64) | u128::from(low), count)?;
         previous_high = high;
     }
     Ok(Leaf { entries })
@@ -632,12 +628,19 @@ fn decode_fixed_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         let (key, count) = chunk.split_at(16);
         let key = u128::from_be_bytes(key.try_into().map_err(|_| CorruptLeaf("key"))?);
         let count = u64::from_be_bytes(count.try_into().map_err(|_| CorruptLeaf("count"))?);
-        if count == 0 || count > u64::from(u32::MAX) || entries.last().is_some_and(|e: &Entry| e.key() >= key) {
-            return Err(CorruptLeaf("entries unsorted, empty or over-full"));
-        }
-        entries.push(Entry::new(key, count));
+        push_decoded(&mut entries, key, count)?;
     }
     Ok(Leaf { entries })
+}
+
+/// Appends a decoded entry, in either encoding, if the leaf stays one the
+/// tree could have written: keys ascending, counts from 1 to `u32::MAX`.
+fn push_decoded(entries: &mut Vec<Entry>, key: u128, count: u64) -> Result<(), CorruptLeaf> {
+    if count == 0 || count > u64::from(u32::MAX) || entries.last().is_some_and(|e| e.key() >= key) {
+        return Err(CorruptLeaf("entries unsorted, empty or over-full"));
+    }
+    entries.push(Entry::new(key, count));
+    Ok(())
 }
 
 #[cfg(test)]
