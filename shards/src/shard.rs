@@ -461,6 +461,7 @@ impl Shard {
         let meta = keyspace("meta")?;
         let changes = keyspace("changes")?;
         let cached_players = options.cached_players;
+        let leaf_encoding = check_format(&db, &meta, options.branching)?;
         let memtables = Memtables {
             keyspaces: [&players, &index, &leaves, &meta, &changes].map(Keyspace::clone).into(),
             limit: options.memtable_bytes,
@@ -488,10 +489,9 @@ impl Shard {
             now: 0,
             expiring: VecDeque::new(),
             repacking: Vec::new(),
-            leaf_encoding: LeafEncoding::Fixed,
+            leaf_encoding,
         };
         let opened = started.elapsed();
-        shard.check_format()?;
         shard.load()?;
         tracing::info!(
             path = %path.display(),
@@ -502,37 +502,6 @@ impl Shard {
             "shard opened"
         );
         Ok(shard)
-    }
-
-    /// Checks the branching factor against the one the data dir was made
-    /// with, and reads how it stores leaves; a new data dir records both
-    /// (with the current leaf encoding).
-    fn check_format(&mut self) -> Result<(), ShardError> {
-        let wanted = self.options.branching;
-        match self.meta.get(META_BRANCHING)? {
-            Some(stored) => {
-                let stored =
-                    u32::from_be_bytes(stored.as_ref().try_into().map_err(|_| ShardError::Corrupt("branching"))?);
-                if stored != wanted {
-                    return Err(ShardError::BranchingMismatch { stored, wanted });
-                }
-                self.leaf_encoding = match self.meta.get(META_LEAF_ENCODING)? {
-                    None => LeafEncoding::Fixed,
-                    Some(code) => match *code {
-                        [code] => LeafEncoding::from_code(code).ok_or(ShardError::Corrupt("leaf encoding"))?,
-                        _ => return Err(ShardError::Corrupt("leaf encoding")),
-                    },
-                };
-            }
-            None => {
-                self.leaf_encoding = LeafEncoding::Delta;
-                let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
-                batch.insert(&self.meta, META_BRANCHING, wanted.to_be_bytes());
-                batch.insert(&self.meta, META_LEAF_ENCODING, [self.leaf_encoding.code()]);
-                batch.commit()?;
-            }
-        }
-        Ok(())
     }
 
     /// (Re)builds the in-memory state from what is on disk.
@@ -1346,6 +1315,35 @@ fn board_meta_key(id: u64) -> Vec<u8> {
     let mut key = META_BOARD.to_vec();
     key.extend_from_slice(&id.to_be_bytes());
     key
+}
+
+/// Checks the branching factor against the one the data dir was made with,
+/// and returns how it stores leaves; a new data dir records both (with the
+/// current leaf encoding).
+fn check_format(db: &Database, meta: &Keyspace, branching: u32) -> Result<LeafEncoding, ShardError> {
+    match meta.get(META_BRANCHING)? {
+        Some(stored) => {
+            let stored = u32::from_be_bytes(stored.as_ref().try_into().map_err(|_| ShardError::Corrupt("branching"))?);
+            if stored != branching {
+                return Err(ShardError::BranchingMismatch { stored, wanted: branching });
+            }
+            match meta.get(META_LEAF_ENCODING)? {
+                None => Ok(LeafEncoding::Fixed),
+                Some(code) => match *code {
+                    [code] => LeafEncoding::from_code(code).ok_or(ShardError::Corrupt("leaf encoding")),
+                    _ => Err(ShardError::Corrupt("leaf encoding")),
+                },
+            }
+        }
+        None => {
+            let encoding = LeafEncoding::Delta;
+            let mut batch = db.batch().durability(Some(PersistMode::SyncAll));
+            batch.insert(meta, META_BRANCHING, branching.to_be_bytes());
+            batch.insert(meta, META_LEAF_ENCODING, [encoding.code()]);
+            batch.commit()?;
+            Ok(encoding)
+        }
+    }
 }
 
 fn read_u64(meta: &Keyspace, key: &[u8]) -> Result<u64, ShardError> {
