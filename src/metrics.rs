@@ -267,10 +267,10 @@ impl Metrics {
             Box::new(fanout.clone()),
             Box::new(build_info),
             Box::new(ready_gauge.clone()),
-            Box::new(allocator[0].clone()),
-            Box::new(allocator[1].clone()),
-            Box::new(allocator[2].clone()),
-        ] {
+        ]
+        .into_iter()
+        .chain(allocator.iter().map(|gauge| Box::new(gauge.clone()) as Box<dyn prometheus::core::Collector>))
+        {
             registry.register(collector)?;
         }
         #[cfg(target_os = "linux")]
