@@ -66,6 +66,10 @@ pub struct ShardMetrics {
     pub commit_seconds: Histogram,
     /// Making it durable (fsync).
     pub fsync_seconds: Histogram,
+    /// Writing the overlay as sorted runs (and a checkpoint's leaves).
+    pub run_seconds: Histogram,
+    /// Players whose changed records wait in memory for the next run.
+    pub unwritten_players: IntGauge,
     /// Writes (set, set_many entries, removes) committed.
     pub writes_applied: IntCounter,
     /// Failed commits (nothing of the round was acknowledged).
@@ -173,6 +177,15 @@ impl Metrics {
         )?;
         let fsync =
             shard_histogram("rankd_shard_fsync_seconds", "Time making a round durable (fsync).", &LATENCY_BUCKETS)?;
+        let runs = shard_histogram(
+            "rankd_shard_run_seconds",
+            "Time writing the changed player records and index entries as sorted runs (and a checkpoint's leaves).",
+            &LATENCY_BUCKETS,
+        )?;
+        let unwritten = shard_gauge(
+            "rankd_shard_unwritten_players",
+            "Players whose changed records are held in memory (and in the change log) until the next run.",
+        )?;
         let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
         let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
         let repack_visited = shard_counter(
@@ -198,6 +211,8 @@ impl Metrics {
                     apply_seconds: apply.with_label_values(&l),
                     commit_seconds: commit.with_label_values(&l),
                     fsync_seconds: fsync.with_label_values(&l),
+                    run_seconds: runs.with_label_values(&l),
+                    unwritten_players: unwritten.with_label_values(&l),
                     writes_applied: writes.with_label_values(&l),
                     commit_errors: errors.with_label_values(&l),
                     repack_visited: repack_visited.with_label_values(&l),
@@ -253,6 +268,8 @@ impl Metrics {
             Box::new(apply),
             Box::new(commit),
             Box::new(fsync),
+            Box::new(runs),
+            Box::new(unwritten),
             Box::new(writes),
             Box::new(errors),
             Box::new(repack_visited),

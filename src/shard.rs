@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use rankd_shards::key::{rank_key, score_key};
 use rankd_shards::{
     Board, DenseChange, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard,
-    ShardError, Ties, TreeId,
+    ShardError, Ties, TreeId, WrittenBatch,
 };
 use tokio::sync::oneshot;
 
@@ -532,6 +532,7 @@ impl ShardActor {
         let mut batch = shard.seal();
         if self.metrics.hot_path {
             metrics.players.set(shard.players() as i64);
+            metrics.unwritten_players.set(shard.unwritten_players() as i64);
         }
         let dense = std::mem::take(&mut batch.dense);
         if !dense.is_empty() {
@@ -781,9 +782,12 @@ fn dense_index(dense: &mut HashMap<TreeId, DenseIndex>, tree: TreeId, branching:
 
 /// Writes `jobs` (sealed batches of one storage opening, oldest first) in
 /// order, makes them durable with one sync — syncing the journal covers
-/// every batch written before — answers them and records the progress. After
-/// a failed write nothing more is written: the batches after it are answered
-/// as failed too (the actor reopens the storage).
+/// every batch written before — and answers them; then writes the runs some
+/// of them carry (which must wait for that sync, and need not delay the
+/// answers) and records the progress: only then may the actor stop reading
+/// those runs from memory. After a failed write nothing more is written:
+/// the batches after it are answered as failed too (the actor reopens the
+/// storage).
 fn commit_group(
     jobs: Vec<CommitJob>,
     metrics: &crate::metrics::ShardMetrics,
@@ -796,6 +800,7 @@ fn commit_group(
     let mut writes = 0;
     let writes_something = jobs.iter().any(|job| !job.batch.is_empty());
     let mut held = Vec::with_capacity(jobs.len());
+    let mut written = Vec::with_capacity(jobs.len());
     for job in jobs {
         if failure.is_none() {
             if !delay.is_zero() {
@@ -803,7 +808,10 @@ fn commit_group(
             }
             writes += job.batch.writes;
             match job.batch.write() {
-                Ok(took) => metrics.commit_seconds.observe((took + delay).as_secs_f64()),
+                Ok(batch) => {
+                    metrics.commit_seconds.observe((batch.took + delay).as_secs_f64());
+                    written.push(batch);
+                }
                 Err(e) => failure = Some(format!("commit failed: {e}")),
             }
         }
@@ -819,9 +827,6 @@ fn commit_group(
             Err(e) => failure = Some(format!("commit failed: {e}")),
         }
     }
-    // Every handle on the storage drops before the actor may hear the jobs
-    // are over: a reopen needs them gone.
-    drop(handle);
     if failure.is_some() && writes_something {
         metrics.commit_errors.inc();
         metrics.degraded.set(1);
@@ -829,6 +834,24 @@ fn commit_group(
     for replies in held {
         answer_all(replies, failure.as_deref(), metrics);
     }
+    if failure.is_none() {
+        for batch in written.into_iter().filter(WrittenBatch::has_runs) {
+            match batch.write_runs() {
+                Ok(took) => metrics.run_seconds.observe(took.as_secs_f64()),
+                Err(e) => {
+                    // Everything answered is in the log; reopening rebuilds
+                    // the overlay from it and writes the runs again.
+                    metrics.commit_errors.inc();
+                    metrics.degraded.set(1);
+                    failure = Some(format!("writing runs failed: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    // Every handle on the storage drops before the actor may hear the jobs
+    // are over: a reopen needs them gone.
+    drop(handle);
     let mut state = progress.state.lock();
     state.finished += count;
     if failure.is_some() {

@@ -5,6 +5,9 @@
 //! - [`tree`]: the count tree that makes ranks O(log n);
 //! - [`key`]: order-preserving byte layouts of scores and storage keys;
 //! - [`shard`]: one shard's storage and batch application;
+//! - `log`: the change log, a batch's only per-write storage;
+//! - `overlay`: player records and index entries not yet written, and the
+//!   sorted runs they are written in;
 //! - [`dense`]: distinct-score counting across shards for dense ranks;
 //! - [`board`]: boards, orders, tie rules, windows and write modes;
 //! - [`window`]: which period of a time window a moment falls in.
@@ -15,6 +18,8 @@ pub mod board;
 pub mod dense;
 pub mod error;
 pub mod key;
+mod log;
+mod overlay;
 pub mod shard;
 pub mod tree;
 pub mod window;
@@ -25,7 +30,7 @@ pub use error::ShardError;
 pub use key::TreeId;
 pub use shard::{
     cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Record,
-    SealedBatch, Shard, ShardOptions,
+    SealedBatch, Shard, ShardOptions, WrittenBatch,
 };
 pub use tree::{CountTree, Repacked};
 

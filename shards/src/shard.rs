@@ -1,29 +1,39 @@
 //! One shard's engine: its count trees, players and score index, kept in its
 //! own fjall database and changed in atomic batches.
 //!
-//! Writes are *staged*: they update the in-memory trees at once (so later
-//! requests of the same batch see them) and collect their key changes, one
-//! final value per key. [`Shard::commit`] writes the whole batch — players,
-//! index entries, the batch's tree changes and the sequence high-water mark —
-//! as ONE fjall write batch and persists it, so after a crash the trees and
-//! the players can never disagree. The caller acknowledges the batch's
-//! requests only after `commit` returns.
+//! Writes are *staged*: they update the in-memory trees and the overlay of
+//! unwritten player records and index entries at once (so later requests
+//! see them) and append the change to the batch's log record.
+//! [`Shard::commit`] writes the batch — that one log record, board configs
+//! and the sequence high-water mark — as ONE fjall write batch and persists
+//! it; the caller acknowledges the batch's requests only after that.
 //!
-//! A server splits that in two: [`Shard::seal`] turns the open batch into a
-//! [`SealedBatch`] on the shard's thread, and another thread writes it to the
-//! journal and memtables ([`SealedBatch::write`]) and fsyncs it, so the
+//! The log record is a batch's only per-write storage. The count trees,
+//! players and score index each reach storage in bulk, later, and the log
+//! covers each until it has:
+//!
+//! - player records and index entries collect in an [`Overlay`] that reads
+//!   consult first; every [`ShardOptions::run_every`] players it is written
+//!   as one sorted run per keyspace ([`crate::overlay`]), after the log
+//!   records it covers are durable, and a marker records how far the runs
+//!   reach;
+//! - count trees change in memory; once the log is long enough (see
+//!   `Shard::checkpoint_due`) the changed leaves are written, after a run of
+//!   everything before them, together with the deletion of the log records
+//!   they make redundant.
+//!
+//! So a restart loads the leaves, replays the (bounded) log into the trees,
+//! and rebuilds the overlay from the records past the marker: it never reads
+//! the players, and trees, players and index never disagree after a crash.
+//!
+//! A server splits a commit in three: [`Shard::seal`] turns the open batch
+//! into a [`SealedBatch`] on the shard's thread; another thread writes it to
+//! the journal ([`SealedBatch::write`]), fsyncs, and then writes the runs and
+//! checkpoint the batch may carry ([`WrittenBatch::write_runs`]), so the
 //! shard's thread never waits for storage. Until [`Shard::landed`] says a
-//! sealed batch is written, its player records stay readable from memory.
-//!
-//! Tree persistence is a checkpoint plus a log. Rewriting every changed leaf
-//! in every batch would cost about a kilobyte per write, so a batch instead
-//! logs its tree changes compactly (one `changes` record per batch, ~40 bytes
-//! per write). Once the log is long enough (see `Shard::checkpoint_due`),
-//! the changed leaves are written and the log records they cover are
-//! deleted, atomically. Opening a shard loads the leaves and replays the
-//! (bounded) log: it never reads the players.
+//! sealed batch is done, the overlay it carries stays readable from memory.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,11 +41,11 @@ use std::time::{Duration, Instant};
 use fjall::config::PinningPolicy;
 use fjall::{AbstractTree as _, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
-use std::collections::VecDeque;
-
 use crate::board::{Board, BoardConfig, Mode, Order, Ties};
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
+use crate::log::{self, LogFormat};
+use crate::overlay::{self, Overlay};
 use crate::tree::{self, CountTree, LeafEncoding, LeafId, Repacked};
 use crate::window;
 use crate::FastHasher;
@@ -75,6 +85,11 @@ pub struct ShardOptions {
     /// waits for flushes, and in profiles that ping-pong cost ~10% of the
     /// server's CPU; the shard's writer is single-threaded anyway.
     pub worker_threads: usize,
+    /// Players with changed records that make the overlay be written as a
+    /// run (see [`crate::overlay`]). Fewer means less memory and a shorter
+    /// rebuild after a crash; more means fewer, larger runs for fjall to
+    /// merge.
+    pub run_every: usize,
 }
 
 impl Default for ShardOptions {
@@ -87,6 +102,7 @@ impl Default for ShardOptions {
             memtable_bytes: 8 << 20,
             cached_players: cached_players_for(64 << 20),
             worker_threads: 1,
+            run_every: RUN_EVERY,
         }
     }
 }
@@ -101,7 +117,7 @@ pub struct Record {
 }
 
 impl Record {
-    fn encode(self) -> [u8; 16] {
+    pub(crate) fn encode(self) -> [u8; 16] {
         let mut out = [0u8; 16];
         out[..8].copy_from_slice(&self.score.to_be_bytes());
         out[8..].copy_from_slice(&self.seq.to_be_bytes());
@@ -214,20 +230,17 @@ pub enum Direction {
     Backward,
 }
 
-/// Player records a batch changes, by storage key (`None`: removed).
-type PlayerChanges = HashMap<Vec<u8>, Option<Record>, FastHasher>;
-
-/// Key changes of the open batch: one final value per key, so a player
-/// written twice in a batch is stored once (and fjall never sees two values
-/// for one key in one atomic batch).
+/// What the open batch will write: its log record, and meta keys with one
+/// final value each (fjall must never see two values for one key in one
+/// atomic batch).
 #[derive(Default)]
 struct Staged {
-    players: PlayerChanges,
-    index: HashMap<Vec<u8>, bool, FastHasher>,
     meta: HashMap<Vec<u8>, Option<Vec<u8>>>,
     dense: Vec<DenseChange>,
-    /// This batch's tree changes, logged as one record.
+    /// This batch's score changes, logged as one record ([`crate::log`]).
     log: Vec<u8>,
+    /// Score changes in `log`.
+    changes: u64,
     seq_dirty: bool,
     /// Staged requests of any kind (so an empty batch is skipped).
     ops: usize,
@@ -260,21 +273,68 @@ pub struct SealedBatch {
     /// Score writes and removals in the batch.
     pub writes: usize,
     memtables: Memtables,
+    /// Runs to write once the batch is durable.
+    runs: Option<Runs>,
+}
+
+/// The overlay a batch froze when sealed, to be written as runs once the
+/// batch's log record is durable, and what follows them.
+struct Runs {
+    overlay: Arc<Overlay>,
+    players: Keyspace,
+    index: Keyspace,
+    /// Written once the runs are durable: the marker saying how far they
+    /// reach and, at a checkpoint, the changed leaves with the deletion of
+    /// the log they make redundant. Not synced itself: if a crash loses it,
+    /// the log is still there and the runs are written again.
+    after: fjall::OwnedWriteBatch,
 }
 
 impl SealedBatch {
     /// Whether the batch changes nothing stored.
     pub fn is_empty(&self) -> bool {
-        self.batch.is_none()
+        self.batch.is_none() && self.runs.is_none()
     }
 
     /// Writes the batch to the journal and memtables, atomically, without
     /// making it durable (see [`DurabilityHandle::sync`]), and hands full
-    /// memtables to fjall's flush workers; returns how long that took.
-    pub fn write(self) -> Result<Duration, ShardError> {
+    /// memtables to fjall's flush workers.
+    pub fn write(self) -> Result<WrittenBatch, ShardError> {
         let started = Instant::now();
         if let Some(batch) = self.batch {
             batch.commit()?;
+            self.memtables.rotate_full()?;
+        }
+        Ok(WrittenBatch { took: started.elapsed(), runs: self.runs, memtables: self.memtables })
+    }
+}
+
+/// A batch in the journal, perhaps not yet durable, with the runs it still
+/// has to write.
+pub struct WrittenBatch {
+    /// How long writing the batch took.
+    pub took: Duration,
+    runs: Option<Runs>,
+    memtables: Memtables,
+}
+
+impl WrittenBatch {
+    /// Whether [`WrittenBatch::write_runs`] has anything to do.
+    pub fn has_runs(&self) -> bool {
+        self.runs.is_some()
+    }
+
+    /// Writes the runs the batch carries, if any, and what follows them;
+    /// returns how long that took. Call only once the batch is durable
+    /// ([`DurabilityHandle::sync`] returned after [`SealedBatch::write`]),
+    /// for batches in the order they were sealed: a run must never reach
+    /// storage before the log that covers it. A failure poisons nothing that
+    /// was acknowledged (the log holds it), but the shard must be reopened.
+    pub fn write_runs(self) -> Result<Duration, ShardError> {
+        let started = Instant::now();
+        if let Some(runs) = self.runs {
+            runs.overlay.write_runs(&runs.players, &runs.index)?;
+            runs.after.commit()?;
             self.memtables.rotate_full()?;
         }
         Ok(started.elapsed())
@@ -335,8 +395,10 @@ impl DurabilityHandle {
     }
 }
 
-/// One logged tree change: a tree key leaves and/or one arrives.
-const LOG_ENTRY_LEN: usize = TREE_PREFIX_LEN + 1 + 16 + 16;
+/// Default [`ShardOptions::run_every`]. A changed player costs the overlay
+/// ~150 bytes (its record, and the old and new index entry), so ~10 MB a
+/// shard; a run of this size is written in tens of milliseconds.
+pub const RUN_EVERY: usize = 65_536;
 
 /// Default least logged tree changes between leaf checkpoints (see
 /// `Shard::checkpoint_due`).
@@ -383,6 +445,11 @@ const META_MAX_BOARD: &[u8] = b"max_board_id";
 const META_BRANCHING: &[u8] = b"branching";
 /// The [`LeafEncoding`] code; absent in data dirs made before there was a choice.
 const META_LEAF_ENCODING: &[u8] = b"leaf_encoding";
+/// The [`LogFormat`] code; absent in data dirs made before runs.
+const META_LOG_FORMAT: &[u8] = b"log_format";
+/// The number of the first log record whose changes may be missing from the
+/// players' and the index's runs: records before it are covered.
+const META_RUNS_THROUGH: &[u8] = b"runs_through";
 
 /// One shard: see the module docs.
 pub struct Shard {
@@ -407,10 +474,12 @@ pub struct Shard {
     /// Changes logged since the last checkpoint.
     logged: u64,
     staged: Staged,
-    /// Player records of sealed batches not yet known to be written, oldest
-    /// first: a read that misses the cache must not fall through to storage
-    /// that does not have them yet.
-    in_flight: VecDeque<PlayerChanges>,
+    /// Player records and index entries not yet written as runs.
+    overlay: Overlay,
+    /// One entry per sealed batch not yet reported done, oldest first, with
+    /// the overlay it froze for its runs: until those are written, a read
+    /// that misses the current overlay must look there before storage.
+    in_flight: VecDeque<Option<Arc<Overlay>>>,
     /// Exact cache of player records (reads take `&self`, hence the cell).
     cache: std::cell::RefCell<RecordCache>,
     /// The time writes are applied at (Unix seconds, UTC): decides which
@@ -484,6 +553,7 @@ impl Shard {
             first_log: 0,
             logged: 0,
             staged: Staged::default(),
+            overlay: Overlay::default(),
             in_flight: VecDeque::new(),
             cache: std::cell::RefCell::new(RecordCache { records: HashMap::default(), capacity: cached_players }),
             now: 0,
@@ -510,6 +580,7 @@ impl Shard {
         self.trees.clear();
         self.boards.clear();
         self.staged = Staged::default();
+        self.overlay = Overlay::default();
         self.in_flight.clear();
         self.max_seq = read_u64(&self.meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(&self.meta, META_MAX_BOARD)?;
@@ -534,24 +605,32 @@ impl Shard {
             };
             tree.install_leaf(id, &value, self.leaf_encoding)?;
         }
-        self.replay_log()?;
+        let format = log_format(&self.meta)?;
+        self.replay_log(format, read_u64(&self.meta, META_RUNS_THROUGH)?)?;
         // Periods whose deletion a restart interrupted: finish it, never serve them.
         self.expiring.clear();
         for item in self.meta.prefix(META_EXPIRING) {
             let key = item.key()?;
             let tree = TreeId::from_prefix(&key[META_EXPIRING.len()..]).ok_or(ShardError::Corrupt("expiring key"))?;
             self.trees.remove(&tree);
+            self.overlay.forget(&tree.prefix());
             self.expiring.push_back(tree);
+        }
+        if format == LogFormat::TreeKeys {
+            self.migrate_log()?;
         }
         Ok(())
     }
 
-    /// Applies the change log on top of the checkpointed leaves.
-    fn replay_log(&mut self) -> Result<(), ShardError> {
+    /// Applies the change log on top of the checkpointed leaves, and rebuilds
+    /// the overlay from the records the runs do not cover (numbers from
+    /// `runs_through` on).
+    fn replay_log(&mut self, format: LogFormat, runs_through: u64) -> Result<(), ShardError> {
         self.logged = 0;
         self.first_log = 0;
         self.next_log = 0;
         let mut first = true;
+        let branching = self.options.branching;
         for item in self.changes.iter() {
             let (key, value) = item.into_inner()?;
             let number = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| ShardError::Corrupt("log key"))?);
@@ -560,33 +639,55 @@ impl Shard {
                 first = false;
             }
             self.next_log = number + 1;
-            if value.len() % LOG_ENTRY_LEN != 0 {
-                return Err(ShardError::Corrupt("log record"));
-            }
-            for entry in value.chunks_exact(LOG_ENTRY_LEN) {
-                let tree_id = TreeId::from_prefix(entry).ok_or(ShardError::Corrupt("log entry"))?;
-                // A dropped board's log entries are dead: its id never returns.
-                if !self.boards.contains_key(&tree_id.board) {
-                    continue;
+            // A dropped board's log entries are dead: its id never returns.
+            match format {
+                LogFormat::TreeKeys => {
+                    for change in log::tree_key_changes(&value)? {
+                        if !self.boards.contains_key(&change.tree.board) {
+                            continue;
+                        }
+                        let tree = count_tree(&mut self.trees, change.tree, branching);
+                        if let Some(key) = change.removed {
+                            tree.add(key, -1);
+                        }
+                        if let Some(key) = change.added {
+                            tree.add(key, 1);
+                        }
+                        self.logged += 1;
+                    }
                 }
-                let flags = entry[TREE_PREFIX_LEN];
-                let key_at = |at: usize| -> Result<u128, ShardError> {
-                    let bytes = entry.get(at..at + 16).ok_or(ShardError::Corrupt("log entry"))?;
-                    Ok(u128::from_be_bytes(bytes.try_into().map_err(|_| ShardError::Corrupt("log entry"))?))
-                };
-                let tree = match self.trees.entry(tree_id) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => e.insert(CountTree::new(self.options.branching)?),
-                };
-                if flags & 1 != 0 {
-                    tree.add(key_at(TREE_PREFIX_LEN + 1)?, -1);
+                LogFormat::Changes => {
+                    let rebuild = number >= runs_through;
+                    for change in log::changes(&value) {
+                        let change = change?;
+                        let Some(board) = self.boards.get(&change.tree.board) else { continue };
+                        let overlay = rebuild.then_some(&mut self.overlay);
+                        apply_change(&mut self.trees, overlay, branching, &board.config, &change);
+                        self.logged += 1;
+                    }
                 }
-                if flags & 2 != 0 {
-                    tree.add(key_at(TREE_PREFIX_LEN + 17)?, 1);
-                }
-                self.logged += 1;
             }
         }
+        // Record numbers never go back: the marker may name a number past an
+        // emptied log, and what it covers must stay covered.
+        self.next_log = self.next_log.max(runs_through);
+        if first {
+            self.first_log = self.next_log;
+        }
+        Ok(())
+    }
+
+    /// Moves a data dir made before runs to the current log format. Its log
+    /// holds count-tree keys only (its batches wrote the players and the
+    /// index themselves, so nothing needs rebuilding there): the trees just
+    /// replayed are checkpointed at once, in the batch that deletes the old
+    /// records and records the new format.
+    fn migrate_log(&mut self) -> Result<(), ShardError> {
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+        self.checkpoint_into(&mut batch);
+        batch.insert(&self.meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
+        batch.commit()?;
+        tracing::info!(path = %self.path.display(), "change log moved to the current format");
         Ok(())
     }
 
@@ -782,44 +883,16 @@ impl Shard {
         Ok(first.unwrap_or(false))
     }
 
-    /// Moves `player` from `old` to `new` in the tree, index and players.
+    /// Moves `player` from `old` to `new`: in the count tree, the overlay
+    /// and the record cache at once, in storage through the batch's log.
     fn stage(&mut self, board: &Board, tree: TreeId, player: &str, old: Option<Record>, new: Option<Record>) {
-        let (order, ties) = (board.config.order, board.config.ties);
-        let prefix = tree.prefix();
-        let count_tree = match self.trees.entry(tree) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(CountTree::new(self.options.branching).expect("branching validated at open"))
-            }
-        };
-        let mut dense = DenseChange { tree, removed: None, added: None };
-        let log = &mut self.staged.log;
-        log.extend_from_slice(&prefix);
-        log.push(u8::from(old.is_some()) | (u8::from(new.is_some()) << 1));
-        for (record, delta) in [(old, -1i64), (new, 1)] {
-            let Some(record) = record else {
-                log.extend_from_slice(&[0; 16]);
-                continue;
-            };
-            let sk = key::score_key(record.score, order);
-            let tree_key = key::tree_key(sk, key::tiebreak(ties, player, record.seq));
-            count_tree.add(tree_key, delta);
-            log.extend_from_slice(&tree_key.to_be_bytes());
-            let position = key::list_position(ties, sk, record.seq, player);
-            let mut index_key = Vec::with_capacity(prefix.len() + position.len());
-            index_key.extend_from_slice(&prefix);
-            index_key.extend_from_slice(&position);
-            self.staged.index.insert(index_key, delta > 0);
-            if delta > 0 {
-                dense.added = Some(sk);
-            } else {
-                dense.removed = Some(sk);
-            }
-        }
-        let key = player_key(tree, player);
-        self.cache.get_mut().put(RecordCache::key(&key), new);
-        self.staged.players.insert(key, new);
-        if ties == Ties::Dense {
+        let change = log::Change { tree, player, old, new };
+        log::push(&mut self.staged.log, &change);
+        self.staged.changes += 1;
+        self.cache.get_mut().put(RecordCache::key(&player_key(tree, player)), new);
+        let dense =
+            apply_change(&mut self.trees, Some(&mut self.overlay), self.options.branching, &board.config, &change);
+        if board.config.ties == Ties::Dense {
             self.staged.dense.push(dense);
         }
     }
@@ -834,6 +907,7 @@ impl Shard {
         // Cache keys are hashes: the board's entries cannot be picked out.
         self.cache.get_mut().clear();
         let prefix = board_id.to_be_bytes();
+        self.overlay.forget(&prefix);
         let mut batch = self.db.batch().durability(Some(self.persist_mode()));
         for keyspace in [&self.players, &self.index, &self.leaves] {
             for item in keyspace.prefix(prefix) {
@@ -846,16 +920,23 @@ impl Shard {
         Ok(existed)
     }
 
-    /// Writes the open batch atomically and persists it. On failure the
-    /// in-memory state is rebuilt from disk, so it never runs ahead of what is
-    /// stored, and the error is returned: none of the batch may be acknowledged.
+    /// Writes the open batch atomically and persists it, then writes the
+    /// runs (and checkpoint) it carries: on one thread what a server splits
+    /// between [`Shard::seal`] and its committer. On failure the in-memory
+    /// state is rebuilt from disk, so it never runs ahead of what is stored,
+    /// and the error is returned: none of the batch may be acknowledged.
     pub fn commit(&mut self) -> Result<Committed, ShardError> {
         if !self.has_staged() {
             return Ok(Committed::default());
         }
-        let mut committed = self.commit_unsynced()?;
-        committed.sync = self.durability_handle().sync().map_err(|err| self.rolled_back(err))?;
-        Ok(committed)
+        let mut sealed = self.seal();
+        let (dense, writes) = (std::mem::take(&mut sealed.dense), sealed.writes);
+        let written = sealed.write().map_err(|err| self.rolled_back(err))?;
+        let journal = written.took;
+        let sync = self.durability_handle().sync().map_err(|err| self.rolled_back(err))?;
+        written.write_runs().map_err(|err| self.rolled_back(err))?;
+        self.landed(1);
+        Ok(Committed { dense, writes, journal, sync })
     }
 
     /// After a failed write or sync: rebuilds the in-memory state from disk,
@@ -868,50 +949,21 @@ impl Shard {
         err
     }
 
-    /// Writes the open batch atomically to the journal and memtables but does
-    /// not make it durable: the caller must call [`DurabilityHandle::sync`]
-    /// and acknowledge the batch only after that returns. [`Shard::seal`]
-    /// splits this further, so the write can run on another thread.
-    ///
-    /// On failure the in-memory state is rebuilt from disk and the error is
-    /// returned: none of the batch may be acknowledged.
-    pub fn commit_unsynced(&mut self) -> Result<Committed, ShardError> {
-        if !self.has_staged() {
-            return Ok(Committed::default());
-        }
-        let mut sealed = self.seal();
-        let (dense, writes) = (std::mem::take(&mut sealed.dense), sealed.writes);
-        let journal = sealed.write().map_err(|err| self.rolled_back(err))?;
-        self.landed(1);
-        Ok(Committed { dense, writes, journal, sync: Duration::ZERO })
-    }
-
-    /// Takes the open batch out of the shard as one atomic fjall batch —
-    /// players, index entries, the tree-change log record (or, when a
-    /// checkpoint is due, the changed leaves in its place) and the sequence high-water mark — for any thread to write with
-    /// [`SealedBatch::write`]. Pure memory work: the shard's thread never
-    /// waits for storage here. The in-memory state already includes the
-    /// batch; its player records stay readable from memory until
-    /// [`Shard::landed`] reports it written.
+    /// Takes the open batch out of the shard as one atomic fjall batch — its
+    /// log record, board configs and the sequence high-water mark — for any
+    /// thread to write with [`SealedBatch::write`]. When the overlay is due
+    /// to be written (or a checkpoint is), the batch also carries the frozen
+    /// overlay and, for a checkpoint, the changed leaves, to be written once
+    /// it is durable ([`WrittenBatch::write_runs`]). Pure memory work: the
+    /// shard's thread never waits for storage here. The in-memory state
+    /// already includes the batch, and stays readable from memory until
+    /// [`Shard::landed`] reports the batch done.
     ///
     /// If writing a sealed batch fails, the in-memory state is ahead of
     /// storage: reopen the shard ([`Shard::reopen`]).
     pub fn seal(&mut self) -> SealedBatch {
         let staged = std::mem::take(&mut self.staged);
         let mut batch = self.db.batch().durability(None);
-        for (key, record) in &staged.players {
-            match record {
-                Some(r) => batch.insert(&self.players, key.as_slice(), r.encode()),
-                None => batch.remove(&self.players, key.as_slice()),
-            }
-        }
-        for (key, present) in &staged.index {
-            if *present {
-                batch.insert(&self.index, key.as_slice(), []);
-            } else {
-                batch.remove(&self.index, key.as_slice());
-            }
-        }
         for (key, value) in &staged.meta {
             match value {
                 Some(v) => batch.insert(&self.meta, key.as_slice(), v.as_slice()),
@@ -921,25 +973,41 @@ impl Shard {
         if staged.seq_dirty {
             batch.insert(&self.meta, META_MAX_SEQ, self.max_seq.to_be_bytes());
         }
-        let changes = (staged.log.len() / LOG_ENTRY_LEN) as u64;
-        if changes > 0 {
-            if self.checkpoint_due(self.logged + changes) {
-                // Checkpoint in place of the log record: the leaves written
-                // here already hold this batch's changes.
-                self.checkpoint_into(&mut batch);
-            } else {
-                batch.insert(&self.changes, self.next_log.to_be_bytes(), staged.log.as_slice());
-                self.next_log += 1;
-                self.logged += changes;
-            }
+        if staged.changes > 0 {
+            batch.insert(&self.changes, self.next_log.to_be_bytes(), staged.log.as_slice());
+            self.next_log += 1;
+            self.logged += staged.changes;
         }
-        self.in_flight.push_back(staged.players);
+        let checkpoint = staged.changes > 0 && self.checkpoint_due(self.logged);
+        let runs = (checkpoint || self.overlay.players() >= self.options.run_every).then(|| self.freeze(checkpoint));
+        self.in_flight.push_back(runs.as_ref().map(|runs| runs.overlay.clone()));
         SealedBatch {
             batch: (!batch.is_empty()).then_some(batch),
             dense: staged.dense,
             writes: staged.writes,
             memtables: self.memtables.clone(),
+            runs,
         }
+    }
+
+    /// Takes the overlay out for a sealed batch to write as runs once it is
+    /// durable, with the marker that follows them and, for a `checkpoint`,
+    /// the changed leaves and the deletion of the log they replace. Reads
+    /// keep seeing the frozen overlay until the batch is reported done.
+    fn freeze(&mut self, checkpoint: bool) -> Runs {
+        let overlay = Arc::new(std::mem::take(&mut self.overlay));
+        let mut after = self.db.batch().durability(None);
+        if checkpoint {
+            self.checkpoint_into(&mut after);
+        } else {
+            self.mark_runs(&mut after);
+        }
+        Runs { overlay, players: self.players.clone(), index: self.index.clone(), after }
+    }
+
+    /// Adds to `batch` the marker that runs now cover every log record so far.
+    fn mark_runs(&self, batch: &mut fjall::OwnedWriteBatch) {
+        batch.insert(&self.meta, META_RUNS_THROUGH, self.next_log.to_be_bytes());
     }
 
     /// Whether a log of `logged` changes calls for a checkpoint. A checkpoint
@@ -1014,6 +1082,12 @@ impl Shard {
         self.memtables.largest()
     }
 
+    /// Players whose changed records are held in memory until the next run
+    /// (see [`ShardOptions::run_every`]).
+    pub fn unwritten_players(&self) -> usize {
+        self.overlay.players()
+    }
+
     /// Players held in all trees of this shard.
     pub fn players(&self) -> u64 {
         self.trees.values().map(CountTree::total).sum()
@@ -1032,6 +1106,12 @@ impl Shard {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
+        // Every batch is durable (settled): the overlay may be written.
+        for tree in expiring {
+            self.overlay.forget(&tree.prefix());
+        }
+        let overlay = std::mem::take(&mut self.overlay);
+        overlay.write_runs(&self.players, &self.index).map_err(|err| self.rolled_back(err))?;
         let mut batch = self.db.batch().durability(Some(self.persist_mode()));
         for tree in expiring {
             batch.insert(&self.meta, expiring_key(*tree), []);
@@ -1040,8 +1120,10 @@ impl Shard {
         batch.commit().map_err(|err| self.rolled_back(err.into()))
     }
 
-    /// Adds the changed leaves and the deletion of the log they make
-    /// redundant to `batch`, and starts a new log.
+    /// Adds the changed leaves, the deletion of the log they make redundant
+    /// and the runs' marker to `batch`, and starts a new log. The batch must
+    /// be written only once runs hold every change of that log: the log is
+    /// the only other place those changes are kept.
     fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
         for (tree_id, tree) in &mut self.trees {
             for (leaf, bytes) in tree.take_dirty(self.leaf_encoding) {
@@ -1055,6 +1137,7 @@ impl Shard {
         for number in self.first_log..self.next_log {
             batch.remove(&self.changes, number.to_be_bytes());
         }
+        self.mark_runs(batch);
         self.first_log = self.next_log;
         self.logged = 0;
         // A checkpoint comes after a tree's worth of changes, and with them
@@ -1118,15 +1201,24 @@ impl Shard {
         if let Some(cached) = self.cache.borrow().get(hashed) {
             return Ok(cached);
         }
-        if let Some(staged) = self.staged.players.get(&key) {
-            return Ok(*staged);
-        }
-        if let Some(sealed) = self.in_flight.iter().rev().find_map(|batch| batch.get(&key)) {
-            return Ok(*sealed);
+        let frozen = self.in_flight.iter().rev().flatten().map(|overlay| &**overlay);
+        if let Some(unwritten) = std::iter::once(&self.overlay).chain(frozen).find_map(|o| o.record(&key)) {
+            return Ok(unwritten);
         }
         let stored = self.players.get(&key)?.map(|v| Record::decode(&v)).transpose()?;
         self.cache.borrow_mut().put(hashed, stored);
         Ok(stored)
+    }
+
+    /// A player's record from the overlays or storage, never the cache: what
+    /// [`Shard::check`] verifies.
+    fn unwritten_or_stored(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
+        let key = player_key(tree, player);
+        let frozen = self.in_flight.iter().rev().flatten().map(|overlay| &**overlay);
+        match std::iter::once(&self.overlay).chain(frozen).find_map(|o| o.record(&key)) {
+            Some(unwritten) => Ok(unwritten),
+            None => self.players.get(&key)?.map(|v| Record::decode(&v)).transpose(),
+        }
     }
 
     /// Players in `tree`.
@@ -1190,40 +1282,42 @@ impl Shard {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
-        let prefix = tree.prefix();
-        let mut at = prefix.to_vec();
-        at.extend_from_slice(position);
-        let mut end = prefix.to_vec();
-        end.push(0xFF); // tree prefixes are fixed-length, so this bounds the tree
-        end.extend_from_slice(&[0xFF; 16]);
-        let iter = match direction {
-            Direction::Forward => self.index.range(at..end),
-            Direction::Backward => self.index.range(prefix.to_vec()..at),
-        };
-        let take = |key: fjall::UserKey| -> Result<ListEntry, ShardError> {
-            let pos = &key[TREE_PREFIX_LEN..];
-            let (sk, seq, player) = key::parse_list_position(ties, pos).ok_or(ShardError::Corrupt("index key"))?;
-            Ok(ListEntry {
-                position: pos.to_vec(),
-                player: player.to_string(),
-                score: key::score_from_key(sk, order),
-                seq,
-            })
+        let positions = match direction {
+            Direction::Forward => self.index_positions(tree, position, &POSITIONS_END, direction),
+            Direction::Backward => self.index_positions(tree, &[], position, direction),
         };
         let mut out = Vec::with_capacity(limit.min(1024));
-        match direction {
-            Direction::Forward => {
-                for item in iter.take(limit) {
-                    out.push(take(item.key()?)?);
-                }
-            }
-            Direction::Backward => {
-                for item in iter.rev().take(limit) {
-                    out.push(take(item.key()?)?);
-                }
-            }
+        for position in positions.take(limit) {
+            let position = position?;
+            let (sk, seq, player) =
+                key::parse_list_position(ties, &position).ok_or(ShardError::Corrupt("index key"))?;
+            let (player, score) = (player.to_string(), key::score_from_key(sk, order));
+            out.push(ListEntry { position, player, score, seq });
         }
         Ok(out)
+    }
+
+    /// List positions of `tree`'s score index from `from` (inclusive) to
+    /// `to` (exclusive): storage with the overlay on top, in list order or,
+    /// `Backward`, in reverse.
+    fn index_positions<'a>(
+        &'a self,
+        tree: TreeId,
+        from: &'a [u8],
+        to: &'a [u8],
+        direction: Direction,
+    ) -> Box<dyn Iterator<Item = Result<Vec<u8>, ShardError>> + 'a> {
+        let prefix = tree.prefix();
+        let stored = self.index.range([&prefix[..], from].concat()..[&prefix[..], to].concat());
+        let position = |item: fjall::Guard| -> Result<Vec<u8>, ShardError> {
+            let key = item.key()?;
+            key.get(TREE_PREFIX_LEN..).map(<[u8]>::to_vec).ok_or(ShardError::Corrupt("index key"))
+        };
+        let unwritten = self.overlay.index_range(tree, from, to);
+        match direction {
+            Direction::Forward => Box::new(overlay::merge_index(stored.map(position), unwritten, true)),
+            Direction::Backward => Box::new(overlay::merge_index(stored.rev().map(position), unwritten.rev(), false)),
+        }
     }
 
     /// Checks that each tree's counts equal its score index and players:
@@ -1242,22 +1336,24 @@ impl Shard {
             // Every index entry matches its player's record, and the tree
             // holds exactly the keys the index implies.
             let mut keys = Vec::with_capacity(tree.total() as usize);
-            for item in self.index.prefix(id.prefix()) {
-                let key = item.key()?;
+            for position in self.index_positions(*id, &[], &POSITIONS_END, Direction::Forward) {
+                let position = position?;
                 let (sk, seq, player) =
-                    key::parse_list_position(ties, &key[TREE_PREFIX_LEN..]).ok_or(ShardError::Corrupt("index key"))?;
+                    key::parse_list_position(ties, &position).ok_or(ShardError::Corrupt("index key"))?;
                 let record = self
-                    .players
-                    .get(player_key(*id, player))?
-                    .map(|v| Record::decode(&v))
-                    .transpose()?
+                    .unwritten_or_stored(*id, player)?
                     .ok_or_else(|| inconsistent(id, format!("index lists {player:?} but no record exists")))?;
                 if key::score_key(record.score, order) != sk || (ties == Ties::Ordinal && record.seq != seq) {
                     return Err(inconsistent(id, format!("index and record of {player:?} disagree")));
                 }
                 keys.push(key::tree_key(sk, key::tiebreak(ties, player, record.seq)));
             }
-            let players = self.players.prefix(id.prefix()).count();
+            // Stored records the overlay does not replace, and the overlay's own.
+            let mut players = 0;
+            for item in self.players.prefix(id.prefix()) {
+                players += usize::from(self.overlay.record(&item.key()?).is_none());
+            }
+            players += self.overlay.records_under(&id.prefix()).filter(|(_, record)| record.is_some()).count();
             if players != keys.len() {
                 return Err(inconsistent(id, format!("{players} player records but {} index entries", keys.len())));
             }
@@ -1295,6 +1391,50 @@ fn player_key(tree: TreeId, player: &str) -> Vec<u8> {
     key.extend_from_slice(&tree.prefix());
     key.extend_from_slice(player.as_bytes());
     key
+}
+
+/// A list position past every real one: none starts with 17 bytes of 0xFF
+/// (names are UTF-8, and sequences never reach `u64::MAX`).
+const POSITIONS_END: [u8; 17] = [0xFF; 17];
+
+/// The count tree of `tree`, made empty if it has none yet.
+fn count_tree(trees: &mut HashMap<TreeId, CountTree, FastHasher>, tree: TreeId, branching: u32) -> &mut CountTree {
+    trees.entry(tree).or_insert_with(|| CountTree::new(branching).expect("branching validated at open"))
+}
+
+/// Applies a score change to the in-memory state: the count tree always,
+/// and the overlay's player record and index entries when given (a replayed
+/// change that runs already hold leaves it out). Returns the score keys the
+/// tree lost and gained, for dense ranks. Shared by live writes and replay,
+/// so a restart rebuilds exactly what the writes built.
+fn apply_change(
+    trees: &mut HashMap<TreeId, CountTree, FastHasher>,
+    mut overlay: Option<&mut Overlay>,
+    branching: u32,
+    config: &BoardConfig,
+    change: &log::Change<'_>,
+) -> DenseChange {
+    let (order, ties) = (config.order, config.ties);
+    let log::Change { tree, player, old, new } = *change;
+    let count_tree = count_tree(trees, tree, branching);
+    let mut dense = DenseChange { tree, removed: None, added: None };
+    for (record, delta) in [(old, -1i64), (new, 1)] {
+        let Some(record) = record else { continue };
+        let sk = key::score_key(record.score, order);
+        count_tree.add(key::tree_key(sk, key::tiebreak(ties, player, record.seq)), delta);
+        if let Some(overlay) = overlay.as_deref_mut() {
+            overlay.set_index(tree, key::list_position(ties, sk, record.seq, player), delta > 0);
+        }
+        if delta > 0 {
+            dense.added = Some(sk);
+        } else {
+            dense.removed = Some(sk);
+        }
+    }
+    if let Some(overlay) = overlay {
+        overlay.set_record(player_key(tree, player), new);
+    }
+    dense
 }
 
 fn leaf_key(tree: TreeId, leaf: LeafId) -> Vec<u8> {
@@ -1340,9 +1480,22 @@ fn check_format(db: &Database, meta: &Keyspace, branching: u32) -> Result<LeafEn
             let mut batch = db.batch().durability(Some(PersistMode::SyncAll));
             batch.insert(meta, META_BRANCHING, branching.to_be_bytes());
             batch.insert(meta, META_LEAF_ENCODING, [encoding.code()]);
+            batch.insert(meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
             batch.commit()?;
             Ok(encoding)
         }
+    }
+}
+
+/// How the data dir's change log is laid out; data dirs made before there
+/// was a choice record none.
+fn log_format(meta: &Keyspace) -> Result<LogFormat, ShardError> {
+    match meta.get(META_LOG_FORMAT)? {
+        None => Ok(LogFormat::TreeKeys),
+        Some(code) => match *code {
+            [code] => LogFormat::from_code(code).ok_or(ShardError::Corrupt("log format")),
+            _ => Err(ShardError::Corrupt("log format")),
+        },
     }
 }
 

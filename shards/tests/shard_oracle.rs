@@ -329,6 +329,10 @@ enum Op {
     },
     /// Drop the shard with the batch still open, reopen: the batch is lost.
     Crash,
+    /// Seal the open batch, write and fsync every sealed batch, then drop
+    /// the shard before any of their runs (or checkpoint leaves) is written:
+    /// every batch survives, from the log alone.
+    CrashAfterSync,
     /// Commit, drop the slot's board; the slot gets a fresh board id.
     DropBoard {
         slot: usize,
@@ -383,6 +387,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => Just(Op::CommitAndList),
         2 => any::<bool>().prop_map(|w| Op::Reopen { wrong_branching: w }),
         1 => Just(Op::Crash),
+        1 => Just(Op::CrashAfterSync),
         1 => (0..SLOTS, order(), ties()).prop_map(|(slot, order, ties)| Op::DropBoard { slot, order, ties }),
     ]
 }
@@ -568,11 +573,15 @@ impl Run {
             self.check_scans_refused()?;
         }
         let count = self.sealed.len();
+        let mut written = Vec::with_capacity(count);
         for batch in std::mem::take(&mut self.sealed) {
-            ok(batch.write())?;
+            written.push(ok(batch.write())?);
         }
         let shard = self.shard.as_mut().expect("shard open");
         ok(shard.durability_handle().sync())?;
+        for batch in written {
+            ok(batch.write_runs())?;
+        }
         shard.landed(count);
         self.committed = self.sealed_state.take().expect("sealed state");
         Ok(())
@@ -615,6 +624,27 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// Reopens the shard as after a crash: what was durable is what the
+    /// oracle calls committed. The dense changes of sealed batches that died
+    /// were reported at seal, so this shard's share of the dense indexes is
+    /// replaced with what it holds after reopening, as the server does.
+    fn crash_and_reopen(&mut self) -> Result<(), TestCaseError> {
+        let before = self.shard().dense_score_counts();
+        self.reopen()?;
+        let after = self.shard().dense_score_counts();
+        for (index, ob) in self.dense.iter_mut().zip(&self.live.slots) {
+            let tree = tid(ob.board.id);
+            let (old, new) = (before.get(&tree), after.get(&tree));
+            index.replace_share(old.map_or(&[][..], Vec::as_slice), new.map_or(&[][..], Vec::as_slice));
+        }
+        self.live = self.committed.clone();
+        self.staged = false;
+        self.staged_writes = 0;
+        prop_assert!(!self.shard().has_staged());
+        check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, true)?;
+        self.check_dense_all()
     }
 
     fn apply(&mut self, op: Op) -> Result<(), TestCaseError> {
@@ -719,20 +749,26 @@ impl Run {
                 }
                 self.sealed.clear();
                 self.sealed_state = None;
-                let before = self.shard().dense_score_counts();
-                self.reopen()?;
-                let after = self.shard().dense_score_counts();
-                for (index, ob) in self.dense.iter_mut().zip(&self.live.slots) {
-                    let tree = tid(ob.board.id);
-                    let (old, new) = (before.get(&tree), after.get(&tree));
-                    index.replace_share(old.map_or(&[][..], Vec::as_slice), new.map_or(&[][..], Vec::as_slice));
+                self.crash_and_reopen()?;
+            }
+            Op::CrashAfterSync => {
+                if self.staged {
+                    self.seal()?;
                 }
-                self.live = self.committed.clone();
-                self.staged = false;
-                self.staged_writes = 0;
-                prop_assert!(!self.shard().has_staged());
+                if !self.sealed.is_empty() {
+                    let mut written = Vec::new();
+                    for batch in std::mem::take(&mut self.sealed) {
+                        written.push(ok(batch.write())?);
+                    }
+                    ok(self.shard().durability_handle().sync())?;
+                    drop(written); // the process dies before any run is written
+                    self.committed = self.sealed_state.take().expect("sealed state");
+                }
+                self.crash_and_reopen()?;
+                // Runs rebuilt from the log are written as usual afterwards.
+                self.commit()?;
+                ok(self.shard().checkpoint())?;
                 check_all(self.shard.as_ref().unwrap(), &self.live, &self.names, true)?;
-                self.check_dense_all()?;
             }
             Op::DropBoard { slot, order, ties } => {
                 self.commit()?;
@@ -768,6 +804,9 @@ struct Knobs {
     small_memtable: bool,
     /// Player records cached in memory: none, a few (constant eviction), or the default.
     cached_players: Option<usize>,
+    /// Changed players that make the overlay be written as runs: small
+    /// values write runs all the time, the default almost never here.
+    run_every: Option<usize>,
 }
 
 fn knobs() -> impl Strategy<Value = Knobs> {
@@ -777,13 +816,15 @@ fn knobs() -> impl Strategy<Value = Knobs> {
         prop_oneof![Just(None), Just(Some(1)), Just(Some(3)), Just(Some(17)), Just(Some(60))],
         proptest::bool::weighted(0.25),
         prop_oneof![Just(None), Just(Some(0)), Just(Some(5))],
+        prop_oneof![Just(None), Just(Some(1)), Just(Some(4)), Just(Some(30))],
     )
-        .prop_map(|(branching, sync, checkpoint_every, small_memtable, cached_players)| Knobs {
+        .prop_map(|(branching, sync, checkpoint_every, small_memtable, cached_players, run_every)| Knobs {
             branching,
             sync,
             checkpoint_every,
             small_memtable,
             cached_players,
+            run_every,
         })
 }
 
@@ -800,6 +841,7 @@ fn run(configs: Vec<(Order, Ties)>, knobs: Knobs, ops: Vec<Op>) -> Result<(), Te
         checkpoint_every: knobs.checkpoint_every.unwrap_or(defaults.checkpoint_every),
         memtable_bytes: if knobs.small_memtable { 32 << 10 } else { defaults.memtable_bytes },
         cached_players: knobs.cached_players.unwrap_or(defaults.cached_players),
+        run_every: knobs.run_every.unwrap_or(defaults.run_every),
         ..defaults
     };
     let shard = ok(Shard::open(dir.path(), options.clone()))?;
@@ -870,6 +912,10 @@ fn known_sequence() {
         Seal,                                                      // reports its dense change, never written:
         Write { slot: 2, player: 1, score: 3, mode: Mode::Set },
         Crash, // the dense index must forget it
+        Write { slot: 0, player: 2, score: 9, mode: Mode::Set },
+        Seal,
+        Write { slot: 0, player: 2, score: 8, mode: Mode::Set },
+        CrashAfterSync, // both batches durable, their runs never written
         Write { slot: 2, player: 7, score: 0, mode: Mode::Set },
         Write { slot: 2, player: 8, score: 0, mode: Mode::Set },
         Bulk { slot: 2, start: 0, scores: (0..90).map(|i| i % 7).collect(), mode: Mode::Set },
@@ -890,8 +936,14 @@ fn known_sequence() {
     for (order_, ties_) in [(Order::Desc, Ties::Ordinal), (Order::Asc, Ties::Competition), (Order::Desc, Ties::Dense)] {
         for (branching, checkpoint_every) in [(2, Some(1)), (16, None), (256, Some(5))] {
             let configs = vec![(order_, ties_), (Order::Asc, ties_), (order_, Ties::Dense)];
-            let knobs =
-                Knobs { branching, sync: false, checkpoint_every, small_memtable: false, cached_players: Some(3) };
+            let knobs = Knobs {
+                branching,
+                sync: false,
+                checkpoint_every,
+                small_memtable: false,
+                cached_players: Some(3),
+                run_every: Some(2),
+            };
             if let Err(e) = run(configs, knobs, ops.clone()) {
                 panic!("{order_:?} {ties_:?} {knobs:?}: {e}");
             }
