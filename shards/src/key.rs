@@ -96,8 +96,12 @@ pub fn rank_key(ties: Ties, score_key: u64, seq: u64) -> u128 {
 /// index after the tree prefix: `score_key ‖ [seq, ordinal only] ‖ player`.
 /// Positions from every shard compare byte-wise, so the router can merge.
 pub fn list_position(ties: Ties, score_key: u64, seq: u64, player: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + player.len());
-    out.extend_from_slice(&score_key.to_be_bytes());
+    [&score_key.to_be_bytes()[..], &list_position_tail(ties, seq, player)].concat()
+}
+
+/// A list position after its score key: `[seq, ordinal only] ‖ player`.
+pub fn list_position_tail(ties: Ties, seq: u64, player: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + player.len());
     if ties == Ties::Ordinal {
         out.extend_from_slice(&seq.to_be_bytes());
     }

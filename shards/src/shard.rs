@@ -661,7 +661,7 @@ impl Shard {
                     for change in log::changes(&value) {
                         let change = change?;
                         let Some(board) = self.boards.get(&change.tree.board) else { continue };
-                        let overlay = rebuild.then_some(&mut self.overlay);
+                        let overlay = rebuild.then(|| (&mut self.overlay, player_key(change.tree, change.player)));
                         apply_change(&mut self.trees, overlay, branching, &board.config, &change);
                         self.logged += 1;
                     }
@@ -818,21 +818,22 @@ impl Shard {
         let windows = window::current_trees(board, self.now);
         let mut plans = Vec::with_capacity(windows.len());
         for tree in windows {
-            let old = self.get(tree, player)?;
+            let key = PlayerKey::new(tree, player);
+            let old = self.record(&key)?;
             let new = match (mode, old) {
                 (Mode::Set, _) | (Mode::Best | Mode::Incr, None) => score,
                 (Mode::Best, Some(old)) => better(board.config.order, old.score, score),
                 (Mode::Incr, Some(old)) => old.score.checked_add(score).ok_or(ShardError::Overflow)?,
             };
-            plans.push((tree, old, new));
+            plans.push((tree, key, old, new));
         }
         self.ensure_board(board);
-        let stored = plans.first().map_or(score, |p| p.2);
-        for (tree, old, new) in plans {
+        let stored = plans.first().map_or(score, |p| p.3);
+        for (tree, key, old, new) in plans {
             if old.is_some_and(|o| o.score == new) {
                 continue; // unchanged: keeps when the player reached it
             }
-            self.stage(board, tree, player, old, Some(Record { score: new, seq }));
+            self.stage(board, tree, player, key, old, Some(Record { score: new, seq }));
         }
         if seq > self.max_seq {
             self.max_seq = seq;
@@ -872,10 +873,11 @@ impl Shard {
     pub fn remove(&mut self, board: &Board, player: &str) -> Result<bool, ShardError> {
         let mut first = None;
         for tree in window::current_trees(board, self.now) {
-            let old = self.get(tree, player)?;
+            let key = PlayerKey::new(tree, player);
+            let old = self.record(&key)?;
             first.get_or_insert(old.is_some());
             if old.is_some() {
-                self.stage(board, tree, player, old, None);
+                self.stage(board, tree, player, key, old, None);
             }
         }
         self.staged.ops += 1;
@@ -885,13 +887,21 @@ impl Shard {
 
     /// Moves `player` from `old` to `new`: in the count tree, the overlay
     /// and the record cache at once, in storage through the batch's log.
-    fn stage(&mut self, board: &Board, tree: TreeId, player: &str, old: Option<Record>, new: Option<Record>) {
+    fn stage(
+        &mut self,
+        board: &Board,
+        tree: TreeId,
+        player: &str,
+        key: PlayerKey,
+        old: Option<Record>,
+        new: Option<Record>,
+    ) {
         let change = log::Change { tree, player, old, new };
         log::push(&mut self.staged.log, &change);
         self.staged.changes += 1;
-        self.cache.get_mut().put(RecordCache::key(&player_key(tree, player)), new);
-        let dense =
-            apply_change(&mut self.trees, Some(&mut self.overlay), self.options.branching, &board.config, &change);
+        self.cache.get_mut().put(key.cached, new);
+        let overlay = Some((&mut self.overlay, key.stored));
+        let dense = apply_change(&mut self.trees, overlay, self.options.branching, &board.config, &change);
         if board.config.ties == Ties::Dense {
             self.staged.dense.push(dense);
         }
@@ -1196,17 +1206,20 @@ impl Shard {
 
     /// A player's record in `tree`, seeing the open batch.
     pub fn get(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
-        let key = player_key(tree, player);
-        let hashed = RecordCache::key(&key);
-        if let Some(cached) = self.cache.borrow().get(hashed) {
+        self.record(&PlayerKey::new(tree, player))
+    }
+
+    /// [`Shard::get`] by a key already made.
+    fn record(&self, key: &PlayerKey) -> Result<Option<Record>, ShardError> {
+        if let Some(cached) = self.cache.borrow().get(key.cached) {
             return Ok(cached);
         }
         let frozen = self.in_flight.iter().rev().flatten().map(|overlay| &**overlay);
-        if let Some(unwritten) = std::iter::once(&self.overlay).chain(frozen).find_map(|o| o.record(&key)) {
+        if let Some(unwritten) = std::iter::once(&self.overlay).chain(frozen).find_map(|o| o.record(&key.stored)) {
             return Ok(unwritten);
         }
-        let stored = self.players.get(&key)?.map(|v| Record::decode(&v)).transpose()?;
-        self.cache.borrow_mut().put(hashed, stored);
+        let stored = self.players.get(&key.stored)?.map(|v| Record::decode(&v)).transpose()?;
+        self.cache.borrow_mut().put(key.cached, stored);
         Ok(stored)
     }
 
@@ -1383,6 +1396,21 @@ fn better(order: Order, a: i64, b: i64) -> i64 {
     }
 }
 
+/// A player's storage key and its record-cache hash, made once per write
+/// and used by each step of it (the read of the old record, the cache
+/// update, the overlay).
+struct PlayerKey {
+    stored: Vec<u8>,
+    cached: u128,
+}
+
+impl PlayerKey {
+    fn new(tree: TreeId, player: &str) -> Self {
+        let stored = player_key(tree, player);
+        Self { cached: RecordCache::key(&stored), stored }
+    }
+}
+
 /// Built at its final size: every write and every rank makes one, and
 /// growing it from the prefix was a reallocation each time (~2% of the
 /// server's samples under `rank`).
@@ -1403,13 +1431,14 @@ fn count_tree(trees: &mut HashMap<TreeId, CountTree, FastHasher>, tree: TreeId, 
 }
 
 /// Applies a score change to the in-memory state: the count tree always,
-/// and the overlay's player record and index entries when given (a replayed
-/// change that runs already hold leaves it out). Returns the score keys the
-/// tree lost and gained, for dense ranks. Shared by live writes and replay,
-/// so a restart rebuilds exactly what the writes built.
+/// and the overlay's player record (under the player's storage key, given
+/// with it) and index entries when given (a replayed change that runs
+/// already hold leaves it out). Returns the score keys the tree lost and
+/// gained, for dense ranks. Shared by live writes and replay, so a restart
+/// rebuilds exactly what the writes built.
 fn apply_change(
     trees: &mut HashMap<TreeId, CountTree, FastHasher>,
-    mut overlay: Option<&mut Overlay>,
+    mut overlay: Option<(&mut Overlay, Vec<u8>)>,
     branching: u32,
     config: &BoardConfig,
     change: &log::Change<'_>,
@@ -1422,8 +1451,8 @@ fn apply_change(
         let Some(record) = record else { continue };
         let sk = key::score_key(record.score, order);
         count_tree.add(key::tree_key(sk, key::tiebreak(ties, player, record.seq)), delta);
-        if let Some(overlay) = overlay.as_deref_mut() {
-            overlay.set_index(tree, key::list_position(ties, sk, record.seq, player), delta > 0);
+        if let Some((overlay, _)) = overlay.as_mut() {
+            overlay.set_index(tree, sk, key::list_position_tail(ties, record.seq, player), delta > 0);
         }
         if delta > 0 {
             dense.added = Some(sk);
@@ -1431,8 +1460,8 @@ fn apply_change(
             dense.removed = Some(sk);
         }
     }
-    if let Some(overlay) = overlay {
-        overlay.set_record(player_key(tree, player), new);
+    if let Some((overlay, key)) = overlay {
+        overlay.set_record(key, new);
     }
     dense
 }
