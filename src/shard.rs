@@ -23,8 +23,10 @@
 //!   inserts, not for fjall's write stalls (it may reflect writes whose
 //!   acknowledgment is still in flight, which protocol.md allows for reads
 //!   concurrent with writes; it never reflects a write that was refused);
-//! - only reads that scan storage (lists) and maintenance wait for the
-//!   committer and the runs thread to be idle.
+//! - reads never wait for the committer or the runs thread: lists read
+//!   storage under the overlays of everything not yet written; only
+//!   maintenance (dropping a board, expiry, shutdown) waits for both to be
+//!   idle.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,9 +92,11 @@ impl Command {
         )
     }
 
-    /// Reads that scan storage need every earlier write of the round committed.
+    /// Maintenance that scans or rewrites storage needs every earlier write
+    /// of the round committed and its runs written. (Lists do not: they read
+    /// storage under the overlays of everything unwritten.)
     fn needs_committed_state(&self) -> bool {
-        matches!(self, Self::List { .. } | Self::DropBoard { .. } | Self::Shutdown)
+        matches!(self, Self::DropBoard { .. } | Self::Shutdown)
     }
 
     /// Commands answered only once everything before them is durable.

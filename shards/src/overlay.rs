@@ -164,45 +164,42 @@ impl Overlay {
     }
 }
 
-/// Merges positions read from storage's index with the overlay's entries
-/// over the same range and in the same direction: the overlay wins on equal
-/// positions, and those it marks removed are left out. Both inputs must be
-/// sorted the way the merge walks (ascending when `forward`, else descending).
-pub(crate) fn merge_index<S, O>(
-    stored: S,
-    overlay: O,
+/// Index entries `(position, present)` of stacked layers, in walk order.
+pub(crate) type Layered<'a> = Box<dyn Iterator<Item = Result<(Vec<u8>, bool), ShardError>> + 'a>;
+
+/// Lays `newer` index entries over `older` ones of the same range, walked in
+/// the same direction: both yield `(position, present)`, sorted the way the
+/// walk goes (ascending when `forward`, else descending), and on equal
+/// positions the newer entry wins. Removed entries are kept, so layers
+/// stack (storage, then frozen overlays oldest first, then the current
+/// one); the reader drops them at the end.
+pub(crate) fn layer<S, O>(
+    older: S,
+    newer: O,
     forward: bool,
-) -> impl Iterator<Item = Result<Vec<u8>, ShardError>>
+) -> impl Iterator<Item = Result<(Vec<u8>, bool), ShardError>>
 where
-    S: Iterator<Item = Result<Vec<u8>, ShardError>>,
+    S: Iterator<Item = Result<(Vec<u8>, bool), ShardError>>,
     O: Iterator<Item = (Vec<u8>, bool)>,
 {
-    let mut stored = stored.peekable();
-    let mut overlay = overlay.peekable();
-    std::iter::from_fn(move || loop {
-        let from_storage = match stored.peek() {
-            None => None,
-            Some(Err(_)) => return stored.next(),
-            Some(Ok(key)) => Some(key.as_slice()),
-        };
-        let order = match (from_storage, overlay.peek()) {
+    let mut older = older.peekable();
+    let mut newer = newer.peekable();
+    std::iter::from_fn(move || {
+        let order = match (older.peek(), newer.peek()) {
             (None, None) => return None,
-            (Some(_), None) => std::cmp::Ordering::Less,
+            (Some(Err(_)), _) => return older.next(),
+            (Some(Ok(_)), None) => std::cmp::Ordering::Less,
             (None, Some(_)) => std::cmp::Ordering::Greater,
-            (Some(s), Some((o, _))) if forward => s.cmp(o.as_slice()),
-            (Some(s), Some((o, _))) => o.as_slice().cmp(s),
+            (Some(Ok((o, _))), Some((n, _))) if forward => o.cmp(n),
+            (Some(Ok((o, _))), Some((n, _))) => n.cmp(o),
         };
         match order {
-            std::cmp::Ordering::Less => return stored.next(),
+            std::cmp::Ordering::Less => older.next(),
             std::cmp::Ordering::Equal => {
-                stored.next();
+                older.next();
+                newer.next().map(Ok)
             }
-            std::cmp::Ordering::Greater => {}
-        }
-        if let Some((key, present)) = overlay.next() {
-            if present {
-                return Some(Ok(key));
-            }
+            std::cmp::Ordering::Greater => newer.next().map(Ok),
         }
     })
 }
@@ -223,35 +220,50 @@ mod tests {
     }
 
     proptest! {
-        /// The merge equals applying the overlay to storage's key set, both ways.
+        /// Layering overlays on storage equals applying them in order to
+        /// storage's key set, both ways.
         #[test]
-        fn merge_applies_the_overlay(
+        fn layers_apply_overlays_in_order(
             stored in proptest::collection::btree_set(position(), 0..12),
-            changes in proptest::collection::btree_map(position(), any::<bool>(), 0..12),
+            older in proptest::collection::btree_map(position(), any::<bool>(), 0..12),
+            newer in proptest::collection::btree_map(position(), any::<bool>(), 0..12),
         ) {
             let stored: BTreeSet<Vec<u8>> = stored.iter().map(bytes).collect();
             let mut want = stored.clone();
-            for (position, present) in &changes {
+            for (position, present) in older.iter().chain(&newer) {
                 if *present { want.insert(bytes(position)); } else { want.remove(&bytes(position)); }
             }
-            let mut overlay = Overlay::default();
             let tree = TreeId { board: 1, window: 0, period: 0 };
-            for ((score_key, tail), present) in &changes {
-                overlay.set_index(tree, *score_key, tail.clone(), *present);
-                // Another tree's entries never show.
-                overlay.set_index(TreeId { board: 2, ..tree }, *score_key, tail.clone(), true);
-            }
+            let overlays: Vec<Overlay> = [&older, &newer].iter().map(|changes| {
+                let mut overlay = Overlay::default();
+                for ((score_key, tail), present) in changes.iter() {
+                    overlay.set_index(tree, *score_key, tail.clone(), *present);
+                    // Another tree's entries never show.
+                    overlay.set_index(TreeId { board: 2, ..tree }, *score_key, tail.clone(), true);
+                }
+                overlay
+            }).collect();
             let (from, to) = (vec![], vec![0xFF; 9]);
-            let stored_keys = || stored.iter().map(|k| Ok(k.clone()));
-            let forward: Vec<Vec<u8>> = merge_index(stored_keys(), overlay.index_range(tree, &from, &to), true)
-                .collect::<Result<_, _>>()
-                .unwrap();
-            prop_assert_eq!(&forward, &want.iter().cloned().collect::<Vec<_>>());
-            let backward: Vec<Vec<u8>> =
-                merge_index(stored_keys().rev(), overlay.index_range(tree, &from, &to).rev(), false)
-                    .collect::<Result<_, _>>()
-                    .unwrap();
-            prop_assert_eq!(backward, want.iter().rev().cloned().collect::<Vec<_>>());
+            for forward in [true, false] {
+                let mut merged: Layered<'_> = if forward {
+                    Box::new(stored.iter().map(|k| Ok((k.clone(), true))))
+                } else {
+                    Box::new(stored.iter().rev().map(|k| Ok((k.clone(), true))))
+                };
+                for overlay in &overlays {
+                    let entries = overlay.index_range(tree, &from, &to);
+                    merged = if forward {
+                        Box::new(layer(merged, entries, true))
+                    } else {
+                        Box::new(layer(merged, entries.rev(), false))
+                    };
+                }
+                let got: Vec<Vec<u8>> =
+                    merged.map(Result::unwrap).filter(|(_, present)| *present).map(|(k, _)| k).collect();
+                let expected: Vec<Vec<u8>> =
+                    if forward { want.iter().cloned().collect() } else { want.iter().rev().cloned().collect() };
+                prop_assert_eq!(got, expected, "forward: {}", forward);
+            }
         }
 
         /// A position falls below any bound, however short, exactly when its

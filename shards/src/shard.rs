@@ -1286,8 +1286,9 @@ impl Shard {
         self.trees.keys().copied()
     }
 
-    /// Up to `limit` entries of `tree` in list order from `position`. Reads
-    /// committed storage only, so it needs no open batch.
+    /// Up to `limit` entries of `tree` in list order from `position`, seeing
+    /// every staged and sealed write (they are all in overlays), so it needs
+    /// no commit first and waits for no run.
     pub fn list(
         &self,
         tree: TreeId,
@@ -1297,9 +1298,6 @@ impl Shard {
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<ListEntry>, ShardError> {
-        if !self.is_settled() {
-            return Err(ShardError::NeedsCommit);
-        }
         let positions = match direction {
             Direction::Forward => self.index_positions(tree, position, &POSITIONS_END, direction),
             Direction::Backward => self.index_positions(tree, &[], position, direction),
@@ -1316,8 +1314,11 @@ impl Shard {
     }
 
     /// List positions of `tree`'s score index from `from` (inclusive) to
-    /// `to` (exclusive): storage with the overlay on top, in list order or,
-    /// `Backward`, in reverse.
+    /// `to` (exclusive), in list order or, `Backward`, in reverse: storage,
+    /// with the overlays frozen for runs not yet written on top (oldest
+    /// first), and the current overlay over all. Runs hold final values, so
+    /// the answer is the same whether a run being written has reached
+    /// storage yet or not.
     fn index_positions<'a>(
         &'a self,
         tree: TreeId,
@@ -1331,11 +1332,25 @@ impl Shard {
             let key = item.key()?;
             key.get(TREE_PREFIX_LEN..).map(<[u8]>::to_vec).ok_or(ShardError::Corrupt("index key"))
         };
-        let unwritten = self.overlay.index_range(tree, from, to);
-        match direction {
-            Direction::Forward => Box::new(overlay::merge_index(stored.map(position), unwritten, true)),
-            Direction::Backward => Box::new(overlay::merge_index(stored.rev().map(position), unwritten.rev(), false)),
+        let forward = direction == Direction::Forward;
+        let mut merged: overlay::Layered<'a> = if forward {
+            Box::new(stored.map(move |item| Ok((position(item)?, true))))
+        } else {
+            Box::new(stored.rev().map(move |item| Ok((position(item)?, true))))
+        };
+        let frozen = self.in_flight.iter().flatten().map(|overlay| &**overlay);
+        for layer in frozen.chain(std::iter::once(&self.overlay)) {
+            let entries = layer.index_range(tree, from, to);
+            merged = if forward {
+                Box::new(overlay::layer(merged, entries, true))
+            } else {
+                Box::new(overlay::layer(merged, entries.rev(), false))
+            };
         }
+        Box::new(merged.filter_map(|entry| match entry {
+            Ok((position, present)) => present.then_some(Ok(position)),
+            Err(e) => Some(Err(e)),
+        }))
     }
 
     /// Checks that each tree's counts equal its score index and players:
