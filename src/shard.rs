@@ -348,9 +348,10 @@ fn write_runs(
     progress: &CommitProgress,
     failed_generation: &mut Option<u64>,
 ) {
+    let Answered { jobs, generation, runs } = answered;
     let mut failure = None;
-    if *failed_generation != Some(answered.generation) {
-        for batch in answered.runs {
+    if *failed_generation != Some(generation) {
+        for batch in runs {
             match batch.write_runs() {
                 Ok(took) => metrics.run_seconds.observe(took.as_secs_f64()),
                 Err(e) => {
@@ -359,16 +360,18 @@ fn write_runs(
                     metrics.commit_errors.inc();
                     metrics.degraded.set(1);
                     failure = Some(format!("writing runs failed: {e}"));
-                    *failed_generation = Some(answered.generation);
+                    *failed_generation = Some(generation);
                     break;
                 }
             }
         }
+    } else {
+        drop(runs);
     }
     // The batches (and their storage handles) are gone before the actor may
     // hear the jobs are over: a reopen needs them gone.
     let mut state = progress.state.lock();
-    state.finished += answered.jobs;
+    state.finished += jobs;
     if failure.is_some() {
         state.failure = failure;
     }
