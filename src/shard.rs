@@ -239,6 +239,19 @@ struct CommitProgress {
     changed: parking_lot::Condvar,
 }
 
+impl CommitProgress {
+    /// Counts jobs forward (`count` raises `answered` or `finished`), keeps
+    /// a failure for the actor to take, and wakes whoever waits.
+    fn report(&self, count: impl FnOnce(&mut Progress), failure: Option<String>) {
+        let mut state = self.state.lock();
+        count(&mut state);
+        if failure.is_some() {
+            state.failure = failure;
+        }
+        self.changed.notify_all();
+    }
+}
+
 #[derive(Default)]
 struct Progress {
     /// Jobs answered (written and synced, or failed), ever: the committer
@@ -370,12 +383,7 @@ fn write_runs(
     }
     // The batches (and their storage handles) are gone before the actor may
     // hear the jobs are over: a reopen needs them gone.
-    let mut state = progress.state.lock();
-    state.finished += jobs;
-    if failure.is_some() {
-        state.failure = failure;
-    }
-    progress.changed.notify_all();
+    progress.report(|state| state.finished += jobs, failure);
 }
 
 /// The actor. See the module docs.
@@ -961,15 +969,10 @@ fn commit_group(
         None => written.into_iter().filter(WrittenBatch::has_runs).collect(),
         Some(_) => Vec::new(),
     };
-    // Every handle on the storage drops before the actor may hear the jobs
-    // are over: a reopen needs them gone.
-    drop(handle);
-    let mut state = progress.state.lock();
-    state.answered += count;
-    if failure.is_some() {
-        state.failure = failure;
-    }
-    progress.changed.notify_all();
+    // Answered, not over: the batches with runs keep their storage handles
+    // until `write_runs` drops them, and only then are the jobs over (what a
+    // reopen waits for).
+    progress.report(|state| state.answered += count, failure);
     Answered { jobs: count, generation, runs }
 }
 
