@@ -1214,12 +1214,9 @@ impl Shard {
         if let Some(cached) = self.cache.borrow().get(key.cached) {
             return Ok(cached);
         }
-        if let Some(unwritten) = self.unwritten_record(&key.stored) {
-            return Ok(unwritten);
-        }
-        let stored = self.players.get(&key.stored)?.map(|v| Record::decode(&v)).transpose()?;
-        self.cache.borrow_mut().put(key.cached, stored);
-        Ok(stored)
+        let record = self.unwritten_or_stored(&key.stored)?;
+        self.cache.borrow_mut().put(key.cached, record);
+        Ok(record)
     }
 
     /// The record stored under `key` in the newest overlay that has one:
@@ -1229,13 +1226,13 @@ impl Shard {
         std::iter::once(&self.overlay).chain(frozen).find_map(|overlay| overlay.record(key))
     }
 
-    /// A player's record from the overlays or storage, never the cache: what
+    /// The record stored under `key` (a player key) in the overlays or
+    /// storage, never the cache: what a cache miss reads, and what
     /// [`Shard::check`] verifies.
-    fn unwritten_or_stored(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
-        let key = player_key(tree, player);
-        match self.unwritten_record(&key) {
+    fn unwritten_or_stored(&self, key: &[u8]) -> Result<Option<Record>, ShardError> {
+        match self.unwritten_record(key) {
             Some(unwritten) => Ok(unwritten),
-            None => self.players.get(&key)?.map(|v| Record::decode(&v)).transpose(),
+            None => self.players.get(key)?.map(|v| Record::decode(&v)).transpose(),
         }
     }
 
@@ -1374,7 +1371,7 @@ impl Shard {
                 let (sk, seq, player) =
                     key::parse_list_position(ties, &position).ok_or(ShardError::Corrupt("index key"))?;
                 let record = self
-                    .unwritten_or_stored(*id, player)?
+                    .unwritten_or_stored(&player_key(*id, player))?
                     .ok_or_else(|| inconsistent(id, format!("index lists {player:?} but no record exists")))?;
                 if key::score_key(record.score, order) != sk || (ties == Ties::Ordinal && record.seq != seq) {
                     return Err(inconsistent(id, format!("index and record of {player:?} disagree")));
