@@ -96,17 +96,24 @@ pub fn rank_key(ties: Ties, score_key: u64, seq: u64) -> u128 {
 /// index after the tree prefix: `score_key ‖ [seq, ordinal only] ‖ player`.
 /// Positions from every shard compare byte-wise, so the router can merge.
 pub fn list_position(ties: Ties, score_key: u64, seq: u64, player: &str) -> Vec<u8> {
-    [&score_key.to_be_bytes()[..], &list_position_tail(ties, seq, player)].concat()
+    let mut out = Vec::with_capacity(16 + player.len());
+    out.extend_from_slice(&score_key.to_be_bytes());
+    push_list_position_tail(&mut out, ties, seq, player);
+    out
 }
 
 /// A list position after its score key: `[seq, ordinal only] ‖ player`.
 pub fn list_position_tail(ties: Ties, seq: u64, player: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + player.len());
+    push_list_position_tail(&mut out, ties, seq, player);
+    out
+}
+
+fn push_list_position_tail(out: &mut Vec<u8>, ties: Ties, seq: u64, player: &str) {
     if ties == Ties::Ordinal {
         out.extend_from_slice(&seq.to_be_bytes());
     }
     out.extend_from_slice(player.as_bytes());
-    out
 }
 
 /// The first list position whose tree key is `key` (for seeking `top`).
