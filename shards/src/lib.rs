@@ -5,6 +5,7 @@
 //! - [`tree`]: the count tree that makes ranks O(log n);
 //! - [`key`]: order-preserving byte layouts of scores and storage keys;
 //! - [`shard`]: one shard's storage and batch application;
+//! - `cache`: the exact in-memory cache of player records;
 //! - `log`: the change log, a batch's only per-write storage;
 //! - `overlay`: player records and index entries not yet written, and the
 //!   sorted runs they are written in;
@@ -15,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod board;
+mod cache;
 pub mod dense;
 pub mod error;
 pub mod key;

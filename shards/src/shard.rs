@@ -42,6 +42,8 @@ use fjall::config::PinningPolicy;
 use fjall::{AbstractTree as _, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use crate::board::{Board, BoardConfig, Mode, Order, Ties};
+pub use crate::cache::cached_players_for;
+use crate::cache::RecordCache;
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
@@ -128,71 +130,6 @@ impl Record {
         let (score, seq) = bytes.split_first_chunk::<8>().ok_or(ShardError::Corrupt("player record"))?;
         let seq: [u8; 8] = seq.try_into().map_err(|_| ShardError::Corrupt("player record"))?;
         Ok(Self { score: i64::from_be_bytes(*score), seq: u64::from_be_bytes(seq) })
-    }
-}
-
-/// Player records in memory, so a write or a rank does not search the
-/// LSM-tree for the player's current score.
-///
-/// Keys are the 128-bit xxHash3 of the player's storage key (tree prefix and
-/// name): 16 bytes instead of the name, and a collision is as unlikely as in
-/// content-addressed storage. Absence is cached too (a new player's first
-/// write), as a record with the [`ABSENT`] sequence, so a slot is 32 bytes.
-/// The shard is the only writer, so the cache is updated with every staged
-/// write and is always exact; it is cleared whenever the in-memory state is
-/// rebuilt. When full, an arbitrary tenth is evicted: misses only cost a
-/// storage read.
-#[derive(Debug, Default)]
-struct RecordCache {
-    /// Keys are xxh3 of names clients choose; the seeded hasher keeps names
-    /// made to collide in xxh3 from colliding in buckets.
-    records: HashMap<u128, Record, FastHasher>,
-    capacity: usize,
-}
-
-/// The sequence marking a cached absence (real sequences never reach it).
-const ABSENT: u64 = u64::MAX;
-
-/// Bytes per hash-table slot of [`RecordCache`]: key, record, control byte.
-const CACHE_SLOT_BYTES: u64 = 16 + 16 + 1;
-
-/// How many records a cache of `bytes` holds: the table's slot count is the
-/// largest power of two that fits (hashbrown sizes tables in powers of two)
-/// and it is never filled past 7/8 of it, so it never grows past `bytes`.
-pub fn cached_players_for(bytes: u64) -> usize {
-    let slots = bytes / CACHE_SLOT_BYTES;
-    if slots < 8 {
-        return 0;
-    }
-    let slots = 1u64 << (63 - slots.leading_zeros());
-    usize::try_from(slots / 8 * 7).unwrap_or(usize::MAX)
-}
-
-impl RecordCache {
-    fn key(storage_key: &[u8]) -> u128 {
-        xxhash_rust::xxh3::xxh3_128(storage_key)
-    }
-
-    fn get(&self, key: u128) -> Option<Option<Record>> {
-        self.records.get(&key).map(|r| (r.seq != ABSENT).then_some(*r))
-    }
-
-    fn put(&mut self, key: u128, record: Option<Record>) {
-        if self.capacity == 0 {
-            return;
-        }
-        if self.records.len() >= self.capacity && !self.records.contains_key(&key) {
-            let mut evict = self.capacity / 10 + 1;
-            self.records.retain(|_, _| {
-                evict = evict.saturating_sub(1);
-                evict == 0
-            });
-        }
-        self.records.insert(key, record.unwrap_or(Record { score: 0, seq: ABSENT }));
-    }
-
-    fn clear(&mut self) {
-        self.records = HashMap::default();
     }
 }
 
@@ -555,7 +492,7 @@ impl Shard {
             staged: Staged::default(),
             overlay: Overlay::default(),
             in_flight: VecDeque::new(),
-            cache: std::cell::RefCell::new(RecordCache { records: HashMap::default(), capacity: cached_players }),
+            cache: std::cell::RefCell::new(RecordCache::new(cached_players)),
             now: 0,
             expiring: VecDeque::new(),
             repacking: Vec::new(),
