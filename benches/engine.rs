@@ -130,6 +130,7 @@ impl TreeFixture {
             // Like a checkpoint: keeps the dirty set the size it has in a shard.
             self.tree.clear_dirty();
         }
+        self.tree.prefetch(new);
         self.tree.add(old, -1);
         self.tree.add(new, 1);
     }
