@@ -4,7 +4,7 @@
 //! Keys are the 128-bit xxHash3 of the player's storage key (tree prefix and
 //! name): 16 bytes instead of the name, and a collision is as unlikely as in
 //! content-addressed storage. Absence is cached too (a new player's first
-//! write), as a record with the [`ABSENT`] sequence, so a slot is 32 bytes.
+//! write), as a record with the [`ABSENT`] sequence: 32 bytes a record.
 //! The shard is the only writer, so the cache is updated with every staged
 //! write and is always exact; it is cleared whenever the in-memory state is
 //! rebuilt. When a table is full, an arbitrary tenth of it is evicted: misses
