@@ -9,12 +9,13 @@ use serde::Deserialize;
 
 use crate::protocol::DEFAULT_MAX_FRAME;
 
-/// Default `--cache-mb`. Once the players keyspace pinned its index blocks
-/// a record-cache miss became cheap: at 1M players 64 MiB and 512 MiB gave
-/// the same ratios to Redis (set 0.63× vs 0.65×, rank 1.05× vs 0.75–1.19×);
-/// at 10M players 512 MiB bought 11–29% more sets for ~600 MiB more RSS,
-/// which is the operator's call (`--cache-mb`), not a default.
-const DEFAULT_CACHE_MB: u64 = 64;
+/// Default `--cache-mb`. At 10M players 512 MiB bought 11–29% more sets
+/// for ~600 MiB more RSS, which is the operator's call (`--cache-mb`), not
+/// a default. 48 since the record cache fills its share (`cache.rs`): that
+/// holds 996k records on one shard, more than 64 MiB held before (917k), so
+/// 1M players are still all cached, and 10M players take ~16 MiB less than
+/// at 64 (60-61 B/player at 64, against the 60 B/player bar).
+const DEFAULT_CACHE_MB: u64 = 48;
 
 /// rankd: exact, durable, sharded leaderboards.
 #[derive(Debug, Parser)]
