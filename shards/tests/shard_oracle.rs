@@ -805,7 +805,8 @@ struct Knobs {
     checkpoint_every: Option<u64>,
     /// A tiny memtable makes fjall flush to disk segments mid-run.
     small_memtable: bool,
-    /// Player records cached in memory: none, a few (constant eviction), or the default.
+    /// Player records cached in memory: none, a few in one table or in two
+    /// (14 + 3: keys split between tables, both evicting), or the default.
     cached_players: Option<usize>,
     /// Changed players that make the overlay be written as runs: small
     /// values write runs all the time, the default almost never here.
@@ -818,7 +819,7 @@ fn knobs() -> impl Strategy<Value = Knobs> {
         proptest::bool::weighted(0.25),
         prop_oneof![Just(None), Just(Some(1)), Just(Some(3)), Just(Some(17)), Just(Some(60))],
         proptest::bool::weighted(0.25),
-        prop_oneof![Just(None), Just(Some(0)), Just(Some(5))],
+        prop_oneof![Just(None), Just(Some(0)), Just(Some(5)), Just(Some(17))],
         prop_oneof![Just(None), Just(Some(1)), Just(Some(4)), Just(Some(30))],
     )
         .prop_map(|(branching, sync, checkpoint_every, small_memtable, cached_players, run_every)| Knobs {
