@@ -70,6 +70,10 @@ pub struct ShardMetrics {
     pub run_seconds: Histogram,
     /// Players whose changed records wait in memory for the next run.
     pub unwritten_players: IntGauge,
+    /// Player-record lookups the record cache answered.
+    pub cache_hits: IntCounter,
+    /// Player-record lookups that missed the record cache.
+    pub cache_misses: IntCounter,
     /// Writes (set, set_many entries, removes) committed.
     pub writes_applied: IntCounter,
     /// Failed commits (nothing of the round was acknowledged).
@@ -186,6 +190,14 @@ impl Metrics {
             "rankd_shard_unwritten_players",
             "Players whose changed records are held in memory (and in the change log) until the next run.",
         )?;
+        let cache_hits = shard_counter(
+            "rankd_shard_record_cache_hits_total",
+            "Player-record lookups (writes and ranks) answered by the in-memory record cache.",
+        )?;
+        let cache_misses = shard_counter(
+            "rankd_shard_record_cache_misses_total",
+            "Player-record lookups that missed the record cache and read storage (a larger --cache-mb makes fewer).",
+        )?;
         let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
         let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
         let repack_visited = shard_counter(
@@ -213,6 +225,8 @@ impl Metrics {
                     fsync_seconds: fsync.with_label_values(&l),
                     run_seconds: runs.with_label_values(&l),
                     unwritten_players: unwritten.with_label_values(&l),
+                    cache_hits: cache_hits.with_label_values(&l),
+                    cache_misses: cache_misses.with_label_values(&l),
                     writes_applied: writes.with_label_values(&l),
                     commit_errors: errors.with_label_values(&l),
                     repack_visited: repack_visited.with_label_values(&l),
@@ -270,6 +284,8 @@ impl Metrics {
             Box::new(fsync),
             Box::new(runs),
             Box::new(unwritten),
+            Box::new(cache_hits),
+            Box::new(cache_misses),
             Box::new(writes),
             Box::new(errors),
             Box::new(repack_visited),

@@ -521,6 +521,10 @@ impl ShardActor {
             let started = Instant::now();
             let answer = self.execute(command);
             applying += started.elapsed();
+            if observe {
+                // Before the reply: a client that sees it sees the lookups counted.
+                self.count_cache_lookups();
+            }
             if after_sync {
                 self.pending.push((reply, answer));
             } else {
@@ -533,6 +537,16 @@ impl ShardActor {
         }
         self.commit_pending(false);
         self.maintain();
+    }
+
+    /// Adds the record-cache lookups since the last call to the metrics.
+    fn count_cache_lookups(&mut self) {
+        if let Some(shard) = &mut self.shard {
+            let lookups = shard.take_cache_lookups();
+            let metrics = &self.metrics.shards[self.index];
+            metrics.cache_hits.inc_by(lookups.hits);
+            metrics.cache_misses.inc_by(lookups.misses);
+        }
     }
 
     /// Between rounds: once a second, look for periods that fell out of their

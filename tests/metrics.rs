@@ -46,6 +46,10 @@ async fn counters_rise_by_the_requests_served() {
     assert_eq!(sample(&after, "rankd_requests_total", &[r#"op="set""#, r#"outcome="ok""#]) - sets_before, 250.0);
     assert_eq!(sample(&after, "rankd_shard_writes_applied_total", &[]), 250.0, "writes over all shards");
     assert_eq!(sample(&after, "rankd_shard_players", &[]), 250.0);
+    // Each new player's first write misses the record cache (and caches
+    // the absence); the rank finds the record its set cached.
+    assert_eq!(sample(&after, "rankd_shard_record_cache_misses_total", &[]), 250.0);
+    assert_eq!(sample(&after, "rankd_shard_record_cache_hits_total", &[]), 1.0);
     assert_eq!(sample(&after, "rankd_requests_total", &[r#"outcome="unknown_op""#]), 1.0);
     assert!(sample(&after, "rankd_fanout_duration_seconds_count", &[r#"op="rank""#]) >= 1.0);
     assert!(sample(&after, "rankd_request_duration_seconds_count", &[r#"op="set""#]) >= 250.0);

@@ -19,6 +19,7 @@
 //! the 1.3M that fit). The cache is therefore a few tables of falling
 //! powers of two, each taking the share of keys its size calls for.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use crate::shard::Record;
@@ -102,6 +103,19 @@ pub(crate) struct RecordCache {
     tables: Vec<Table>,
     /// `tables` capacities summed, the range keys are spread over.
     capacity: u64,
+    /// Lookups since [`RecordCache::take_lookups`] last took them (cells:
+    /// lookups take `&self`).
+    lookups: Cell<Lookups>,
+}
+
+/// How many lookups the cache answered and how many went to storage: what
+/// an operator sizes `--cache-mb` by.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Lookups {
+    /// Answered from memory.
+    pub hits: u64,
+    /// Not cached: read from the overlays or storage.
+    pub misses: u64,
 }
 
 impl RecordCache {
@@ -113,7 +127,7 @@ impl RecordCache {
             .map(|capacity| Table { records: HashMap::default(), capacity })
             .collect();
         let capacity = tables.iter().map(|table| table.capacity as u64).sum();
-        Self { tables, capacity }
+        Self { tables, capacity, lookups: Cell::default() }
     }
 
     /// The cache key of a player's storage key.
@@ -140,8 +154,19 @@ impl RecordCache {
 
     /// `Some(record)` if cached (`Some(None)`: known absent).
     pub(crate) fn get(&self, key: u128) -> Option<Option<Record>> {
-        let table = &self.tables[self.table_of(key)?];
-        table.records.get(&key).map(|r| (r.seq != ABSENT).then_some(*r))
+        let found = self.table_of(key).and_then(|i| self.tables[i].records.get(&key));
+        let mut lookups = self.lookups.get();
+        match found {
+            Some(_) => lookups.hits += 1,
+            None => lookups.misses += 1,
+        }
+        self.lookups.set(lookups);
+        found.map(|r| (r.seq != ABSENT).then_some(*r))
+    }
+
+    /// The lookups counted since the last call, and starts counting anew.
+    pub(crate) fn take_lookups(&mut self) -> Lookups {
+        self.lookups.take()
     }
 
     /// Caches `record` (`None`: absent) as the player's current state.
@@ -220,8 +245,10 @@ mod tests {
             assert!(table.records.len() <= table.capacity);
             assert!(table.records.capacity() <= table.capacity, "a table grew past its share");
         }
+        assert_eq!(cache.take_lookups(), Lookups { hits: keys.len() as u64, misses: 0 });
         let absent = RecordCache::key(b"nobody");
         assert_eq!(cache.get(absent), None);
+        assert_eq!(cache.take_lookups(), Lookups { hits: 0, misses: 1 });
         cache.put(absent, None);
         assert_eq!(cache.get(absent), Some(None));
         cache.clear();

@@ -31,7 +31,7 @@ pub use dense::DenseIndex;
 pub use error::ShardError;
 pub use key::TreeId;
 pub use shard::{
-    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Record,
+    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Lookups, Record,
     SealedBatch, Shard, ShardOptions, WrittenBatch,
 };
 pub use tree::{CountTree, Repacked};

@@ -42,8 +42,8 @@ use fjall::config::PinningPolicy;
 use fjall::{AbstractTree as _, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use crate::board::{Board, BoardConfig, Mode, Order, Ties};
-pub use crate::cache::cached_players_for;
 use crate::cache::RecordCache;
+pub use crate::cache::{cached_players_for, Lookups};
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
@@ -1033,6 +1033,11 @@ impl Shard {
     /// (see [`ShardOptions::run_every`]).
     pub fn unwritten_players(&self) -> usize {
         self.overlay.players()
+    }
+
+    /// Record-cache lookups since the last call (see [`Lookups`]).
+    pub fn take_cache_lookups(&mut self) -> Lookups {
+        self.cache.get_mut().take_lookups()
     }
 
     /// Players held in all trees of this shard.
