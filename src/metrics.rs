@@ -196,7 +196,7 @@ impl Metrics {
         )?;
         let cache_misses = shard_counter(
             "rankd_shard_record_cache_misses_total",
-            "Player-record lookups that missed the record cache and read storage (a larger --cache-mb makes fewer).",
+            "Player-record lookups that missed the record cache: read from unwritten changes or, mostly, storage (a larger --cache-mb makes fewer).",
         )?;
         let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
         let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
