@@ -1406,14 +1406,18 @@ fn apply_change(
     let log::Change { tree, player, old, new } = *change;
     let count_tree = count_tree(trees, tree, branching);
     let mut dense = DenseChange { tree, removed: None, added: None };
-    let tree_key = |sk: u64, record: Record| key::tree_key(sk, key::tiebreak(ties, player, record.seq));
-    if let (Some(_), Some(record)) = (old, new) {
-        count_tree.prefetch(tree_key(key::score_key(record.score, order), record));
+    // Each record's score key and tree key, made once.
+    let steps = [(old, -1i64), (new, 1)].map(|(record, delta)| {
+        record.map(|record| {
+            let sk = key::score_key(record.score, order);
+            (record, sk, key::tree_key(sk, key::tiebreak(ties, player, record.seq)), delta)
+        })
+    });
+    if let [Some(_), Some((_, _, new_key, _))] = steps {
+        count_tree.prefetch(new_key);
     }
-    for (record, delta) in [(old, -1i64), (new, 1)] {
-        let Some(record) = record else { continue };
-        let sk = key::score_key(record.score, order);
-        count_tree.add(tree_key(sk, record), delta);
+    for (record, sk, tree_key, delta) in steps.into_iter().flatten() {
+        count_tree.add(tree_key, delta);
         if let Some((overlay, _)) = overlay.as_mut() {
             overlay.set_index(tree, sk, key::list_position_tail(ties, record.seq, player), delta > 0);
         }
