@@ -515,25 +515,30 @@ impl ShardActor {
         let mut applying = Duration::ZERO;
         for (command, reply) in queue {
             if command.needs_committed_state() {
+                if observe {
+                    self.count_cache_lookups(); // settling answers held replies
+                }
                 self.settle();
             }
             let after_sync = command.answers_after_sync();
             let started = Instant::now();
             let answer = self.execute(command);
             applying += started.elapsed();
-            if observe {
-                // Before the reply: a client that sees it sees the lookups counted.
-                self.count_cache_lookups();
-            }
             if after_sync {
                 self.pending.push((reply, answer));
             } else {
+                // Counted before the reply, so a client that sees it sees its
+                // lookups counted; the held replies go after the round's count.
+                if observe {
+                    self.count_cache_lookups();
+                }
                 self.metrics.shards[self.index].mailbox_depth.dec();
                 let _ = reply.send(answer);
             }
         }
         if observe {
             self.metrics.shards[self.index].apply_seconds.observe(applying.as_secs_f64());
+            self.count_cache_lookups();
         }
         self.commit_pending(false);
         self.maintain();

@@ -98,7 +98,7 @@ impl Table {
 }
 
 /// The exact record cache: see the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RecordCache {
     tables: Vec<Table>,
     /// `tables` capacities summed, the range keys are spread over.
