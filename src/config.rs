@@ -13,7 +13,7 @@ use crate::protocol::DEFAULT_MAX_FRAME;
 /// for ~600 MiB more RSS, which is the operator's call (`--cache-mb`), not
 /// a default. 48 since the record cache fills its share (`cache.rs`): that
 /// holds 996k records on one shard, more than 64 MiB held before (917k), so
-/// 1M players are still all cached, and 10M players take ~16 MiB less than
+/// 1M players are still nearly all cached, and 10M players take ~16 MiB less than
 /// at 64 (60-61 B/player at 64, against the 60 B/player bar).
 const DEFAULT_CACHE_MB: u64 = 48;
 
