@@ -467,6 +467,7 @@ impl Shard {
         let meta = keyspace("meta")?;
         let changes = keyspace("changes")?;
         let cached_players = options.cached_players;
+        let run_every = options.run_every;
         let leaf_encoding = check_format(&db, &meta, options.branching)?;
         let memtables = Memtables {
             keyspaces: [&players, &index, &leaves, &meta, &changes].map(Keyspace::clone).into(),
@@ -490,7 +491,7 @@ impl Shard {
             first_log: 0,
             logged: 0,
             staged: Staged::default(),
-            overlay: Overlay::default(),
+            overlay: Overlay::new(overlay::index_merge_every(run_every)),
             in_flight: VecDeque::new(),
             cache: std::cell::RefCell::new(RecordCache::new(cached_players)),
             now: 0,
@@ -517,7 +518,7 @@ impl Shard {
         self.trees.clear();
         self.boards.clear();
         self.staged = Staged::default();
-        self.overlay = Overlay::default();
+        self.overlay = self.empty_overlay();
         self.in_flight.clear();
         self.max_seq = read_u64(&self.meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(&self.meta, META_MAX_BOARD)?;
@@ -942,7 +943,8 @@ impl Shard {
     /// the changed leaves and the deletion of the log they replace. Reads
     /// keep seeing the frozen overlay until the batch is reported done.
     fn freeze(&mut self, checkpoint: bool) -> Runs {
-        let overlay = Arc::new(std::mem::take(&mut self.overlay));
+        let empty = self.empty_overlay();
+        let overlay = Arc::new(std::mem::replace(&mut self.overlay, empty));
         let mut after = self.db.batch().durability(None);
         if checkpoint {
             self.checkpoint_into(&mut after);
@@ -950,6 +952,11 @@ impl Shard {
             self.mark_runs(&mut after);
         }
         Runs { overlay, players: self.players.clone(), index: self.index.clone(), after }
+    }
+
+    /// An overlay for the changes from now on.
+    fn empty_overlay(&self) -> Overlay {
+        Overlay::new(overlay::index_merge_every(self.options.run_every))
     }
 
     /// Adds to `batch` the marker that runs now cover every log record so far.
@@ -1062,7 +1069,8 @@ impl Shard {
         for tree in expiring {
             self.overlay.forget(&tree.prefix());
         }
-        let overlay = std::mem::take(&mut self.overlay);
+        let empty = self.empty_overlay();
+        let overlay = std::mem::replace(&mut self.overlay, empty);
         overlay.write_runs(&self.players, &self.index).map_err(|err| self.rolled_back(err))?;
         let mut batch = self.db.batch().durability(Some(self.persist_mode()));
         for tree in expiring {
@@ -1279,12 +1287,7 @@ impl Shard {
         };
         let frozen = self.in_flight.iter().flatten().map(|overlay| &**overlay);
         for layer in frozen.chain(std::iter::once(&self.overlay)) {
-            let entries = layer.index_range(tree, from, to);
-            merged = if forward {
-                Box::new(overlay::layer(merged, entries, true))
-            } else {
-                Box::new(overlay::layer(merged, entries.rev(), false))
-            };
+            merged = Box::new(overlay::layer(merged, layer.index_range(tree, from, to, forward), forward));
         }
         Box::new(merged.filter_map(|entry| match entry {
             Ok((position, present)) => present.then_some(Ok(position)),
