@@ -27,4 +27,5 @@ pub mod protocol;
 pub mod router;
 pub mod server;
 pub mod shard;
+pub mod thread_cpu;
 pub mod transfer;

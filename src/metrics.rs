@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::thread_cpu::ThreadCpu;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -121,6 +122,9 @@ pub struct Metrics {
     /// Whether per-request and per-batch metrics are updated. Only turned
     /// off to measure what they cost (`--no-request-metrics`).
     pub hot_path: bool,
+    /// CPU time by thread role (refreshed on each scrape); threads register
+    /// their role here.
+    pub threads: ThreadCpu,
 }
 
 /// Registration failed: a programming error (duplicate or invalid name).
@@ -308,6 +312,8 @@ impl Metrics {
         }
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        let threads = ThreadCpu::new()?;
+        registry.register(Box::new(threads.counter.clone()))?;
 
         Ok(Arc::new(Self {
             registry,
@@ -324,6 +330,7 @@ impl Metrics {
             ready_gauge,
             allocator,
             hot_path,
+            threads,
         }))
     }
 
@@ -346,6 +353,7 @@ impl Metrics {
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         self.refresh_allocator();
+        self.threads.refresh();
         let mut out = Vec::new();
         // Encoding into a Vec only fails on invalid metric families, which
         // registration already rejected.

@@ -120,6 +120,8 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
     let metrics = Metrics::with_hot_path(shards.len(), !config.no_request_metrics)?;
     let clock = Clock::from_env();
     let system = actix::System::new();
+    // Client connections, the router and the metrics endpoint run here.
+    metrics.threads.register("connections");
     system.block_on(async move {
         let mut arbiters = Vec::new();
         let mut links = Vec::new();

@@ -293,6 +293,7 @@ fn run_committer(
     index: usize,
     delay: Duration,
 ) {
+    metrics.threads.register(&format!("commit-{index}"));
     let (to_runs, runs_queue) = std::sync::mpsc::channel::<Answered>();
     let runs_thread = {
         let (actor, progress, metrics) = (actor.clone(), progress.clone(), metrics.clone());
@@ -343,6 +344,7 @@ fn run_runs(
     metrics: Arc<Metrics>,
     index: usize,
 ) {
+    metrics.threads.register(&format!("runs-{index}"));
     let mut failed_generation = None;
     for answered in queue {
         write_runs(answered, &metrics.shards[index], &progress, &mut failed_generation);
@@ -790,6 +792,8 @@ impl Actor for ShardActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        // The actor runs on its own arbiter's thread from here on.
+        self.metrics.threads.register(&format!("shard-{}", self.index));
         let players = self.shard.as_ref().map_or(0, Shard::players);
         self.metrics.shards[self.index].players.set(players as i64);
         let (jobs, queue) = std::sync::mpsc::channel();

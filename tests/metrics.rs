@@ -58,6 +58,12 @@ async fn counters_rise_by_the_requests_served() {
     assert!(sample(&after, "rankd_received_bytes_total", &[]) > 250.0 * 30.0);
     assert!(sample(&after, "rankd_sent_bytes_total", &[]) > 250.0 * 10.0);
     assert_eq!(sample(&after, "rankd_shard_mailbox_depth", &[]), 0.0, "nothing left queued");
+    // Every thread with a role has its CPU series (its values, in clock
+    // ticks, are checked under load by tests/bench_smoke.rs).
+    for role in ["connections", "shard-0", "shard-1", "commit-0", "commit-1", "runs-0", "runs-1"] {
+        let series = format!("rankd_thread_cpu_seconds_total{{thread=\"{role}\"}} ");
+        assert!(after.lines().any(|l| l.starts_with(&series)), "no CPU series for {role}");
+    }
     assert!(sample(&after, "process_resident_memory_bytes", &[]) > 1e6);
     assert_eq!(sample(&after, "rankd_build_info", &[]), 1.0);
 }
