@@ -58,11 +58,17 @@ fn bench_against_rankd_writes_json_and_csv() {
         "out.json",
         "--csv",
         "out.csv",
+        "--server-metrics",
+        &server.metrics_addr,
     ];
     rankd_bench(&args, dir.path());
     let report = read_report(&dir.path().join("out.json"));
     assert_clean(&report);
     assert_eq!(report["workload"], "mixed");
+    // Both processes worked through a second of load: at least a clock tick each.
+    for field in ["server_cpu_seconds", "client_cpu_seconds"] {
+        assert!(report[field].as_f64().is_some_and(|s| s > 0.0), "{field}: {report}");
+    }
     assert!(report["target"].as_str().unwrap().starts_with("rankd://"), "{report}");
     for field in ["p50_us", "p99_us", "p999_us", "max_us", "ops_per_sec"] {
         assert!(report[field].is_number(), "{field} missing: {report}");
@@ -79,6 +85,15 @@ fn bench_against_rankd_writes_json_and_csv() {
     let csv = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert_eq!(csv.lines().filter(|l| l.starts_with("target,")).count(), 1, "{csv}");
+
+    // A metrics address that does not answer fails the run up front.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .args(["bench", "--server", &server.addr, "--ops", "10", "--server-metrics", &closed])
+        .output()
+        .expect("run rankd bench");
+    assert!(!out.status.success(), "a dead metrics address was accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&closed), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// `--rate` paces the load: batch k of each connection starts no earlier
@@ -108,13 +123,21 @@ fn sweep_writes_csv_and_png() {
     );
     let csv = std::fs::read_to_string(dir.path().join("tmp/sweep.csv")).expect("sweep.csv");
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target", "{csv}");
+    assert_eq!(
+        lines[0],
+        "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores",
+        "{csv}"
+    );
     assert_eq!(lines.len(), 3, "two data rows:\n{csv}\nstdout:\n{}", String::from_utf8_lossy(&out.stdout));
     for (line, shards) in lines[1..].iter().zip(["1", "2"]) {
         let fields: Vec<&str> = line.split(',').collect();
         assert_eq!(fields[0], shards, "{csv}");
         assert!(fields[2].parse::<f64>().unwrap() > 0.0, "no throughput: {csv}");
         assert!(fields[6].starts_with("rankd://127.0.0.1:"), "{csv}");
+        // Each server's CPU, read from its metrics, and the generator's.
+        for cpu in &fields[7..10] {
+            assert!(cpu.parse::<f64>().is_ok_and(|x| x > 0.0), "no CPU figure: {csv}");
+        }
     }
     let png = std::fs::read(dir.path().join("tmp/sweep.png")).expect("sweep.png");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "sweep.png is not a PNG");
@@ -185,5 +208,6 @@ fn bench_against_redis() {
         assert_clean(&report);
         assert_eq!(report["target"].as_str(), Some(target.as_str()), "{report}");
         assert!(report["server_version"].is_string(), "no Redis version: {report}");
+        assert!(report["server_cpu_seconds"].as_f64().is_some_and(|s| s > 0.0), "no Redis CPU: {report}");
     }
 }

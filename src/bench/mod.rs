@@ -13,6 +13,7 @@
 //! queueing behind the batch — what a pipelining client actually sees.
 
 mod chart;
+mod cpu;
 pub mod resp;
 mod sweep;
 mod target;
@@ -188,6 +189,11 @@ pub struct LoadArgs {
     /// No progress bar (it is also hidden when stderr is not a terminal).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// rankd's metrics address (its `--metrics-listen`, host:port): the
+    /// report then gives the server's CPU time over the measurement. Redis
+    /// reports its own (`INFO cpu`); `bench sweep` passes its servers'.
+    #[arg(long)]
+    pub server_metrics: Option<String>,
 }
 
 impl LoadArgs {
@@ -284,13 +290,23 @@ pub struct Report {
     pub max_us: u64,
     /// How the load maps onto the target, where it matters.
     pub notes: Vec<String>,
+    /// CPU seconds the server used during the measurement: Redis always,
+    /// rankd given `--server-metrics`.
+    #[serde(default)]
+    pub server_cpu_seconds: Option<f64>,
+    /// The same by server thread (rankd only): which one was busiest.
+    #[serde(default)]
+    pub server_cpu_by_thread: std::collections::BTreeMap<String, f64>,
+    /// CPU seconds this load generator used during the measurement.
+    #[serde(default)]
+    pub client_cpu_seconds: Option<f64>,
 }
 
 impl Report {
     /// The CSV header matching [`Report::csv_row`].
     pub const CSV_HEADER: &'static str = "target,server_version,workload,mode,distribution,zipf_exponent,players,\
                                           connections,pipeline,ops,errors,seconds,ops_per_sec,p50_us,p99_us,\
-                                          p999_us,max_us,offered_rate";
+                                          p999_us,max_us,offered_rate,server_cpu_seconds,client_cpu_seconds";
 
     /// One CSV row.
     pub fn csv_row(&self) -> String {
@@ -313,8 +329,25 @@ impl Report {
             self.p999_us.to_string(),
             self.max_us.to_string(),
             self.offered_rate.map(|r| r.to_string()).unwrap_or_default(),
+            self.server_cpu_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
+            self.client_cpu_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
         ]
         .join(",")
+    }
+
+    /// Cores the server kept busy on average, if its CPU time is known.
+    pub fn server_cores(&self) -> Option<f64> {
+        Some(self.server_cpu_seconds? / self.seconds)
+    }
+
+    /// Server CPU microseconds per successful operation, if known.
+    pub fn server_cpu_us_per_op(&self) -> Option<f64> {
+        Some(self.server_cpu_seconds? * 1e6 / self.ops.max(1) as f64)
+    }
+
+    /// Cores the load generator kept busy on average, if known.
+    pub fn client_cores(&self) -> Option<f64> {
+        Some(self.client_cpu_seconds? / self.seconds)
     }
 }
 
@@ -476,6 +509,9 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
     let bar_len = load.ops.unwrap_or((load.duration * 1000.0) as u64);
     let bar = progress_bar(load, bar_len, "{prefix} [{elapsed_precise}] [{bar:30}] {msg}");
     bar.set_prefix(format!("{:?}", load.workload).to_lowercase());
+    // A metrics address that does not answer fails the run before it starts.
+    let server_cpu_before = setup.server_cpu(load.server_metrics.as_deref()).await?;
+    let client_cpu_before = cpu::own_cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..load.connections {
@@ -506,6 +542,11 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
     stop.store(load.ops.is_none(), Ordering::Relaxed);
     let results = join_all(tasks).await;
     let seconds = started.elapsed().as_secs_f64();
+    let client_cpu_seconds = cpu::own_cpu_seconds().zip(client_cpu_before).map(|(after, before)| after - before);
+    let server_cpu = match server_cpu_before {
+        Some(before) => setup.server_cpu(load.server_metrics.as_deref()).await?.map(|after| after.since(&before)),
+        None => None,
+    };
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.await;
     bar.finish_and_clear();
@@ -536,6 +577,9 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
         p999_us: histogram.value_at_quantile(0.999),
         max_us: histogram.max(),
         notes: setup.notes(load.workload),
+        server_cpu_seconds: server_cpu.as_ref().map(|cpu| cpu.total),
+        server_cpu_by_thread: server_cpu.map(|cpu| cpu.by_thread).unwrap_or_default(),
+        client_cpu_seconds,
     })
 }
 
@@ -696,6 +740,19 @@ pub fn print(report: &Report) {
         report.connections,
         report.pipeline
     );
+    if let (Some(cores), Some(per_op)) = (report.server_cores(), report.server_cpu_us_per_op()) {
+        let threads: Vec<String> = report
+            .server_cpu_by_thread
+            .iter()
+            .filter(|(_, seconds)| **seconds >= 0.01 * report.seconds)
+            .map(|(thread, seconds)| format!("{thread} {:.2}", seconds / report.seconds))
+            .collect();
+        let threads = if threads.is_empty() { String::new() } else { format!(" (by thread: {})", threads.join(", ")) };
+        println!("  server CPU: {cores:.2} cores, {per_op:.2} us per operation{threads}");
+    }
+    if let Some(cores) = report.client_cores() {
+        println!("  load generator CPU: {cores:.2} cores");
+    }
     for note in &report.notes {
         println!("  note: {note}");
     }
@@ -789,8 +846,13 @@ mod tests {
             p999_us: 3,
             max_us: 4,
             notes: vec![],
+            server_cpu_seconds: Some(0.5),
+            server_cpu_by_thread: Default::default(),
+            client_cpu_seconds: None,
         };
         assert_eq!(report.csv_row().split(',').count(), Report::CSV_HEADER.split(',').count());
+        assert!(report.csv_row().ends_with(",0.50,"), "{}", report.csv_row());
+        assert_eq!(report.server_cpu_us_per_op(), Some(100_000.0));
         assert_eq!(csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.csv");

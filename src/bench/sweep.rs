@@ -35,7 +35,8 @@ pub struct SweepArgs {
 }
 
 /// The CSV header of `sweep.csv`.
-pub const SWEEP_CSV_HEADER: &str = "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target";
+pub const SWEEP_CSV_HEADER: &str =
+    "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores";
 
 fn sweep_row(shards: Option<usize>, report: &Report) -> String {
     [
@@ -46,6 +47,9 @@ fn sweep_row(shards: Option<usize>, report: &Report) -> String {
         report.p99_us.to_string(),
         report.p999_us.to_string(),
         csv_field(&report.target),
+        report.server_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
+        report.server_cpu_us_per_op().map(|us| format!("{us:.2}")).unwrap_or_default(),
+        report.client_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
     ]
     .join(",")
 }
@@ -72,7 +76,8 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         let data_dir = fresh_data_dir(shards);
         let result = (|| {
             let server = ServeProcess::start(&exe, &data_dir, shards, &args.serve_args)?;
-            let report = runtime.block_on(run_on(&Target::Rankd(server.addr.clone()), &args.load, false));
+            let load = LoadArgs { server_metrics: Some(server.metrics_addr.clone()), ..args.load.clone() };
+            let report = runtime.block_on(run_on(&Target::Rankd(server.addr.clone()), &load, false));
             let status = server.stop()?;
             let report = report?;
             if !status.success() {
@@ -156,11 +161,12 @@ fn fresh_data_dir(shards: usize) -> PathBuf {
 struct ServeProcess {
     child: Child,
     addr: String,
+    metrics_addr: String,
 }
 
 impl ServeProcess {
     /// Starts `exe serve` on loopback ports chosen by the OS and waits for
-    /// its `rankd listening on ADDR metrics ADDR` line.
+    /// its `rankd listening on ADDR metrics METRICS_ADDR` line.
     fn start(exe: &Path, data_dir: &Path, shards: usize, extra: &[String]) -> Result<Self, BenchError> {
         let mut child = Command::new(exe)
             .arg("serve")
@@ -178,17 +184,17 @@ impl ServeProcess {
         let mut reader = BufReader::new(stdout);
         let mut line = String::new();
         let read = reader.read_line(&mut line);
-        let addr = line
+        let addrs = line
             .trim()
             .strip_prefix("rankd listening on ")
-            .and_then(|rest| rest.split(' ').next())
-            .filter(|addr| !addr.is_empty())
-            .map(str::to_string);
-        match (read, addr) {
-            (Ok(_), Some(addr)) => {
+            .and_then(|rest| rest.split_once(" metrics "))
+            .filter(|(addr, metrics)| !addr.is_empty() && !metrics.is_empty())
+            .map(|(addr, metrics)| (addr.to_string(), metrics.to_string()));
+        match (read, addrs) {
+            (Ok(_), Some((addr, metrics_addr))) => {
                 // Keep draining stdout so the server never blocks on it.
                 std::thread::spawn(move || for _ in reader.lines() {});
-                Ok(Self { child, addr })
+                Ok(Self { child, addr, metrics_addr })
             }
             (read, _) => {
                 let _ = child.kill();

@@ -166,6 +166,25 @@ impl Setup {
         notes
     }
 
+    /// CPU seconds the server has used so far: Redis says itself (`INFO
+    /// cpu`); rankd's come from its metrics endpoint at `metrics`, if given.
+    pub async fn server_cpu(&self, metrics: Option<&str>) -> Result<Option<super::cpu::ServerCpu>, BenchError> {
+        match self {
+            Setup::Rankd { .. } => match metrics {
+                Some(addr) => Ok(Some(super::cpu::scrape_cpu_seconds(addr).await?)),
+                None => Ok(None),
+            },
+            Setup::Redis { addr, db, .. } => {
+                let info = redis_connect(addr, *db).await?.command(&[b"INFO", b"cpu"]).await?;
+                Ok(match info {
+                    Reply::Bulk(text) => super::cpu::redis_cpu_seconds(&String::from_utf8_lossy(&text))
+                        .map(|total| super::cpu::ServerCpu { total, by_thread: Default::default() }),
+                    _ => None,
+                })
+            }
+        }
+    }
+
     /// Empties the board.
     pub async fn reset(&self, board: &str) -> Result<(), BenchError> {
         match self {

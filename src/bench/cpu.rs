@@ -1,0 +1,129 @@
+//! The CPU time a measurement cost: the server's and the load generator's.
+//!
+//! On a machine where the server and the load generator share the cores,
+//! throughput alone cannot say whether the server ran out of CPU, waited on
+//! the disk, or was starved by its client; CPU seconds per operation can,
+//! and they compare rankd with Redis independently of how busy the machine
+//! was. rankd's come from `rankd_thread_cpu_seconds_total` on its metrics
+//! endpoint (by thread, so a run also says which thread was busiest),
+//! Redis's from `INFO cpu`, the generator's from `/proc/self/stat`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::BenchError;
+
+/// How long a scrape of the metrics endpoint may take.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest metrics page read (rankd's is a few tens of KiB).
+const MAX_PAGE: u64 = 4 << 20;
+
+/// CPU seconds a server has used so far, in all and by thread.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ServerCpu {
+    pub total: f64,
+    /// Empty when the server does not say (Redis).
+    pub by_thread: BTreeMap<String, f64>,
+}
+
+impl ServerCpu {
+    /// What was used from `earlier` to `self`.
+    pub fn since(&self, earlier: &ServerCpu) -> ServerCpu {
+        let by_thread = self
+            .by_thread
+            .iter()
+            .map(|(thread, seconds)| (thread.clone(), seconds - earlier.by_thread.get(thread).copied().unwrap_or(0.0)))
+            .collect();
+        ServerCpu { total: self.total - earlier.total, by_thread }
+    }
+}
+
+/// CPU seconds the rankd serving metrics at `addr` (`host:port`) has used.
+pub(crate) async fn scrape_cpu_seconds(addr: &str) -> Result<ServerCpu, BenchError> {
+    let failed = |why: String| BenchError::Other(format!("metrics at {addr}: {why}"));
+    let page = tokio::time::timeout(SCRAPE_TIMEOUT, async {
+        let mut stream = TcpStream::connect(addr).await?;
+        // HTTP/1.0: the server closes the connection after the page.
+        stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+        let mut page = Vec::new();
+        stream.take(MAX_PAGE).read_to_end(&mut page).await?;
+        Ok::<_, std::io::Error>(page)
+    })
+    .await
+    .map_err(|_| failed(format!("no answer within {SCRAPE_TIMEOUT:?}")))?
+    .map_err(|e| failed(e.to_string()))?;
+    cpu_seconds_in(&String::from_utf8_lossy(&page)).ok_or_else(|| failed("no rankd_thread_cpu_seconds_total".into()))
+}
+
+/// The series of `rankd_thread_cpu_seconds_total` in a Prometheus text page.
+fn cpu_seconds_in(page: &str) -> Option<ServerCpu> {
+    let by_thread: BTreeMap<String, f64> = page
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("rankd_thread_cpu_seconds_total{thread=\"")?;
+            let (thread, value) = rest.split_once("\"} ")?;
+            Some((thread.to_string(), value.trim().parse().ok()?))
+        })
+        .collect();
+    (!by_thread.is_empty()).then(|| ServerCpu { total: by_thread.values().sum(), by_thread })
+}
+
+/// `used_cpu_sys + used_cpu_user` of a Redis `INFO cpu` reply's text.
+pub(crate) fn redis_cpu_seconds(info: &str) -> Option<f64> {
+    let field = |name: &str| info.lines().find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok());
+    Some(field("used_cpu_sys:")? + field("used_cpu_user:")?)
+}
+
+/// CPU seconds this process has used (user and system), where `/proc` says.
+pub(crate) fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // In clock ticks of USER_HZ, which Linux fixes at 100 for user space.
+    Some((utime + stime) as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_cpu_by_thread() {
+        let page = "# TYPE rankd_thread_cpu_seconds_total counter\n\
+                    rankd_thread_cpu_seconds_total{thread=\"shard-0\"} 2.5\n\
+                    rankd_thread_cpu_seconds_total{thread=\"fjall:worker\"} 1.25\nprocess_cpu_seconds_total 3\n";
+        let cpu = cpu_seconds_in(page).unwrap();
+        assert_eq!(cpu.total, 3.75);
+        assert_eq!(cpu.by_thread["fjall:worker"], 1.25);
+        let earlier = ServerCpu { total: 1.0, by_thread: [("shard-0".to_string(), 1.0)].into() };
+        let used = cpu.since(&earlier);
+        assert_eq!((used.total, used.by_thread["shard-0"], used.by_thread["fjall:worker"]), (2.75, 1.5, 1.25));
+        assert_eq!(cpu_seconds_in("rankd_ready 1\n"), None);
+    }
+
+    #[test]
+    fn reads_redis_cpu_fields() {
+        let info = "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\nused_cpu_sys_children:9.0\r\n";
+        assert_eq!(redis_cpu_seconds(info), Some(3.75));
+        assert_eq!(redis_cpu_seconds("# CPU\r\nused_cpu_sys:1.5\r\n"), None);
+    }
+
+    #[test]
+    fn own_cpu_grows_with_work() {
+        let before = own_cpu_seconds().expect("/proc/self/stat");
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let after = own_cpu_seconds().expect("/proc/self/stat");
+        assert!(after - before >= 0.1, "{before} -> {after} after 300 ms of spinning");
+    }
+}
