@@ -147,12 +147,16 @@ const MAX_VALUES: usize = 3 * MAX_SET_MANY + 256;
 fn check_shape(mut buf: &[u8]) -> Result<(), Error> {
     use rmp::Marker;
     let bad = |what: &str| Error::BadFrame(format!("not a msgpack value: {what}"));
-    // Values still to read in each open container, innermost last.
-    let mut open: Vec<u64> = vec![1];
+    // Values still to read in each open container, innermost last: a fixed
+    // stack (depth is bounded), so checking a frame allocates nothing.
+    let mut open = [0u64; MAX_DEPTH + 2];
+    open[0] = 1;
+    let mut depth = 1;
     let mut seen = 0usize;
-    while let Some(left) = open.last_mut() {
+    while depth > 0 {
+        let left = &mut open[depth - 1];
         if *left == 0 {
-            open.pop();
+            depth -= 1;
             continue;
         }
         *left -= 1;
@@ -199,10 +203,11 @@ fn check_shape(mut buf: &[u8]) -> Result<(), Error> {
             if children > buf.len() as u64 {
                 return Err(bad("a list or map announces more values than the frame holds"));
             }
-            if open.len() > MAX_DEPTH {
+            if depth > MAX_DEPTH {
                 return Err(bad("nested too deeply"));
             }
-            open.push(children);
+            open[depth] = children;
+            depth += 1;
         }
     }
     if !buf.is_empty() {
@@ -213,15 +218,23 @@ fn check_shape(mut buf: &[u8]) -> Result<(), Error> {
 
 fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
     check_shape(body).map_err(|e| (0, e))?;
+    // The map level is read here rather than by rmpv, which grows its pair
+    // vector from empty (two reallocations for a `set`); its size is known,
+    // and bounded by `check_shape`.
     let mut rest = body;
-    let value = rmpv::decode::read_value_ref_with_max_depth(&mut rest, MAX_DEPTH)
-        .map_err(|e| (0, Error::BadFrame(format!("not a msgpack value: {e}"))))?;
+    let not_a_map = || (0, Error::BadFrame("a request must be a msgpack map".into()));
+    let len = rmp::decode::read_map_len(&mut rest).map_err(|_| not_a_map())?;
+    let mut pairs = Vec::with_capacity(usize::try_from(len).map_err(|_| not_a_map())?);
+    for _ in 0..len {
+        let mut value = || {
+            rmpv::decode::read_value_ref_with_max_depth(&mut rest, MAX_DEPTH)
+                .map_err(|e| (0, Error::BadFrame(format!("not a msgpack value: {e}"))))
+        };
+        pairs.push((value()?, value()?));
+    }
     if !rest.is_empty() {
         return Err((0, Error::BadFrame("frame holds more than one msgpack value".into())));
     }
-    let ValueRef::Map(pairs) = value else {
-        return Err((0, Error::BadFrame("a request must be a msgpack map".into())));
-    };
     let fields = Fields::new(&pairs).map_err(|e| (0, e))?;
     let id = match fields.get("id") {
         None => return Err((0, Error::BadRequest("missing field `id`".into()))),
