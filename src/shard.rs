@@ -270,8 +270,9 @@ struct Progress {
 struct Answered {
     jobs: u64,
     generation: u64,
-    /// Batches carrying runs; empty if the group failed (nothing of it is
-    /// known durable, so no run of it may be written).
+    /// Batches carrying runs or leaving a memtable full; empty if the group
+    /// failed (nothing of it is known durable, so no run of it may be
+    /// written).
     runs: Vec<WrittenBatch>,
 }
 
@@ -989,7 +990,7 @@ fn commit_group(
         answer_all(replies, failure.as_deref(), metrics);
     }
     let runs = match failure {
-        None => written.into_iter().filter(WrittenBatch::has_runs).collect(),
+        None => written.into_iter().filter(WrittenBatch::has_work).collect(),
         Some(_) => Vec::new(),
     };
     // Answered, not over: the batches with runs keep their storage handles
