@@ -212,6 +212,15 @@ impl Overlay {
         Self { players: HashMap::default(), index: BTreeMap::new(), merge_every: merge_every.max(1) }
     }
 
+    /// Frees what only later changes would use (each tree's spare merge
+    /// vector, as large as its settled changes): for an overlay frozen to
+    /// be written as runs, which takes no more changes.
+    pub(crate) fn freeze(&mut self) {
+        for changes in self.index.values_mut() {
+            changes.spare = Vec::new();
+        }
+    }
+
     /// Players with a record waiting to be written.
     pub(crate) fn players(&self) -> usize {
         self.players.len()

@@ -948,7 +948,9 @@ impl Shard {
     /// keep seeing the frozen overlay until the batch is reported done.
     fn freeze(&mut self, checkpoint: bool) -> Runs {
         let empty = self.empty_overlay();
-        let overlay = Arc::new(std::mem::replace(&mut self.overlay, empty));
+        let mut overlay = std::mem::replace(&mut self.overlay, empty);
+        overlay.freeze();
+        let overlay = Arc::new(overlay);
         let mut after = self.db.batch().durability(None);
         if checkpoint {
             self.checkpoint_into(&mut after);
