@@ -2,7 +2,7 @@
 //!
 //! Naming follows Prometheus conventions: `rankd_` prefix, base units
 //! (`_seconds`, `_bytes`), `_total` on counters, histograms for durations,
-//! and labels of bounded cardinality only (op, outcome, shard).
+//! and labels of bounded cardinality only (op, outcome, shard, thread).
 //!
 //! The hot path never looks a label up: every handle a request touches is
 //! resolved once at start-up ([`OpMetrics`], [`ShardMetrics`]), so updating a
