@@ -1,5 +1,6 @@
-//! `sweep.png`: throughput and p99 latency against shard count, with Redis
-//! as a horizontal reference line. Text needs a TrueType font, loaded at run
+//! `sweep.png`: throughput, p99 latency and, when the runs measured it, the
+//! server's CPU per operation against shard count, with Redis as a
+//! horizontal reference line. Text needs a TrueType font, loaded at run
 //! time (DejaVu Sans, or `RANKD_CHART_FONT`); without one the chart is drawn
 //! without any text rather than not at all.
 
@@ -24,6 +25,19 @@ pub struct Point {
     pub ops_per_sec: f64,
     /// p99 latency, microseconds.
     pub p99_us: u64,
+    /// Server CPU per operation, microseconds, if measured.
+    pub server_cpu_us: Option<f64>,
+}
+
+/// The Redis run the sweep is compared with.
+#[derive(Debug, Clone, Copy)]
+pub struct Reference {
+    /// Throughput.
+    pub ops_per_sec: f64,
+    /// p99 latency, microseconds.
+    pub p99_us: u64,
+    /// Server CPU per operation, microseconds, if measured.
+    pub server_cpu_us: Option<f64>,
 }
 
 /// Registers the font once; whether text can be drawn.
@@ -43,8 +57,9 @@ fn font_ready() -> bool {
     })
 }
 
-/// Draws the 1000x600 chart to `path` (PNG).
-pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<(f64, u64)>) -> Result<(), String> {
+/// Draws the chart to `path` (PNG): 1000x600, or 1000x900 with a CPU panel
+/// when every rankd run has its CPU figure.
+pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<Reference>) -> Result<(), String> {
     draw_with(path, title, points, redis, font_ready())
 }
 
@@ -67,6 +82,10 @@ fn format_rate(v: f64, _top: f64) -> String {
     }
 }
 
+fn format_us(v: f64, _top: f64) -> String {
+    format!("{v:.1}")
+}
+
 fn format_ms(v: f64, top: f64) -> String {
     if top >= 100.0 {
         format!("{v:.0}")
@@ -85,30 +104,42 @@ pub(crate) fn draw_with(
     path: &Path,
     title: &str,
     points: &[Point],
-    redis: Option<(f64, u64)>,
+    redis: Option<Reference>,
     text: bool,
 ) -> Result<(), String> {
-    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    let cpu: Option<Vec<(i32, f64)>> = points.iter().map(|p| Some((p.shards as i32, p.server_cpu_us?))).collect();
+    let panels = if cpu.is_some() { 3 } else { 2 };
+    let root = BitMapBackend::new(path, (1000, 300 * panels)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let body = if text { root.titled(title, (FAMILY, 22)).map_err(err)? } else { root.margin(10, 0, 0, 0) };
-    let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
+    let areas = body.split_evenly((panels as usize, 1));
     let x_max = points.iter().map(|p| p.shards).max().unwrap_or(1) as i32 + 1;
     let throughput = Panel {
         y_desc: "throughput (ops/s)",
         points: points.iter().map(|p| (p.shards as i32, p.ops_per_sec)).collect(),
-        reference: redis.map(|r| r.0),
+        reference: redis.map(|r| r.ops_per_sec),
         format: format_rate,
         legend_left: true,
     };
     let latency = Panel {
         y_desc: "p99 latency (ms)",
         points: points.iter().map(|p| (p.shards as i32, p.p99_us as f64 / 1000.0)).collect(),
-        reference: redis.map(|r| r.1 as f64 / 1000.0),
+        reference: redis.map(|r| r.p99_us as f64 / 1000.0),
         format: format_ms,
         legend_left: false,
     };
-    draw_panel(&top, &throughput, x_max, text)?;
-    draw_panel(&bottom, &latency, x_max, text)?;
+    draw_panel(&areas[0], &throughput, x_max, text)?;
+    draw_panel(&areas[1], &latency, x_max, text)?;
+    if let Some(cpu) = cpu {
+        let cpu = Panel {
+            y_desc: "server CPU per op (us)",
+            points: cpu,
+            reference: redis.and_then(|r| r.server_cpu_us),
+            format: format_us,
+            legend_left: false,
+        };
+        draw_panel(&areas[2], &cpu, x_max, text)?;
+    }
     root.present().map_err(err)
 }
 
@@ -208,14 +239,17 @@ mod tests {
     #[test]
     fn draws_a_png_without_a_font() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sweep.png");
-        let points = [
-            Point { shards: 1, ops_per_sec: 10_000.0, p99_us: 9000 },
-            Point { shards: 2, ops_per_sec: 18_000.0, p99_us: 7000 },
-            Point { shards: 4, ops_per_sec: 30_000.0, p99_us: 6000 },
-        ];
-        draw_with(&path, "title", &points, Some((25_000.0, 4000)), false).unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        let point = |shards, ops_per_sec, p99_us, server_cpu_us| Point { shards, ops_per_sec, p99_us, server_cpu_us };
+        let redis = Reference { ops_per_sec: 25_000.0, p99_us: 4000, server_cpu_us: Some(9.0) };
+        // Without CPU figures two panels, with them three.
+        for (cpu, height) in [(None, 600), (Some(11.0), 900)] {
+            let path = dir.path().join("sweep.png");
+            let points = [point(1, 10_000.0, 9000, cpu), point(2, 18_000.0, 7000, cpu), point(4, 30_000.0, 6000, cpu)];
+            draw_with(&path, "title", &points, Some(redis), false).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+            // The IHDR chunk: width and height, big-endian, from byte 16.
+            assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), height);
+        }
     }
 }

@@ -124,9 +124,18 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
 
     let points: Vec<Point> = runs
         .iter()
-        .map(|(shards, r)| Point { shards: *shards, ops_per_sec: r.ops_per_sec, p99_us: r.p99_us })
+        .map(|(shards, r)| Point {
+            shards: *shards,
+            ops_per_sec: r.ops_per_sec,
+            p99_us: r.p99_us,
+            server_cpu_us: r.server_cpu_us_per_op(),
+        })
         .collect();
-    let reference = redis_report.as_ref().map(|r| (r.ops_per_sec, r.p99_us));
+    let reference = redis_report.as_ref().map(|r| chart::Reference {
+        ops_per_sec: r.ops_per_sec,
+        p99_us: r.p99_us,
+        server_cpu_us: r.server_cpu_us_per_op(),
+    });
     let load = &args.load;
     let mode = match load.workload {
         Workload::Set | Workload::Mixed => format!(" (mode {})", load.mode.as_str()),
