@@ -235,7 +235,7 @@ fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
     if !rest.is_empty() {
         return Err((0, Error::BadFrame("frame holds more than one msgpack value".into())));
     }
-    let fields = Fields::new(&pairs).map_err(|e| (0, e))?;
+    let fields = Fields::new(pairs).map_err(|e| (0, e))?;
     let id = match fields.get("id") {
         None => return Err((0, Error::BadRequest("missing field `id`".into()))),
         Some(v) => v.as_u64().ok_or_else(|| (0, Error::BadRequest("field `id` must be an unsigned integer".into())))?,
@@ -244,33 +244,29 @@ fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
     Ok((id, op))
 }
 
-/// The map's string-keyed fields.
+/// The map's fields, keyed by UTF-8 strings (checked once, here).
 struct Fields<'a> {
-    pairs: Vec<(&'a str, &'a ValueRef<'a>)>,
+    pairs: Vec<(ValueRef<'a>, ValueRef<'a>)>,
 }
 
 impl<'a> Fields<'a> {
-    fn new(pairs: &'a [(ValueRef<'a>, ValueRef<'a>)]) -> Result<Self, Error> {
-        let pairs = pairs
-            .iter()
-            .map(|(k, v)| match k {
-                ValueRef::String(s) => s.as_str().map(|s| (s, v)),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::BadFrame("request map keys must be UTF-8 strings".into()))?;
+    fn new(pairs: Vec<(ValueRef<'a>, ValueRef<'a>)>) -> Result<Self, Error> {
+        if !pairs.iter().all(|(key, _)| text(key).is_some()) {
+            return Err(Error::BadFrame("request map keys must be UTF-8 strings".into()));
+        }
         Ok(Self { pairs })
     }
 
-    fn get_str(&self, name: &str) -> Option<&'a str> {
-        match self.get(name)? {
-            ValueRef::String(s) => s.as_str(),
-            _ => None,
-        }
+    fn get_str(&self, name: &str) -> Option<&str> {
+        text(self.get(name)?)
     }
 
-    fn get(&self, name: &str) -> Option<&'a ValueRef<'a>> {
-        self.pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v).filter(|v| !matches!(v, ValueRef::Nil))
+    fn get(&self, name: &str) -> Option<&ValueRef<'a>> {
+        self.pairs
+            .iter()
+            .find(|(key, _)| text(key) == Some(name))
+            .map(|(_, v)| v)
+            .filter(|v| !matches!(v, ValueRef::Nil))
     }
 
     fn op(&self) -> Result<Op, Error> {
@@ -307,15 +303,15 @@ impl<'a> Fields<'a> {
         })
     }
 
-    fn required(&self, name: &str) -> Result<&'a ValueRef<'a>, Error> {
+    fn required(&self, name: &str) -> Result<&ValueRef<'a>, Error> {
         self.get(name).ok_or_else(|| Error::BadRequest(format!("missing field `{name}`")))
     }
 
-    fn str(&self, name: &str) -> Result<&'a str, Error> {
+    fn str(&self, name: &str) -> Result<&str, Error> {
         as_str(self.required(name)?, name)
     }
 
-    fn opt_str(&self, name: &str) -> Result<Option<&'a str>, Error> {
+    fn opt_str(&self, name: &str) -> Result<Option<&str>, Error> {
         self.get(name).map(|v| as_str(v, name)).transpose()
     }
 
@@ -445,6 +441,14 @@ fn as_str<'a>(value: &'a ValueRef<'a>, name: &str) -> Result<&'a str, Error> {
             s.as_str().ok_or_else(|| Error::BadRequest(format!("field `{name}` is not valid UTF-8")))
         }
         _ => Err(Error::BadRequest(format!("field `{name}` must be a string"))),
+    }
+}
+
+/// A value's text, if it is a UTF-8 string.
+fn text<'v>(value: &'v ValueRef<'_>) -> Option<&'v str> {
+    match value {
+        ValueRef::String(s) => s.as_str(),
+        _ => None,
     }
 }
 
