@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 use prometheus::{CounterVec, Opts};
 
-/// Clock ticks per second of `/proc/<pid>/task/<tid>/stat` (USER_HZ, which
-/// Linux fixes at 100 for user space).
-const TICKS_PER_SECOND: f64 = 100.0;
+/// Clock ticks per second of `/proc/.../stat` (USER_HZ, which Linux fixes
+/// at 100 for user space).
+pub const TICKS_PER_SECOND: f64 = 100.0;
 
 /// See the module docs.
 pub struct ThreadCpu {
@@ -84,8 +84,9 @@ fn current_thread_id() -> Option<u32> {
     link.file_name()?.to_str()?.parse().ok()
 }
 
-/// A task's name and CPU ticks (user + system) from its `stat` line.
-fn parse_stat(stat: &str) -> Option<(&str, u64)> {
+/// A process's or thread's name and CPU ticks (user + system) from its
+/// `/proc/.../stat` line.
+pub fn parse_stat(stat: &str) -> Option<(&str, u64)> {
     // The name is in parentheses and may itself hold spaces or parentheses.
     let (open, close) = (stat.find('(')?, stat.rfind(')')?);
     let name = stat.get(open + 1..close)?;

@@ -81,13 +81,8 @@ pub(crate) fn redis_cpu_seconds(info: &str) -> Option<f64> {
 /// CPU seconds this process has used (user and system), where `/proc` says.
 pub(crate) fn own_cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    // In clock ticks of USER_HZ, which Linux fixes at 100 for user space.
-    Some((utime + stime) as f64 / 100.0)
+    let (_, ticks) = crate::thread_cpu::parse_stat(&stat)?;
+    Some(ticks as f64 / crate::thread_cpu::TICKS_PER_SECOND)
 }
 
 #[cfg(test)]
