@@ -52,7 +52,7 @@ pub(crate) struct Overlay {
 /// be cheap to insert into. Timed alone (65 536 writes of two changes each,
 /// one tree): one map for everything 680-920 ns a write, merging every 4096
 /// 420-560 ns, every 16 384 380-520 ns.
-pub(crate) fn index_merge_every(run_every: usize) -> usize {
+fn index_merge_every(run_every: usize) -> usize {
     (run_every / 4).clamp(2, 16_384)
 }
 
@@ -206,10 +206,11 @@ impl Position {
 }
 
 impl Overlay {
-    /// An empty overlay whose trees merge recent index changes every
-    /// `merge_every` (see [`index_merge_every`]).
-    pub(crate) fn new(merge_every: usize) -> Self {
-        Self { players: HashMap::default(), index: BTreeMap::new(), merge_every: merge_every.max(1) }
+    /// An empty overlay, for one to be written as runs every `run_every`
+    /// players (which sets how often its trees merge their recent index
+    /// changes: see [`index_merge_every`]).
+    pub(crate) fn new(run_every: usize) -> Self {
+        Self { players: HashMap::default(), index: BTreeMap::new(), merge_every: index_merge_every(run_every) }
     }
 
     /// Frees what only later changes would use (each tree's spare merge
@@ -383,7 +384,7 @@ mod tests {
             want.retain(|key| from <= *key && *key < to);
             let tree = TreeId { board: 1, window: 0, period: 0 };
             let overlays: Vec<Overlay> = [&older, &newer].iter().map(|changes| {
-                let mut overlay = Overlay::new(merge_every);
+                let mut overlay = Overlay { merge_every, ..Overlay::new(0) };
                 for ((score_key, tail), present) in changes.iter() {
                     overlay.set_index(tree, *score_key, tail.clone(), *present);
                     // Another tree's entries never show.

@@ -495,7 +495,7 @@ impl Shard {
             first_log: 0,
             logged: 0,
             staged: Staged::default(),
-            overlay: Overlay::new(overlay::index_merge_every(run_every)),
+            overlay: Overlay::new(run_every),
             in_flight: VecDeque::new(),
             cache: std::cell::RefCell::new(RecordCache::new(cached_players)),
             now: 0,
@@ -962,7 +962,7 @@ impl Shard {
 
     /// An overlay for the changes from now on.
     fn empty_overlay(&self) -> Overlay {
-        Overlay::new(overlay::index_merge_every(self.options.run_every))
+        Overlay::new(self.options.run_every)
     }
 
     /// Adds to `batch` the marker that runs now cover every log record so far.
