@@ -18,13 +18,15 @@
 //!   records it covers are durable, and a marker records how far the runs
 //!   reach;
 //! - count trees change in memory; once the log is long enough (see
-//!   `Shard::checkpoint_due`) the changed leaves are written, after a run of
-//!   everything before them, together with the deletion of the log records
-//!   they make redundant.
+//!   `Shard::checkpoint_due`) the changed leaves are written straight into
+//!   tables with a marker of the log they include, after a run of
+//!   everything before them; then the log records they make redundant are
+//!   deleted.
 //!
-//! So a restart loads the leaves, replays the (bounded) log into the trees,
-//! and rebuilds the overlay from the records past the marker: it never reads
-//! the players, and trees, players and index never disagree after a crash.
+//! So a restart loads the leaves, replays the (bounded) log past their
+//! marker into the trees, and rebuilds the overlay from the records past the
+//! runs' marker: it never reads the players, and trees, players and index
+//! never disagree after a crash.
 //!
 //! A server splits a commit in three: [`Shard::seal`] turns the open batch
 //! into a [`SealedBatch`] on the shard's thread; another thread writes it to
@@ -48,7 +50,7 @@ use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
 use crate::overlay::{self, Overlay};
-use crate::tree::{self, CountTree, LeafEncoding, LeafId, Repacked};
+use crate::tree::{self, CountTree, DirtyLeaves, LeafEncoding, LeafId, Repacked};
 use crate::window;
 use crate::FastHasher;
 
@@ -220,11 +222,81 @@ struct Runs {
     overlay: Arc<Overlay>,
     players: Keyspace,
     index: Keyspace,
-    /// Written once the runs are durable: the marker saying how far they
-    /// reach and, at a checkpoint, the changed leaves with the deletion of
-    /// the log they make redundant. Not synced itself: if a crash loses it,
-    /// the log is still there and the runs are written again.
+    leaves: Keyspace,
+    /// At a checkpoint, the changed leaves: ingested once the runs are.
+    checkpoint: Option<Checkpoint>,
+    /// Written last: the marker saying how far the runs reach and, at a
+    /// checkpoint, the deletion of the log the leaves make redundant. Not
+    /// synced itself: if a crash loses it, the log is still there, and the
+    /// runs are written again (the leaves' own marker says which records
+    /// they already hold).
     after: fjall::OwnedWriteBatch,
+}
+
+/// A checkpoint's changed leaves and the number of the first log record
+/// they do not include.
+struct Checkpoint {
+    /// Each tree's changed leaves, trees in key order.
+    trees: Vec<(TreeId, DirtyLeaves)>,
+    encoding: LeafEncoding,
+    through: u64,
+}
+
+impl Checkpoint {
+    /// Every changed leaf's key and encoding (`None`: the leaf is gone), in
+    /// key order.
+    fn leaves(&mut self) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> + '_ {
+        let encoding = self.encoding;
+        self.trees.iter_mut().flat_map(move |(tree, dirty)| {
+            let tree = *tree;
+            dirty.encoded(encoding).map(move |(leaf, bytes)| (leaf_key(tree, leaf), bytes))
+        })
+    }
+
+    /// Adds the leaves and their marker to `batch`.
+    fn add_to(mut self, keyspace: &Keyspace, batch: &mut fjall::OwnedWriteBatch) {
+        for (key, leaf) in self.leaves() {
+            match leaf {
+                Some(bytes) => batch.insert(keyspace, key, bytes),
+                None => batch.remove(keyspace, key),
+            }
+        }
+        batch.insert(keyspace, LEAVES_THROUGH, self.through.to_be_bytes());
+    }
+
+    /// Writes the leaves and their marker straight into new tables (fjall's
+    /// ingestion): all or nothing (the tables join the keyspace in one
+    /// version change) and durable when this returns.
+    ///
+    /// Written as a batch instead, a checkpoint (~20 MB of leaves at 1M
+    /// players) went through fjall's journal and memtables while holding the
+    /// journal's writer lock: every acknowledgment waited behind it
+    /// (commits of 100+ ms, 2-3 per 10 s), the next fsync carried its
+    /// megabytes, and the memtables were flushed to tables once more later.
+    /// The marker travels with the leaves so a crash before the log
+    /// deletion that follows still cannot replay a record into leaves that
+    /// hold it.
+    fn ingest(mut self, keyspace: &Keyspace) -> Result<(), ShardError> {
+        let mut tables = keyspace.start_ingestion()?;
+        // Ingestion takes keys in ascending order: the marker goes where it sorts.
+        let mut marker = Some(self.through.to_be_bytes());
+        for (key, leaf) in self.leaves() {
+            if key.as_slice() > LEAVES_THROUGH {
+                if let Some(through) = marker.take() {
+                    tables.write(LEAVES_THROUGH, through)?;
+                }
+            }
+            match leaf {
+                Some(bytes) => tables.write(key, bytes)?,
+                None => tables.write_tombstone(key)?,
+            }
+        }
+        if let Some(through) = marker {
+            tables.write(LEAVES_THROUGH, through)?;
+        }
+        tables.finish()?;
+        Ok(())
+    }
 }
 
 impl SealedBatch {
@@ -275,6 +347,9 @@ impl WrittenBatch {
         let started = Instant::now();
         if let Some(runs) = self.runs {
             runs.overlay.write_runs(&runs.players, &runs.index)?;
+            if let Some(checkpoint) = runs.checkpoint {
+                checkpoint.ingest(&runs.leaves)?;
+            }
             runs.after.commit()?;
         }
         self.memtables.rotate_full()?;
@@ -391,6 +466,11 @@ const META_LOG_FORMAT: &[u8] = b"log_format";
 /// The number of the first log record whose changes may be missing from the
 /// players' and the index's runs: records before it are covered.
 const META_RUNS_THROUGH: &[u8] = b"runs_through";
+/// Key, in the leaves' own keyspace, of the number of the first log record
+/// the stored leaves do not include (see [`Checkpoint::ingest`]); absent in
+/// data dirs made before it. Shorter than a board id, so neither a leaf key
+/// nor a board's or tree's prefix scan ever meets it.
+const LEAVES_THROUGH: &[u8] = b"through";
 
 /// One shard: see the module docs.
 pub struct Shard {
@@ -534,8 +614,12 @@ impl Shard {
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
             self.boards.insert(id, Board { id, name, config });
         }
+        let leaves_through = read_u64(&self.leaves, LEAVES_THROUGH)?;
         for item in self.leaves.iter() {
             let (key, value) = item.into_inner()?;
+            if key == LEAVES_THROUGH {
+                continue;
+            }
             let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
             let rest = &key[TREE_PREFIX_LEN..];
             let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
@@ -548,7 +632,7 @@ impl Shard {
             tree.install_leaf(id, &value, self.leaf_encoding)?;
         }
         let format = log_format(&self.meta)?;
-        self.replay_log(format, read_u64(&self.meta, META_RUNS_THROUGH)?)?;
+        self.replay_log(format, read_u64(&self.meta, META_RUNS_THROUGH)?, leaves_through)?;
         // Periods whose deletion a restart interrupted: finish it, never serve them.
         self.expiring.clear();
         for item in self.meta.prefix(META_EXPIRING) {
@@ -564,10 +648,14 @@ impl Shard {
         Ok(())
     }
 
-    /// Applies the change log on top of the checkpointed leaves, and rebuilds
-    /// the overlay from the records the runs do not cover (numbers from
-    /// `runs_through` on).
-    fn replay_log(&mut self, format: LogFormat, runs_through: u64) -> Result<(), ShardError> {
+    /// Applies the change log on top of the checkpointed leaves (numbers from
+    /// `leaves_through` on), and rebuilds the overlay from the records the
+    /// runs do not cover (numbers from `runs_through` on). Records before
+    /// `leaves_through` are left from a checkpoint whose log deletion a
+    /// crash lost: the next checkpoint deletes them. Runs are durable before
+    /// the leaves that follow them are written, so they cover those too.
+    fn replay_log(&mut self, format: LogFormat, runs_through: u64, leaves_through: u64) -> Result<(), ShardError> {
+        let runs_through = runs_through.max(leaves_through);
         self.logged = 0;
         self.first_log = 0;
         self.next_log = 0;
@@ -581,6 +669,9 @@ impl Shard {
                 first = false;
             }
             self.next_log = number + 1;
+            if number < leaves_through {
+                continue;
+            }
             // A dropped board's log entries are dead: its id never returns.
             match format {
                 LogFormat::TreeKeys => {
@@ -626,7 +717,7 @@ impl Shard {
     /// records and records the new format.
     fn migrate_log(&mut self) -> Result<(), ShardError> {
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
-        self.checkpoint_into(&mut batch);
+        self.checkpoint_into(&mut batch).add_to(&self.leaves, &mut batch);
         batch.insert(&self.meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
         batch.commit()?;
         tracing::info!(path = %self.path.display(), "change log moved to the current format");
@@ -952,12 +1043,20 @@ impl Shard {
         overlay.freeze();
         let overlay = Arc::new(overlay);
         let mut after = self.db.batch().durability(None);
-        if checkpoint {
-            self.checkpoint_into(&mut after);
+        let checkpoint = if checkpoint {
+            Some(self.checkpoint_into(&mut after))
         } else {
             self.mark_runs(&mut after);
+            None
+        };
+        Runs {
+            overlay,
+            players: self.players.clone(),
+            index: self.index.clone(),
+            leaves: self.leaves.clone(),
+            checkpoint,
+            after,
         }
-        Runs { overlay, players: self.players.clone(), index: self.index.clone(), after }
     }
 
     /// An overlay for the changes from now on.
@@ -1082,24 +1181,24 @@ impl Shard {
         for tree in expiring {
             batch.insert(&self.meta, expiring_key(*tree), []);
         }
-        self.checkpoint_into(&mut batch);
+        self.checkpoint_into(&mut batch).add_to(&self.leaves, &mut batch);
         batch.commit().map_err(|err| self.rolled_back(err.into()))
     }
 
-    /// Adds the changed leaves, the deletion of the log they make redundant
-    /// and the runs' marker to `batch`, and starts a new log. The batch must
-    /// be written only once runs hold every change of that log: the log is
-    /// the only other place those changes are kept.
-    fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
-        for (tree_id, tree) in &mut self.trees {
-            for (leaf, bytes) in tree.take_dirty(self.leaf_encoding) {
-                let key = leaf_key(*tree_id, leaf);
-                match bytes {
-                    Some(b) => batch.insert(&self.leaves, key, b),
-                    None => batch.remove(&self.leaves, key),
-                }
-            }
-        }
+    /// Takes the changed leaves out of the trees, adds the deletion of the
+    /// log they make redundant and the runs' marker to `batch`, and starts a
+    /// new log. The leaves must be written before `batch`, and both only
+    /// once runs hold every change of that log: the log is the only other
+    /// place those changes are kept.
+    fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) -> Checkpoint {
+        let mut trees: Vec<(TreeId, DirtyLeaves)> = self
+            .trees
+            .iter_mut()
+            .map(|(id, tree)| (*id, tree.take_dirty()))
+            .filter(|(_, dirty)| !dirty.is_empty())
+            .collect();
+        trees.sort_unstable_by_key(|(id, _)| id.prefix());
+        let checkpoint = Checkpoint { trees, encoding: self.leaf_encoding, through: self.next_log };
         for number in self.first_log..self.next_log {
             batch.remove(&self.changes, number.to_be_bytes());
         }
@@ -1109,6 +1208,7 @@ impl Shard {
         // A checkpoint comes after a tree's worth of changes, and with them
         // a tree's worth of leaf reallocations: time for a repacking pass.
         self.repacking = self.trees.keys().map(|tree| (*tree, 0)).collect();
+        checkpoint
     }
 
     /// Whether a leaf-repacking pass is under way (one starts at every
@@ -1504,9 +1604,9 @@ fn log_format(meta: &Keyspace) -> Result<LogFormat, ShardError> {
     }
 }
 
-fn read_u64(meta: &Keyspace, key: &[u8]) -> Result<u64, ShardError> {
-    match meta.get(key)? {
-        Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| ShardError::Corrupt("meta counter"))?)),
+fn read_u64(keyspace: &Keyspace, key: &[u8]) -> Result<u64, ShardError> {
+    match keyspace.get(key)? {
+        Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| ShardError::Corrupt("stored counter"))?)),
         None => Ok(0),
     }
 }
@@ -1538,7 +1638,13 @@ mod tests {
         }
         shard.commit().unwrap();
         shard.checkpoint().unwrap();
-        let stored: Vec<usize> = shard.leaves.iter().map(|item| item.into_inner().unwrap().1.len()).collect();
+        let stored: Vec<usize> = shard
+            .leaves
+            .iter()
+            .map(|item| item.into_inner().unwrap())
+            .filter(|(key, _)| *key != LEAVES_THROUGH)
+            .map(|(_, leaf)| leaf.len())
+            .collect();
         assert!(!stored.is_empty() && stored.iter().all(|len| len % 24 == 0), "fixed leaves: {stored:?}");
         let keys: Vec<u128> = (0..101).map(|s| key::tree_key(key::score_key(s, Order::Desc), 0)).collect();
         let before = shard.count_before(tree, &keys);
@@ -1546,6 +1652,58 @@ mod tests {
         let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
         assert_eq!(shard.leaf_encoding, LeafEncoding::Fixed);
         assert_eq!(shard.count(tree), 500);
+        assert_eq!(shard.count_before(tree, &keys), before);
+        shard.check().unwrap();
+    }
+
+    /// A crash after a checkpoint's leaves are written but before the log
+    /// deletion that follows them (the runs thread writes them in that
+    /// order) leaves log records the leaves already hold: the restart must
+    /// not count them twice, and the next checkpoint deletes them.
+    #[test]
+    fn leaves_written_without_their_log_deletion_are_not_replayed_into() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1 };
+        let board = Board { id: 1, name: "b".into(), config };
+        let tree = TreeId { board: 1, window: Window::All.code(), period: 0 };
+        let keys: Vec<u128> = (0..200).map(|s| key::tree_key(key::score_key(s, Order::Desc), 0)).collect();
+        // Checkpoints are due after a few logged changes.
+        let options = ShardOptions { checkpoint_every: 1, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options.clone()).unwrap();
+        for i in 0..500i64 {
+            shard.write(&board, &format!("p{i}"), i * 37 % 101, Mode::Set, i as u64 + 1).unwrap();
+        }
+        shard.commit().unwrap();
+        for i in 0..300i64 {
+            shard.write(&board, &format!("p{}", i * 7 % 600), 100 + i % 97, Mode::Set, 1000 + i as u64).unwrap();
+        }
+        let sealed = shard.seal();
+        let Some(runs) = sealed.write().unwrap().runs else { panic!("the batch should carry a checkpoint") };
+        shard.durability_handle().sync().unwrap();
+        runs.overlay.write_runs(&runs.players, &runs.index).unwrap();
+        runs.checkpoint.expect("a checkpoint").ingest(&runs.leaves).unwrap();
+        // The crash: `runs.after` (log deletion, runs marker) is never written.
+        drop(runs.after);
+        let (count, before) = (shard.count(tree), shard.count_before(tree, &keys));
+        let record = shard.get(tree, "p7").unwrap();
+        assert!(count > 500, "the second batch adds players");
+        drop((shard, runs.overlay, runs.players, runs.index, runs.leaves));
+
+        let mut shard = Shard::open(dir.path(), options.clone()).unwrap();
+        assert!(shard.changes.iter().next().is_some(), "the test must leave log records behind");
+        assert_eq!(shard.count(tree), count);
+        assert_eq!(shard.count_before(tree, &keys), before);
+        assert_eq!(shard.get(tree, "p7").unwrap(), record);
+        shard.check().unwrap();
+
+        shard.write(&board, "p1", 5, Mode::Set, 5000).unwrap();
+        shard.commit().unwrap();
+        shard.checkpoint().unwrap();
+        assert!(shard.changes.iter().next().is_none(), "a checkpoint deletes the records left behind");
+        let (count, before) = (shard.count(tree), shard.count_before(tree, &keys));
+        drop(shard);
+        let shard = Shard::open(dir.path(), options).unwrap();
+        assert_eq!(shard.count(tree), count);
         assert_eq!(shard.count_before(tree, &keys), before);
         shard.check().unwrap();
     }
