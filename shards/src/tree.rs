@@ -20,7 +20,7 @@
 //! are rebuilt on load). The tree remembers which leaves changed since the last
 //! [`CountTree::take_dirty`] so a batch writes each changed leaf once.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 
 /// Leaves changed since the last checkpoint; every `add` inserts here.
 type LeafSet = HashSet<LeafId, crate::FastHasher>;
@@ -284,14 +284,9 @@ impl CountTree {
             // At most one entry per player, and about as many leaves as changed.
             out.entries.reserve(usize::try_from(self.total).unwrap_or(0));
             out.present.reserve(dirty.len());
-            let mut leaves = Vec::with_capacity(dirty.len());
-            find_leaves(&self.root, self.bits, 0, 0, &mut leaves);
-            // The leaves are scattered over the heap, each a wait for memory
-            // when copied in turn: ask for a few ahead so the waits overlap.
-            for (i, &(id, entries)) in leaves.iter().enumerate() {
-                if let Some((_, ahead)) = leaves.get(i + COPY_PREFETCH_AHEAD) {
-                    prefetch_entries(ahead);
-                }
+            let mut ahead = VecDeque::with_capacity(COPY_PREFETCH_AHEAD + 1);
+            copy_leaves(&self.root, self.bits, 0, 0, &mut ahead, &mut out);
+            for (id, entries) in ahead {
                 out.push(id, entries);
             }
             out.unpicked = Some(dirty);
@@ -650,20 +645,36 @@ impl DirtyLeaves {
 /// How many leaves ahead [`CountTree::take_dirty`] asks memory for.
 const COPY_PREFETCH_AHEAD: usize = 8;
 
-/// Lists every non-empty leaf under `node` (the node with id
-/// `prefix`/`depth`) in key order, without touching the entries.
-fn find_leaves<'a>(node: &'a Node, bits: u32, depth: u32, prefix: u128, out: &mut Vec<(LeafId, &'a [Entry])>) {
+/// Copies every non-empty leaf under `node` (the node with id
+/// `prefix`/`depth`) into `out` in key order, `COPY_PREFETCH_AHEAD` leaves
+/// behind the walk: the leaves are scattered over the heap, each a wait for
+/// memory when copied in turn, so the walk asks for each as it finds it and
+/// the waits overlap. `ahead` holds the leaves found and not yet copied.
+fn copy_leaves<'a>(
+    node: &'a Node,
+    bits: u32,
+    depth: u32,
+    prefix: u128,
+    ahead: &mut VecDeque<(LeafId, &'a [Entry])>,
+    out: &mut DirtyLeaves,
+) {
     match node {
         Node::Leaf(leaf) => {
             if !leaf.entries.is_empty() {
-                out.push((LeafId { prefix, depth: depth as u8 }, &leaf.entries));
+                prefetch_entries(&leaf.entries);
+                ahead.push_back((LeafId { prefix, depth: depth as u8 }, &leaf.entries));
+                if ahead.len() > COPY_PREFETCH_AHEAD {
+                    if let Some((id, entries)) = ahead.pop_front() {
+                        out.push(id, entries);
+                    }
+                }
             }
         }
         Node::Inner(slots) => {
             let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
             for (d, slot) in slots.iter().enumerate() {
                 if let Some(child) = &slot.child {
-                    find_leaves(child, bits, depth + 1, prefix | ((d as u128) << shift), out);
+                    copy_leaves(child, bits, depth + 1, prefix | ((d as u128) << shift), ahead, out);
                 }
             }
         }
