@@ -1616,15 +1616,20 @@ mod tests {
     use super::*;
     use crate::board::Window;
 
+    /// Board 1 (descending, ordinal ties, all-time only) and its one tree.
+    fn all_time_board() -> (Board, TreeId) {
+        let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1 };
+        let board = Board { id: 1, name: "b".into(), config };
+        (board, TreeId { board: 1, window: Window::All.code(), period: 0 })
+    }
+
     /// Data dirs made before the delta encoding record none: they keep
     /// writing and reading fixed-size leaves, through checkpoints and
     /// restarts, while new data dirs use the delta encoding.
     #[test]
     fn data_dirs_without_a_recorded_encoding_keep_fixed_leaves() {
         let dir = tempfile::tempdir().unwrap();
-        let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1 };
-        let board = Board { id: 1, name: "b".into(), config };
-        let tree = TreeId { board: 1, window: Window::All.code(), period: 0 };
+        let (board, tree) = all_time_board();
         {
             let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
             assert_eq!(shard.leaf_encoding, LeafEncoding::Delta);
@@ -1663,9 +1668,7 @@ mod tests {
     #[test]
     fn leaves_written_without_their_log_deletion_are_not_replayed_into() {
         let dir = tempfile::tempdir().unwrap();
-        let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1 };
-        let board = Board { id: 1, name: "b".into(), config };
-        let tree = TreeId { board: 1, window: Window::All.code(), period: 0 };
+        let (board, tree) = all_time_board();
         let keys: Vec<u128> = (0..200).map(|s| key::tree_key(key::score_key(s, Order::Desc), 0)).collect();
         // Checkpoints are due after a few logged changes.
         let options = ShardOptions { checkpoint_every: 1, ..ShardOptions::default() };
