@@ -211,3 +211,37 @@ fn bench_against_redis() {
         assert!(report["server_cpu_seconds"].as_f64().is_some_and(|s| s > 0.0), "no Redis CPU: {report}");
     }
 }
+
+/// `scripts/stalls.sh` (tail latency beside the server's slow steps) runs
+/// end to end on a tiny board and prints its four lines with a real run.
+#[test]
+fn stalls_script_reports_a_run() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stalls.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["2", "2000"])
+        .env("RANKD", env!("CARGO_BIN_EXE_rankd"))
+        .env("RANKD_LOG", "warn")
+        .env("WARM", "0")
+        .env("DURATION", "1")
+        .output()
+        .expect("run scripts/stalls.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stalls.sh failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    let ops: f64 = lines[0]
+        .strip_prefix("set ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no throughput in {stdout}"));
+    assert!(ops > 0.0, "{stdout}");
+    for (line, step) in lines[1..].iter().zip(["apply", "journal write", "fsync"]) {
+        assert!(line.trim_start().starts_with(step) && line.contains("over 100 ms:"), "{stdout}");
+    }
+}
