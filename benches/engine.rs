@@ -3,6 +3,10 @@
 //! - `tree/{add,rank}/<N>`: one count-tree update and one rank on a tree
 //!   prefilled with N players, at the default branching factor (16). An `add`
 //!   is one player *moving*: `add(old, -1)` then `add(new, +1)`.
+//! - `tree/checkpoint_copy/<N>`: copying a checkpoint's changed leaves out
+//!   of the tree (`CountTree::take_dirty`), which the shard's thread does
+//!   between rounds, after a full cycle of the fixture's random moves has
+//!   changed most leaves (as a checkpoint finds them).
 //! - `tree_branching/{add,rank}/<factor>`: the same two operations for every
 //!   factor in `BRANCHINGS`, at the smallest N, so the default factor can be
 //!   chosen by measurement.
@@ -135,6 +139,17 @@ impl TreeFixture {
         self.tree.add(new, 1);
     }
 
+    /// Runs the whole ring of moves once: the tree ends as it began, with
+    /// every leaf a move touched marked changed.
+    fn change_many_leaves(&mut self) {
+        for _ in 0..self.moves.len() {
+            let (old, new) = self.moves[self.next_move];
+            self.next_move = (self.next_move + 1) % self.moves.len();
+            self.tree.add(old, -1);
+            self.tree.add(new, 1);
+        }
+    }
+
     /// The rank of an existing player (players strictly before its key).
     #[inline]
     fn rank(&mut self) -> u64 {
@@ -167,6 +182,29 @@ fn tree(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     for players in player_counts() {
         add_and_rank(&mut group, &label(players), players, DEFAULT_BRANCHING);
+    }
+    group.finish();
+
+    // Slow to set up (a whole ring of moves before each copy, untimed, as
+    // is dropping the copy): few samples.
+    let mut group = c.benchmark_group("tree");
+    group.sample_size(10);
+    for players in player_counts() {
+        let mut fixture: Option<TreeFixture> = None;
+        group.bench_function(BenchmarkId::new("checkpoint_copy", label(players)), |b| {
+            let fx = fixture.get_or_insert_with(|| TreeFixture::new(players, DEFAULT_BRANCHING));
+            b.iter_custom(|iters| {
+                let mut timed = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    fx.change_many_leaves();
+                    let started = std::time::Instant::now();
+                    let copy = black_box(fx.tree.take_dirty());
+                    timed += started.elapsed();
+                    drop(copy);
+                }
+                timed
+            });
+        });
     }
     group.finish();
 }
