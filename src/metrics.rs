@@ -63,6 +63,8 @@ pub struct ShardMetrics {
     pub batch_size: Histogram,
     /// Applying a round's requests in memory.
     pub apply_seconds: Histogram,
+    /// Sealing a round's batch on the shard's thread (a checkpoint's leaf copy).
+    pub seal_seconds: Histogram,
     /// Writing a round's batch to the journal.
     pub commit_seconds: Histogram,
     /// Making it durable (fsync).
@@ -178,6 +180,12 @@ impl Metrics {
             "Time applying a round's requests in memory.",
             &LATENCY_BUCKETS,
         )?;
+        let seal = shard_histogram(
+            "rankd_shard_seal_seconds",
+            "Time the shard's thread spends sealing a round's batch for the committer; at a checkpoint it copies \
+             the changed count-tree leaves out, and every request to the shard waits.",
+            &LATENCY_BUCKETS,
+        )?;
         let commit = shard_histogram(
             "rankd_shard_commit_seconds",
             "Time writing a round's batch to the journal.",
@@ -225,6 +233,7 @@ impl Metrics {
                     mailbox_depth: mailbox.with_label_values(&l),
                     batch_size: batch.with_label_values(&l),
                     apply_seconds: apply.with_label_values(&l),
+                    seal_seconds: seal.with_label_values(&l),
                     commit_seconds: commit.with_label_values(&l),
                     fsync_seconds: fsync.with_label_values(&l),
                     run_seconds: runs.with_label_values(&l),
@@ -284,6 +293,7 @@ impl Metrics {
             Box::new(mailbox),
             Box::new(batch),
             Box::new(apply),
+            Box::new(seal),
             Box::new(commit),
             Box::new(fsync),
             Box::new(runs),

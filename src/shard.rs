@@ -676,8 +676,10 @@ impl ShardActor {
             answer_all(replies, Some("shard storage is closed; retrying"), metrics);
             return;
         };
+        let started = Instant::now();
         let mut batch = shard.seal();
         if self.metrics.hot_path {
+            metrics.seal_seconds.observe(started.elapsed().as_secs_f64());
             metrics.players.set(shard.players() as i64);
             metrics.unwritten_players.set(shard.unwritten_players() as i64);
         }

@@ -54,6 +54,9 @@ async fn counters_rise_by_the_requests_served() {
     assert!(sample(&after, "rankd_fanout_duration_seconds_count", &[r#"op="rank""#]) >= 1.0);
     assert!(sample(&after, "rankd_request_duration_seconds_count", &[r#"op="set""#]) >= 250.0);
     assert!(sample(&after, "rankd_shard_fsync_seconds_count", &[]) >= 1.0);
+    // Every round sealed is timed; a round carries at least one of the sets.
+    let sealed = sample(&after, "rankd_shard_seal_seconds_count", &[]);
+    assert!((1.0..=250.0).contains(&sealed), "{sealed} rounds sealed");
     assert_eq!(sample(&after, "rankd_connections_open", &[]), 1.0);
     assert!(sample(&after, "rankd_received_bytes_total", &[]) > 250.0 * 30.0);
     assert!(sample(&after, "rankd_sent_bytes_total", &[]) > 250.0 * 10.0);
