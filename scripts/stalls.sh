@@ -6,9 +6,10 @@
 #   scripts/stalls.sh [SHARDS] [PLAYERS]       # defaults: 1 1000000
 #
 # Prints ops/s, p99, p99.9 and max, then how many shard rounds took over
-# 25 and 100 ms to apply (`rankd_shard_batch_apply_seconds`), to write to
-# the journal (`rankd_shard_commit_seconds`) and to fsync
-# (`rankd_shard_fsync_seconds`). Env: WARM (unmeasured seconds of sets
+# 25 and 100 ms to apply (`rankd_shard_batch_apply_seconds`), to seal on
+# the shard's thread (`rankd_shard_seal_seconds`: a checkpoint's leaf
+# copy), to write to the journal (`rankd_shard_commit_seconds`) and to
+# fsync (`rankd_shard_fsync_seconds`). Env: WARM (unmeasured seconds of sets
 # after the prefill, default 10), DURATION (default 10), CONNS (8),
 # DEPTH (64), RANKD=path runs another rankd binary (an A/B against an
 # older build: interleave the runs, the machine's speed drifts).
@@ -75,6 +76,7 @@ report = json.load(open(work + "/report.json"))
 print(f"set {report['ops_per_sec']:.0f} ops/s, p99 {report['p99_us']} us, "
       f"p99.9 {report['p999_us']} us, max {report['max_us']} us")
 for step, histogram in [("apply", "rankd_shard_batch_apply_seconds"),
+                        ("seal", "rankd_shard_seal_seconds"),
                         ("journal write", "rankd_shard_commit_seconds"),
                         ("fsync", "rankd_shard_fsync_seconds")]:
     print(f"  {step:<14} over 25 ms: {over(histogram, '0.025'):>3}   over 100 ms: {over(histogram, '0.1'):>3}")

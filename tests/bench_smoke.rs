@@ -213,7 +213,7 @@ fn bench_against_redis() {
 }
 
 /// `scripts/stalls.sh` (tail latency beside the server's slow steps) runs
-/// end to end on a tiny board and prints its four lines with a real run.
+/// end to end on a tiny board and prints its five lines with a real run.
 #[test]
 fn stalls_script_reports_a_run() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stalls.sh");
@@ -234,14 +234,14 @@ fn stalls_script_reports_a_run() {
         String::from_utf8_lossy(&out.stderr)
     );
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines.len(), 5, "{stdout}");
     let ops: f64 = lines[0]
         .strip_prefix("set ")
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no throughput in {stdout}"));
     assert!(ops > 0.0, "{stdout}");
-    for (line, step) in lines[1..].iter().zip(["apply", "journal write", "fsync"]) {
+    for (line, step) in lines[1..].iter().zip(["apply", "seal", "journal write", "fsync"]) {
         assert!(line.trim_start().starts_with(step) && line.contains("over 100 ms:"), "{stdout}");
     }
 }
