@@ -375,6 +375,16 @@ impl CountTree {
         }
     }
 
+    /// Verifies every inner count equals the sum below it and every leaf is
+    /// sorted, in range and positive. Used by tests and `rankd check`.
+    pub fn check(&self) -> Result<(), String> {
+        let sum = check_node(&self.root, self.bits, 0, 0)?;
+        if sum != self.total {
+            return Err(format!("total {} but nodes sum to {sum}", self.total));
+        }
+        Ok(())
+    }
+
     fn leaf_at(&self, id: LeafId) -> Option<&Leaf> {
         let mut node = &self.root;
         for depth in 0..u32::from(id.depth) {
@@ -387,16 +397,6 @@ impl CountTree {
             Node::Leaf(leaf) if !leaf.entries.is_empty() => Some(leaf),
             _ => None,
         }
-    }
-
-    /// Verifies every inner count equals the sum below it and every leaf is
-    /// sorted, in range and positive. Used by tests and `rankd check`.
-    pub fn check(&self) -> Result<(), String> {
-        let sum = check_node(&self.root, self.bits, 0, 0)?;
-        if sum != self.total {
-            return Err(format!("total {} but nodes sum to {sum}", self.total));
-        }
-        Ok(())
     }
 }
 
