@@ -29,14 +29,12 @@ rankd_port=7270
 redis_port=6479
 
 command -v redis-server >/dev/null || { echo "needs redis-server (apt-get install -y redis-server)" >&2; exit 2; }
-if [ -z "${RANKD:-}" ]; then cargo build --release --quiet; fi
-rankd=${RANKD:-target/release/rankd}
-work=$(mktemp -d)
+source scripts/lib.sh
 rankd_pid=
 redis_pid=
 cleanup() {
-    [ -n "$rankd_pid" ] && kill "$rankd_pid" 2>/dev/null && wait "$rankd_pid" 2>/dev/null
-    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    stop "$rankd_pid"
+    stop "$redis_pid"
     if [ "${KEEP:-0}" = 1 ]; then echo "reports kept in $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT

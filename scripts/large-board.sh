@@ -22,12 +22,10 @@ players=${1:-10000000}
 shards=${2:-2}
 port=7280
 metrics=7281
-if [ -z "${RANKD:-}" ]; then cargo build --release --quiet; fi
-rankd=${RANKD:-target/release/rankd}
-work=$(mktemp -d)
+source scripts/lib.sh
 pid=
 cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    stop "$pid"
     if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT

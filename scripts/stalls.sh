@@ -22,12 +22,10 @@ warm=${WARM:-10}
 duration=${DURATION:-10}
 port=7290
 metrics=7291
-if [ -z "${RANKD:-}" ]; then cargo build --release --quiet; fi
-rankd=${RANKD:-target/release/rankd}
-work=$(mktemp -d)
+source scripts/lib.sh
 pid=
 cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    stop "$pid"
     rm -rf "$work"
 }
 trap cleanup EXIT
