@@ -287,33 +287,46 @@ impl Overlay {
         if !self.players.is_empty() {
             let mut sorted: Vec<(&Vec<u8>, &Option<Record>)> = self.players.iter().collect();
             sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            let mut run = players.start_ingestion()?;
-            for (key, record) in sorted {
-                match record {
-                    Some(r) => run.write(key.as_slice(), r.encode())?,
-                    None => run.write_tombstone(key.as_slice())?,
-                }
-            }
-            run.finish()?;
+            ingest_sorted(
+                players,
+                sorted.into_iter().map(|(key, record)| (key.as_slice(), record.map(Record::encode))),
+            )?;
         }
         if !self.index.is_empty() {
             // Trees in order, and positions in order within each: tree
             // prefixes are fixed-length, so the keys ascend.
-            let mut run = index.start_ingestion()?;
-            for (tree, changes) in &self.index {
-                for (position, present) in changes.iter() {
+            let entries = self.index.iter().flat_map(|(tree, changes)| {
+                changes.iter().map(move |(position, present)| {
                     let key = [&tree.prefix()[..], &position.score_key.to_be_bytes(), &position.rest].concat();
-                    if present {
-                        run.write(key, [])?;
-                    } else {
-                        run.write_tombstone(key)?;
-                    }
-                }
-            }
-            run.finish()?;
+                    (key, present.then_some([]))
+                })
+            });
+            ingest_sorted(index, entries)?;
         }
         Ok(())
     }
+}
+
+/// Writes `entries` (a value, or `None` for a deletion), in ascending key
+/// order, straight into new tables of `keyspace` (fjall's ingestion): all
+/// or nothing, and durable when this returns.
+pub(crate) fn ingest_sorted<K, V>(
+    keyspace: &Keyspace,
+    entries: impl IntoIterator<Item = (K, Option<V>)>,
+) -> Result<(), ShardError>
+where
+    K: Into<fjall::UserKey>,
+    V: Into<fjall::UserValue>,
+{
+    let mut tables = keyspace.start_ingestion()?;
+    for (key, value) in entries {
+        match value {
+            Some(value) => tables.write(key, value)?,
+            None => tables.write_tombstone(key)?,
+        }
+    }
+    tables.finish()?;
+    Ok(())
 }
 
 /// Index entries `(position, present)` of stacked layers, in walk order.

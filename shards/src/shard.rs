@@ -275,27 +275,10 @@ impl Checkpoint {
     /// megabytes, and the memtables were flushed to tables once more later.
     /// The marker travels with the leaves so a crash before the log
     /// deletion that follows still cannot replay a record into leaves that
-    /// hold it.
+    /// hold it. It sorts before every leaf key, as ingestion needs.
     fn ingest(mut self, keyspace: &Keyspace) -> Result<(), ShardError> {
-        let mut tables = keyspace.start_ingestion()?;
-        // Ingestion takes keys in ascending order: the marker goes where it sorts.
-        let mut marker = Some(self.through.to_be_bytes());
-        for (key, leaf) in self.leaves() {
-            if key.as_slice() > LEAVES_THROUGH {
-                if let Some(through) = marker.take() {
-                    tables.write(LEAVES_THROUGH, through)?;
-                }
-            }
-            match leaf {
-                Some(bytes) => tables.write(key, bytes)?,
-                None => tables.write_tombstone(key)?,
-            }
-        }
-        if let Some(through) = marker {
-            tables.write(LEAVES_THROUGH, through)?;
-        }
-        tables.finish()?;
-        Ok(())
+        let marker = (LEAVES_THROUGH.to_vec(), Some(self.through.to_be_bytes().to_vec()));
+        overlay::ingest_sorted(keyspace, std::iter::once(marker).chain(self.leaves()))
     }
 }
 
@@ -484,9 +467,11 @@ const META_LOG_FORMAT: &[u8] = b"log_format";
 const META_RUNS_THROUGH: &[u8] = b"runs_through";
 /// Key, in the leaves' own keyspace, of the number of the first log record
 /// the stored leaves do not include (see [`Checkpoint::ingest`]); absent in
-/// data dirs made before it. Shorter than a board id, so neither a leaf key
-/// nor a board's or tree's prefix scan ever meets it.
-const LEAVES_THROUGH: &[u8] = b"through";
+/// data dirs made before it. One zero byte: it sorts before every leaf key
+/// (all longer, so a zero first byte still puts them after it), and as it
+/// is shorter than a board id neither a board's nor a tree's prefix scan
+/// meets it.
+const LEAVES_THROUGH: &[u8] = b"\0";
 
 /// One shard: see the module docs.
 pub struct Shard {
