@@ -16,11 +16,9 @@ const FAMILY: &str = "sans-serif";
 const RANKD_COLOR: RGBColor = RGBColor(31, 119, 180);
 const REDIS_COLOR: RGBColor = RGBColor(214, 39, 40);
 
-/// One rankd run of the sweep.
+/// What the chart shows of one run (rankd's, or the Redis reference).
 #[derive(Debug, Clone, Copy)]
-pub struct Point {
-    /// Shard count.
-    pub shards: usize,
+pub struct Figures {
     /// Throughput.
     pub ops_per_sec: f64,
     /// p99 latency, microseconds.
@@ -29,15 +27,13 @@ pub struct Point {
     pub server_cpu_us: Option<f64>,
 }
 
-/// The Redis run the sweep is compared with.
+/// One rankd run of the sweep.
 #[derive(Debug, Clone, Copy)]
-pub struct Reference {
-    /// Throughput.
-    pub ops_per_sec: f64,
-    /// p99 latency, microseconds.
-    pub p99_us: u64,
-    /// Server CPU per operation, microseconds, if measured.
-    pub server_cpu_us: Option<f64>,
+pub struct Point {
+    /// Shard count.
+    pub shards: usize,
+    /// What the run measured.
+    pub run: Figures,
 }
 
 /// Registers the font once; whether text can be drawn.
@@ -59,7 +55,7 @@ fn font_ready() -> bool {
 
 /// Draws the chart to `path` (PNG): 1000x600, or 1000x900 with a CPU panel
 /// when every rankd run has its CPU figure.
-pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<Reference>) -> Result<(), String> {
+pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<Figures>) -> Result<(), String> {
     draw_with(path, title, points, redis, font_ready())
 }
 
@@ -104,10 +100,10 @@ pub(crate) fn draw_with(
     path: &Path,
     title: &str,
     points: &[Point],
-    redis: Option<Reference>,
+    redis: Option<Figures>,
     text: bool,
 ) -> Result<(), String> {
-    let cpu: Option<Vec<(i32, f64)>> = points.iter().map(|p| Some((p.shards as i32, p.server_cpu_us?))).collect();
+    let cpu: Option<Vec<(i32, f64)>> = points.iter().map(|p| Some((p.shards as i32, p.run.server_cpu_us?))).collect();
     let panels = if cpu.is_some() { 3 } else { 2 };
     let root = BitMapBackend::new(path, (1000, 300 * panels)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
@@ -116,14 +112,14 @@ pub(crate) fn draw_with(
     let x_max = points.iter().map(|p| p.shards).max().unwrap_or(1) as i32 + 1;
     let throughput = Panel {
         y_desc: "throughput (ops/s)",
-        points: points.iter().map(|p| (p.shards as i32, p.ops_per_sec)).collect(),
+        points: points.iter().map(|p| (p.shards as i32, p.run.ops_per_sec)).collect(),
         reference: redis.map(|r| r.ops_per_sec),
         format: format_rate,
         legend_left: true,
     };
     let latency = Panel {
         y_desc: "p99 latency (ms)",
-        points: points.iter().map(|p| (p.shards as i32, p.p99_us as f64 / 1000.0)).collect(),
+        points: points.iter().map(|p| (p.shards as i32, p.run.p99_us as f64 / 1000.0)).collect(),
         reference: redis.map(|r| r.p99_us as f64 / 1000.0),
         format: format_ms,
         legend_left: false,
@@ -239,8 +235,11 @@ mod tests {
     #[test]
     fn draws_a_png_without_a_font() {
         let dir = tempfile::tempdir().unwrap();
-        let point = |shards, ops_per_sec, p99_us, server_cpu_us| Point { shards, ops_per_sec, p99_us, server_cpu_us };
-        let redis = Reference { ops_per_sec: 25_000.0, p99_us: 4000, server_cpu_us: Some(9.0) };
+        let point = |shards, ops_per_sec, p99_us, server_cpu_us| Point {
+            shards,
+            run: Figures { ops_per_sec, p99_us, server_cpu_us },
+        };
+        let redis = Figures { ops_per_sec: 25_000.0, p99_us: 4000, server_cpu_us: Some(9.0) };
         // Without CPU figures two panels, with them three.
         for (cpu, height) in [(None, 600), (Some(11.0), 900)] {
             let path = dir.path().join("sweep.png");

@@ -122,20 +122,13 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
     let json = serde_json::to_string_pretty(&json).map_err(|e| BenchError::Other(e.to_string()))?;
     std::fs::write(args.out_dir.join("sweep.json"), json + "\n")?;
 
-    let points: Vec<Point> = runs
-        .iter()
-        .map(|(shards, r)| Point {
-            shards: *shards,
-            ops_per_sec: r.ops_per_sec,
-            p99_us: r.p99_us,
-            server_cpu_us: r.server_cpu_us_per_op(),
-        })
-        .collect();
-    let reference = redis_report.as_ref().map(|r| chart::Reference {
+    let figures = |r: &Report| chart::Figures {
         ops_per_sec: r.ops_per_sec,
         p99_us: r.p99_us,
         server_cpu_us: r.server_cpu_us_per_op(),
-    });
+    };
+    let points: Vec<Point> = runs.iter().map(|(shards, r)| Point { shards: *shards, run: figures(r) }).collect();
+    let reference = redis_report.as_ref().map(figures);
     let load = &args.load;
     let mode = match load.workload {
         Workload::Set | Workload::Mixed => format!(" (mode {})", load.mode.as_str()),
