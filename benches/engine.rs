@@ -127,26 +127,31 @@ impl TreeFixture {
     /// One player moves: its old key leaves, its new key arrives.
     #[inline]
     fn add(&mut self) {
+        if self.step() {
+            // Like a checkpoint: keeps the dirty set the size it has in a shard.
+            self.tree.clear_dirty();
+        }
+    }
+
+    /// The next move of the ring; whether it was the ring's last.
+    #[inline]
+    fn step(&mut self) -> bool {
         let (old, new) = self.moves[self.next_move];
         self.next_move += 1;
         if self.next_move == self.moves.len() {
             self.next_move = 0;
-            // Like a checkpoint: keeps the dirty set the size it has in a shard.
-            self.tree.clear_dirty();
         }
         self.tree.prefetch(new);
         self.tree.add(old, -1);
         self.tree.add(new, 1);
+        self.next_move == 0
     }
 
     /// Runs the whole ring of moves once: the tree ends as it began, with
     /// every leaf a move touched marked changed.
     fn change_many_leaves(&mut self) {
         for _ in 0..self.moves.len() {
-            let (old, new) = self.moves[self.next_move];
-            self.next_move = (self.next_move + 1) % self.moves.len();
-            self.tree.add(old, -1);
-            self.tree.add(new, 1);
+            self.step();
         }
     }
 
