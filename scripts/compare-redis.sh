@@ -46,8 +46,9 @@ mkdir -p "$work/redis"
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save '' \
     --appendonly yes --appendfsync always >"$work/redis.log" 2>&1 &
 redis_pid=$!
+wait_listening "$work/rankd.log" "$rankd_pid"
 for _ in $(seq 100); do
-    grep -q listening "$work/rankd.log" 2>/dev/null && redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+    redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
     sleep 0.1
 done
 

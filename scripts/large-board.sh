@@ -36,10 +36,7 @@ start() {
     "$rankd" serve --shards "$shards" --data-dir "$work/data" --listen "127.0.0.1:$port" \
         --metrics-listen "127.0.0.1:$metrics" ${CACHE_MB:+--cache-mb "$CACHE_MB"} >>"$work/log" 2>&1 &
     pid=$!
-    until grep -q listening "$work/log"; do
-        kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
-        sleep 0.01
-    done
+    wait_listening "$work/log" "$pid"
     awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {printf "ready in %.2f s\n", a - b}'
 }
 rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status"; }

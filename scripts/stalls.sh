@@ -33,10 +33,7 @@ trap cleanup EXIT
 "$rankd" serve --shards "$shards" --data-dir "$work/data" --listen "127.0.0.1:$port" \
     --metrics-listen "127.0.0.1:$metrics" >"$work/log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do
-    grep -q listening "$work/log" 2>/dev/null && break
-    sleep 0.1
-done
+wait_listening "$work/log" "$pid"
 target="rankd://127.0.0.1:$port"
 "$rankd" bench --target "$target" --players "$players" --prefill --ops 1 -q >/dev/null 2>&1
 [ "$warm" -gt 0 ] && "$rankd" bench --target "$target" --players "$players" --duration "$warm" -w set -q >/dev/null
