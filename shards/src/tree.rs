@@ -866,10 +866,9 @@ mod tests {
         encoding: LeafEncoding,
         copy_all: bool,
     ) -> CountTree {
-        let mut dirty = tree.take_dirty_by(copy_all);
-        let written: Vec<LeafId> = dirty.encoded(encoding).map(|(id, _)| id).collect();
-        assert!(written.windows(2).all(|w| w[0] < w[1]), "changed leaves in key order, once each");
-        for (id, bytes) in dirty.encoded(encoding) {
+        let written: Vec<(LeafId, Option<Vec<u8>>)> = tree.take_dirty_by(copy_all).encoded(encoding).collect();
+        assert!(written.windows(2).all(|w| w[0].0 < w[1].0), "changed leaves in key order, once each");
+        for (id, bytes) in written {
             match bytes {
                 Some(b) => disk.insert(id, b),
                 None => disk.remove(&id),
