@@ -36,6 +36,7 @@
 //! sealed batch is done, the overlay it carries stays readable from memory.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -615,11 +616,8 @@ impl Shard {
             self.boards.insert(id, Board { id, name, config });
         }
         let leaves_through = read_u64(&self.leaves, LEAVES_THROUGH)?;
-        for item in self.leaves.iter() {
+        for item in stored_leaves(&self.leaves) {
             let (key, value) = item.into_inner()?;
-            if key == LEAVES_THROUGH {
-                continue;
-            }
             let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
             let rest = &key[TREE_PREFIX_LEN..];
             let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
@@ -1604,6 +1602,12 @@ fn log_format(meta: &Keyspace) -> Result<LogFormat, ShardError> {
     }
 }
 
+/// Every stored leaf, in key order: the leaves' keyspace but its marker
+/// ([`LEAVES_THROUGH`], which sorts first).
+fn stored_leaves(leaves: &Keyspace) -> impl Iterator<Item = fjall::Guard> + 'static {
+    leaves.range::<&[u8], _>((Bound::Excluded(LEAVES_THROUGH), Bound::Unbounded))
+}
+
 fn read_u64(keyspace: &Keyspace, key: &[u8]) -> Result<u64, ShardError> {
     match keyspace.get(key)? {
         Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| ShardError::Corrupt("stored counter"))?)),
@@ -1643,13 +1647,7 @@ mod tests {
         }
         shard.commit().unwrap();
         shard.checkpoint().unwrap();
-        let stored: Vec<usize> = shard
-            .leaves
-            .iter()
-            .map(|item| item.into_inner().unwrap())
-            .filter(|(key, _)| *key != LEAVES_THROUGH)
-            .map(|(_, leaf)| leaf.len())
-            .collect();
+        let stored: Vec<usize> = stored_leaves(&shard.leaves).map(|item| item.into_inner().unwrap().1.len()).collect();
         assert!(!stored.is_empty() && stored.iter().all(|len| len % 24 == 0), "fixed leaves: {stored:?}");
         let keys: Vec<u128> = (0..101).map(|s| key::tree_key(key::score_key(s, Order::Desc), 0)).collect();
         let before = shard.count_before(tree, &keys);
