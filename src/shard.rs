@@ -524,9 +524,11 @@ impl ShardActor {
                 self.settle();
             }
             let after_sync = command.answers_after_sync();
-            let started = Instant::now();
+            let started = observe.then(Instant::now);
             let answer = self.execute(command);
-            applying += started.elapsed();
+            if let Some(started) = started {
+                applying += started.elapsed();
+            }
             if after_sync {
                 self.pending.push((reply, answer));
             } else {
@@ -676,9 +678,9 @@ impl ShardActor {
             answer_all(replies, Some("shard storage is closed; retrying"), metrics);
             return;
         };
-        let started = Instant::now();
+        let started = self.metrics.hot_path.then(Instant::now);
         let mut batch = shard.seal();
-        if self.metrics.hot_path {
+        if let Some(started) = started {
             metrics.seal_seconds.observe(started.elapsed().as_secs_f64());
             metrics.players.set(shard.players() as i64);
             metrics.unwritten_players.set(shard.unwritten_players() as i64);
