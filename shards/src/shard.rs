@@ -223,7 +223,6 @@ struct Runs {
     overlay: Arc<Overlay>,
     players: Keyspace,
     index: Keyspace,
-    leaves: Keyspace,
     /// At a checkpoint, the changed leaves: ingested once the runs are.
     checkpoint: Option<Checkpoint>,
     /// Written last: the marker saying how far the runs reach and, at a
@@ -237,6 +236,8 @@ struct Runs {
 /// A checkpoint's changed leaves and the number of the first log record
 /// they do not include.
 struct Checkpoint {
+    /// The leaves' keyspace, which they are written to.
+    keyspace: Keyspace,
     /// Each tree's changed leaves, trees in key order.
     trees: Vec<(TreeId, DirtyLeaves)>,
     encoding: LeafEncoding,
@@ -255,14 +256,15 @@ impl Checkpoint {
     }
 
     /// Adds the leaves and their marker to `batch`.
-    fn add_to(mut self, keyspace: &Keyspace, batch: &mut fjall::OwnedWriteBatch) {
+    fn add_to(mut self, batch: &mut fjall::OwnedWriteBatch) {
+        let keyspace = self.keyspace.clone();
         for (key, leaf) in self.leaves() {
             match leaf {
-                Some(bytes) => batch.insert(keyspace, key, bytes),
-                None => batch.remove(keyspace, key),
+                Some(bytes) => batch.insert(&keyspace, key, bytes),
+                None => batch.remove(&keyspace, key),
             }
         }
-        batch.insert(keyspace, LEAVES_THROUGH, self.through.to_be_bytes());
+        batch.insert(&keyspace, LEAVES_THROUGH, self.through.to_be_bytes());
     }
 
     /// Writes the leaves and their marker straight into new tables (fjall's
@@ -277,9 +279,10 @@ impl Checkpoint {
     /// The marker travels with the leaves so a crash before the log
     /// deletion that follows still cannot replay a record into leaves that
     /// hold it. It sorts before every leaf key, as ingestion needs.
-    fn ingest(mut self, keyspace: &Keyspace) -> Result<(), ShardError> {
+    fn ingest(mut self) -> Result<(), ShardError> {
+        let keyspace = self.keyspace.clone();
         let marker = (LEAVES_THROUGH.to_vec(), Some(self.through.to_be_bytes().to_vec()));
-        overlay::ingest_sorted(keyspace, std::iter::once(marker).chain(self.leaves()))
+        overlay::ingest_sorted(&keyspace, std::iter::once(marker).chain(self.leaves()))
     }
 }
 
@@ -332,7 +335,7 @@ impl WrittenBatch {
         if let Some(runs) = self.runs {
             runs.overlay.write_runs(&runs.players, &runs.index)?;
             if let Some(checkpoint) = runs.checkpoint {
-                checkpoint.ingest(&runs.leaves)?;
+                checkpoint.ingest()?;
             }
             runs.after.commit()?;
         }
@@ -715,7 +718,7 @@ impl Shard {
     /// records and records the new format.
     fn migrate_log(&mut self) -> Result<(), ShardError> {
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
-        self.checkpoint_into(&mut batch).add_to(&self.leaves, &mut batch);
+        self.checkpoint_into(&mut batch).add_to(&mut batch);
         batch.insert(&self.meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
         batch.commit()?;
         tracing::info!(path = %self.path.display(), "change log moved to the current format");
@@ -1047,14 +1050,7 @@ impl Shard {
             self.mark_runs(&mut after);
             None
         };
-        Runs {
-            overlay,
-            players: self.players.clone(),
-            index: self.index.clone(),
-            leaves: self.leaves.clone(),
-            checkpoint,
-            after,
-        }
+        Runs { overlay, players: self.players.clone(), index: self.index.clone(), checkpoint, after }
     }
 
     /// An overlay for the changes from now on.
@@ -1179,7 +1175,7 @@ impl Shard {
         for tree in expiring {
             batch.insert(&self.meta, expiring_key(*tree), []);
         }
-        self.checkpoint_into(&mut batch).add_to(&self.leaves, &mut batch);
+        self.checkpoint_into(&mut batch).add_to(&mut batch);
         batch.commit().map_err(|err| self.rolled_back(err.into()))
     }
 
@@ -1196,7 +1192,8 @@ impl Shard {
             .filter(|(_, dirty)| !dirty.is_empty())
             .collect();
         trees.sort_unstable_by_key(|(id, _)| id.prefix());
-        let checkpoint = Checkpoint { trees, encoding: self.leaf_encoding, through: self.next_log };
+        let checkpoint =
+            Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through: self.next_log };
         for number in self.first_log..self.next_log {
             batch.remove(&self.changes, number.to_be_bytes());
         }
@@ -1682,13 +1679,13 @@ mod tests {
         let Some(runs) = sealed.write().unwrap().runs else { panic!("the batch should carry a checkpoint") };
         shard.durability_handle().sync().unwrap();
         runs.overlay.write_runs(&runs.players, &runs.index).unwrap();
-        runs.checkpoint.expect("a checkpoint").ingest(&runs.leaves).unwrap();
+        runs.checkpoint.expect("a checkpoint").ingest().unwrap();
         // The crash: `runs.after` (log deletion, runs marker) is never written.
         drop(runs.after);
         let (count, before) = (shard.count(tree), shard.count_before(tree, &keys));
         let record = shard.get(tree, "p7").unwrap();
         assert!(count > 500, "the second batch adds players");
-        drop((shard, runs.overlay, runs.players, runs.index, runs.leaves));
+        drop((shard, runs.overlay, runs.players, runs.index));
 
         let mut shard = Shard::open(dir.path(), options.clone()).unwrap();
         assert!(shard.changes.iter().next().is_some(), "the test must leave log records behind");
