@@ -30,7 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Check a running server answers.
     Ping(ClientArgs),
     /// Write a score: `rankd set BOARD PLAYER SCORE [--mode best|incr]`.
@@ -190,6 +190,11 @@ pub struct ServeArgs {
     /// repacking passes that follow them.
     #[arg(long, hide = true)]
     pub debug_checkpoint_every: Option<u64>,
+    /// Testing only: copy this many count-tree leaves per sealed batch for a
+    /// checkpoint instead of 2048, so tests spread checkpoints over many
+    /// batches.
+    #[arg(long, hide = true)]
+    pub debug_checkpoint_slice_leaves: Option<usize>,
     /// Benchmarking only: do not update per-request and per-batch metrics
     /// (to measure what they cost).
     #[arg(long, hide = true)]
@@ -252,6 +257,8 @@ pub struct ServeConfig {
     pub debug_commit_delay: std::time::Duration,
     /// Testing only: logged tree changes between checkpoints.
     pub debug_checkpoint_every: Option<u64>,
+    /// Testing only: leaves copied per sealed batch for a checkpoint.
+    pub debug_checkpoint_slice_leaves: Option<usize>,
     /// Benchmarking only: skip per-request and per-batch metrics.
     pub no_request_metrics: bool,
 }
@@ -326,6 +333,7 @@ impl ServeArgs {
             cache_bytes: self.cache_mb.or(file.cache_mb).unwrap_or(DEFAULT_CACHE_MB).saturating_mul(1 << 20),
             debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
             debug_checkpoint_every: self.debug_checkpoint_every,
+            debug_checkpoint_slice_leaves: self.debug_checkpoint_slice_leaves,
             no_request_metrics: self.no_request_metrics,
         };
         if !(1..=256).contains(&config.shards) {

@@ -65,6 +65,9 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
         cache_bytes: (config.cache_bytes / 4 / config.shards as u64).max(1 << 20),
         cached_players: rankd_shards::cached_players_for(config.cache_bytes / 4 * 3 / config.shards as u64),
         checkpoint_every: config.debug_checkpoint_every.unwrap_or(rankd_shards::shard::CHECKPOINT_EVERY),
+        checkpoint_slice_leaves: config
+            .debug_checkpoint_slice_leaves
+            .unwrap_or(rankd_shards::ShardOptions::default().checkpoint_slice_leaves),
         ..ShardOptions::default()
     };
     std::thread::scope(|scope| {

@@ -105,8 +105,22 @@ async fn first_ack(acked: &Mutex<Acked>, when: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9() {
-    let mut server = common::Server::start(4);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    kill_9_cycles(common::Server::start(4), 9).await;
+}
+
+/// The same with a checkpoint every few dozen changes, its leaves copied
+/// one a batch: the kills land while copies are under way, between a
+/// checkpoint's leaves and its log deletion, and everywhere else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kill_9_amid_checkpoints() {
+    let flags = ["--debug-checkpoint-every", "40", "--debug-checkpoint-slice-leaves", "1"];
+    kill_9_cycles(common::Server::start_with(4, &flags), 10).await;
+}
+
+/// Three cycles of: pipelined writers, kill -9 at a random moment after the
+/// first acknowledgment, restart, every acknowledged write checked.
+async fn kill_9_cycles(mut server: common::Server, seed: u64) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut all = Acked::default();
     for cycle in 0..3 {
         let acked = Arc::new(Mutex::new(Acked::default()));

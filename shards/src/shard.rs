@@ -18,8 +18,10 @@
 //!   records it covers are durable, and a marker records how far the runs
 //!   reach;
 //! - count trees change in memory; once the log is long enough (see
-//!   `Shard::checkpoint_due`) the changed leaves are written straight into
-//!   tables with a marker of the log they include, after a run of
+//!   `Shard::checkpoint_due`) a snapshot of the changed leaves is taken,
+//!   copied a slice per sealed batch with copy-on-write for leaves about to
+//!   change (`CountTree::begin_snapshot`), and once copied written straight
+//!   into tables with a marker of the log they include, after a run of
 //!   everything before them; then the log records they make redundant are
 //!   deleted.
 //!
@@ -95,6 +97,9 @@ pub struct ShardOptions {
     /// rebuild after a crash; more means fewer, larger runs for fjall to
     /// merge.
     pub run_every: usize,
+    /// Count-tree leaves each sealed batch copies for a checkpoint being
+    /// taken (see [`CountTree::begin_snapshot`]); at least one.
+    pub checkpoint_slice_leaves: usize,
 }
 
 impl Default for ShardOptions {
@@ -108,6 +113,7 @@ impl Default for ShardOptions {
             cached_players: cached_players_for(64 << 20),
             worker_threads: 1,
             run_every: RUN_EVERY,
+            checkpoint_slice_leaves: CHECKPOINT_SLICE_LEAVES,
         }
     }
 }
@@ -407,6 +413,11 @@ pub const RUN_EVERY: usize = 65_536;
 /// `Shard::checkpoint_due`).
 pub const CHECKPOINT_EVERY: u64 = 100_000;
 
+/// Count-tree leaves a sealed batch copies for a checkpoint being taken
+/// by default (see [`CountTree::begin_snapshot`]). At 1M players a checkpoint is
+/// ~200k leaves, so ~100 batches; each pays ~0.1-0.5 ms for its slice.
+const CHECKPOINT_SLICE_LEAVES: usize = 2048;
+
 /// A checkpoint waits for at most this many times
 /// [`ShardOptions::checkpoint_every`] logged changes: bounds the log a
 /// restart replays. At 10M players on 2 shards, a restart after kill -9
@@ -520,6 +531,10 @@ pub struct Shard {
     /// The trees a leaf-repacking pass has yet to visit, each with where in
     /// it to go on (see [`Shard::repack_step`]); the current one last.
     repacking: Vec<(TreeId, u128)>,
+    /// While a checkpoint's leaves are being copied, a slice each sealed
+    /// batch (see [`CountTree::begin_snapshot`]): the number of the first
+    /// log record they do not include.
+    checkpointing: Option<u64>,
 }
 
 impl Shard {
@@ -585,6 +600,7 @@ impl Shard {
             now: 0,
             expiring: VecDeque::new(),
             repacking: Vec::new(),
+            checkpointing: None,
             leaf_encoding,
         };
         let opened = started.elapsed();
@@ -1022,7 +1038,10 @@ impl Shard {
             self.next_log += 1;
             self.logged += staged.changes;
         }
-        let checkpoint = staged.changes > 0 && self.checkpoint_due(self.logged);
+        if staged.changes > 0 && self.checkpointing.is_none() && self.checkpoint_due(self.logged) {
+            self.begin_checkpoint();
+        }
+        let checkpoint = self.checkpointing.is_some() && self.copy_checkpoint_slice();
         let runs = (checkpoint || self.overlay.players() >= self.options.run_every).then(|| self.freeze(checkpoint));
         self.in_flight.push_back(runs.as_ref().map(|runs| runs.overlay.clone()));
         SealedBatch {
@@ -1045,7 +1064,7 @@ impl Shard {
         let overlay = Arc::new(overlay);
         let mut after = self.db.batch().durability(None);
         let checkpoint = if checkpoint {
-            Some(self.checkpoint_into(&mut after))
+            Some(self.finish_checkpoint(&mut after))
         } else {
             self.mark_runs(&mut after);
             None
@@ -1179,31 +1198,73 @@ impl Shard {
         batch.commit().map_err(|err| self.rolled_back(err.into()))
     }
 
-    /// Takes the changed leaves out of the trees, adds the deletion of the
-    /// log they make redundant and the runs' marker to `batch`, and starts a
-    /// new log. The leaves must be written before `batch`, and both only
-    /// once runs hold every change of that log: the log is the only other
-    /// place those changes are kept.
+    /// Takes the changed leaves out of the trees at once, adds the deletion
+    /// of the log they make redundant and the runs' marker to `batch`, and
+    /// starts a new log. The leaves must be written before `batch`, and both
+    /// only once runs hold every change of that log: the log is the only
+    /// other place those changes are kept. A checkpoint being copied in
+    /// slices is dropped: this one includes everything it would have.
     fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) -> Checkpoint {
-        let mut trees: Vec<(TreeId, DirtyLeaves)> = self
-            .trees
-            .iter_mut()
-            .map(|(id, tree)| (*id, tree.take_dirty()))
-            .filter(|(_, dirty)| !dirty.is_empty())
-            .collect();
+        self.trees.values_mut().for_each(CountTree::abandon_snapshot);
+        self.checkpointing = None;
+        let trees = self.trees.iter_mut().map(|(id, tree)| (*id, tree.take_dirty())).collect();
+        self.logged = 0;
+        self.close_log(batch, trees, self.next_log)
+    }
+
+    /// Starts a checkpoint of the trees as they are now, to be copied a slice
+    /// each sealed batch ([`Shard::copy_checkpoint_slice`]) so no round waits
+    /// for the whole copy. Changes from now on are logged for the next one.
+    fn begin_checkpoint(&mut self) {
+        self.trees.values_mut().for_each(CountTree::begin_snapshot);
+        self.checkpointing = Some(self.next_log);
+        self.logged = 0;
+    }
+
+    /// Copies the next slice of the checkpoint's leaves; true once all are.
+    fn copy_checkpoint_slice(&mut self) -> bool {
+        let mut budget = self.options.checkpoint_slice_leaves.max(1);
+        for tree in self.trees.values_mut() {
+            if budget == 0 {
+                break;
+            }
+            budget = tree.continue_snapshot(budget);
+        }
+        !self.trees.values().any(CountTree::is_copying_snapshot)
+    }
+
+    /// Takes the copied leaves of the checkpoint begun by
+    /// [`Shard::begin_checkpoint`], adds to `batch` the deletion of the log
+    /// they make redundant and the marker of the runs (which now cover every
+    /// log record: this batch freezes the overlay). Trees made since the
+    /// checkpoint began have nothing in it: their leaves go to the next.
+    fn finish_checkpoint(&mut self, batch: &mut fjall::OwnedWriteBatch) -> Checkpoint {
+        let through = self.checkpointing.take().unwrap_or(self.next_log);
+        let trees =
+            self.trees.iter_mut().filter_map(|(id, tree)| tree.finish_snapshot().map(|leaves| (*id, leaves))).collect();
+        self.close_log(batch, trees, through)
+    }
+
+    /// The checkpoint of `trees`' leaves, which hold every log record before
+    /// `through`: adds the deletion of those records and the runs' marker to
+    /// `batch`.
+    fn close_log(
+        &mut self,
+        batch: &mut fjall::OwnedWriteBatch,
+        mut trees: Vec<(TreeId, DirtyLeaves)>,
+        through: u64,
+    ) -> Checkpoint {
+        trees.retain(|(_, leaves)| !leaves.is_empty());
         trees.sort_unstable_by_key(|(id, _)| id.prefix());
-        let checkpoint =
-            Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through: self.next_log };
-        for number in self.first_log..self.next_log {
+        for number in self.first_log..through {
             batch.remove(&self.changes, number.to_be_bytes());
         }
         self.mark_runs(batch);
-        self.first_log = self.next_log;
-        self.logged = 0;
+        self.first_log = through;
         // A checkpoint comes after a tree's worth of changes, and with them
         // a tree's worth of leaf reallocations: time for a repacking pass.
         self.repacking = self.trees.keys().map(|tree| (*tree, 0)).collect();
-        checkpoint
+        Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through }
     }
 
     /// Whether a leaf-repacking pass is under way (one starts at every

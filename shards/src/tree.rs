@@ -96,6 +96,10 @@ enum Node {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Leaf {
     entries: Vec<Entry>,
+    /// The tree's [`CountTree::epoch`] when the leaf was made or last
+    /// copied into a snapshot: while a snapshot is being copied, a leaf of
+    /// an older epoch is one it still needs as it was.
+    epoch: u32,
 }
 
 /// One distinct key of a leaf and how many players hold it.
@@ -158,6 +162,20 @@ pub struct CountTree {
     root: Node,
     total: u64,
     dirty: LeafSet,
+    /// Bumped when a snapshot starts copying; see [`Leaf::epoch`].
+    epoch: u32,
+    /// The changed leaves of a checkpoint being taken, if one is.
+    snapshot: Option<Snapshot>,
+}
+
+/// The changed leaves of a checkpoint, as they were when it began, copied
+/// out a slice at a time ([`CountTree::begin_snapshot`]).
+#[derive(Debug)]
+struct Snapshot {
+    out: DirtyLeaves,
+    /// Where the walk copying the leaves goes on: leaves whose sub-range
+    /// starts before it were copied (or made since). `None`: done.
+    walk: Option<u128>,
 }
 
 /// Rejected branching factor.
@@ -182,6 +200,8 @@ impl CountTree {
             root: Node::Leaf(Leaf::default()),
             total: 0,
             dirty: LeafSet::default(),
+            epoch: 0,
+            snapshot: None,
         })
     }
 
@@ -197,9 +217,12 @@ impl CountTree {
             return;
         }
         self.total = self.total.saturating_add_signed(delta);
-        let bits = self.bits;
-        let dirty = &mut self.dirty;
-        add_at(&mut self.root, bits, 0, key, delta, dirty);
+        let mut changes = Changes {
+            dirty: &mut self.dirty,
+            epoch: self.epoch,
+            snapshot: self.snapshot.as_mut().filter(|s| s.walk.is_some()).map(|s| &mut s.out),
+        };
+        add_at(&mut self.root, self.bits, 0, key, delta, &mut changes);
     }
 
     /// Starts loading the leaf that holds `key` into the CPU cache, so a
@@ -266,6 +289,7 @@ impl CountTree {
     /// prefetching ahead, and leaves picking out the changed ones (a hash
     /// lookup each), the encoding and the keys to the writing thread.
     pub fn take_dirty(&mut self) -> DirtyLeaves {
+        debug_assert!(self.snapshot.is_none(), "a snapshot is being taken: abandon it first");
         let copy_all = self.dirty.len() as u64 >= self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF;
         self.take_dirty_by(copy_all)
     }
@@ -332,6 +356,86 @@ impl CountTree {
         (walk.done, next)
     }
 
+    /// Starts a snapshot of the leaves changed since the last one, as they
+    /// are now, for a checkpoint: [`CountTree::take_dirty`] without making
+    /// the caller wait for the copy. When few leaves changed they are copied
+    /// here and now; otherwise [`CountTree::continue_snapshot`] copies the
+    /// leaves a slice at a time, and until it is done a leaf about to change
+    /// is copied first (copy on write), so what comes out is the tree of
+    /// this moment. Taken all at once, the copy held every request of a
+    /// shard for 17-57 ms at 1M players (up to 137 ms before it was one
+    /// walk), every checkpoint.
+    ///
+    /// Changes from now on count towards the next snapshot.
+    pub fn begin_snapshot(&mut self) {
+        debug_assert!(self.snapshot.is_none(), "one snapshot at a time");
+        if self.dirty.is_empty() {
+            return;
+        }
+        if (self.dirty.len() as u64) < self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF {
+            self.snapshot = Some(Snapshot { out: self.take_dirty_by(false), walk: None });
+            return;
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        self.dirty.reserve(dirty.len());
+        let mut out = DirtyLeaves::default();
+        out.entries.reserve(usize::try_from(self.total).unwrap_or(0));
+        out.present.reserve(dirty.len());
+        out.unpicked = Some(dirty);
+        // Every leaf is now of an older epoch: not yet copied.
+        self.epoch = self.epoch.wrapping_add(1);
+        self.snapshot = Some(Snapshot { out, walk: Some(0) });
+    }
+
+    /// Copies up to `budget` more leaves into the snapshot being taken;
+    /// returns what is left of the budget (all of it when there is no copy
+    /// under way).
+    pub fn continue_snapshot(&mut self, budget: usize) -> usize {
+        let Some(snapshot) = &mut self.snapshot else { return budget };
+        let Some(from) = snapshot.walk else { return budget };
+        let mut copy = SnapshotCopy {
+            from,
+            left: budget,
+            epoch: self.epoch,
+            ahead: VecDeque::with_capacity(COPY_PREFETCH_AHEAD + 1),
+            out: &mut snapshot.out,
+        };
+        let next = copy.visit(&self.root, self.bits, 0, 0);
+        for (id, entries) in std::mem::take(&mut copy.ahead) {
+            copy.out.push(id, entries);
+        }
+        let left = copy.left;
+        // The leaves just copied are of this epoch now, so a change to them
+        // is not copied again.
+        mark_copied(&mut self.root, self.bits, 0, 0, from..next.unwrap_or(u128::MAX), next.is_none(), self.epoch);
+        snapshot.walk = next;
+        left
+    }
+
+    /// Whether a snapshot has begun and is not yet fully copied.
+    pub fn is_copying_snapshot(&self) -> bool {
+        self.snapshot.as_ref().is_some_and(|s| s.walk.is_some())
+    }
+
+    /// The snapshot's leaves, once copied (see [`CountTree::begin_snapshot`]);
+    /// `None` if none began or it is still being copied.
+    pub fn finish_snapshot(&mut self) -> Option<DirtyLeaves> {
+        if self.is_copying_snapshot() {
+            return None;
+        }
+        Some(self.snapshot.take()?.out)
+    }
+
+    /// Drops the snapshot being taken, if any: its leaves count as changed
+    /// again, for the next one (a checkpoint taken at once supersedes it).
+    pub fn abandon_snapshot(&mut self) {
+        let Some(Snapshot { out, .. }) = self.snapshot.take() else { return };
+        match out.unpicked {
+            Some(changed) => self.dirty.extend(changed),
+            None => self.dirty.extend(out.present.iter().map(|(id, _)| *id).chain(out.gone)),
+        }
+    }
+
     /// Forgets which leaves changed, for trees that are never persisted
     /// (benchmarks, scratch trees), so the dirty set does not grow.
     pub fn clear_dirty(&mut self) {
@@ -364,11 +468,11 @@ impl CountTree {
             let Node::Inner(slots) = node else { unreachable!("made inner above") };
             let slot = &mut slots[digit(id.prefix, depth, self.bits)];
             slot.count += leaf_total;
-            node = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::default()));
+            node = slot.child.get_or_insert_with(|| Node::Leaf(Leaf { entries: Vec::new(), epoch: self.epoch }));
         }
         match node {
             Node::Leaf(existing) if existing.entries.is_empty() => {
-                *node = Node::Leaf(leaf);
+                *node = Node::Leaf(Leaf { epoch: self.epoch, ..leaf });
                 Ok(())
             }
             _ => Err(CorruptLeaf("leaves overlap")),
@@ -458,11 +562,29 @@ fn prefetch_entries(entries: &[Entry]) {
     }
 }
 
-fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: &mut LeafSet) {
+/// What an [`add_at`] records besides the counts.
+struct Changes<'a> {
+    dirty: &'a mut LeafSet,
+    epoch: u32,
+    /// Where a leaf goes, as it was, before its first change while a
+    /// snapshot is being copied.
+    snapshot: Option<&'a mut DirtyLeaves>,
+}
+
+fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes: &mut Changes<'_>) {
     match node {
         Node::Leaf(leaf) => {
             prefetch_entries(&leaf.entries);
-            dirty.insert(leaf_id_of(key, depth as u8, bits));
+            let id = leaf_id_of(key, depth as u8, bits);
+            if leaf.epoch != changes.epoch {
+                leaf.epoch = changes.epoch;
+                if let Some(snapshot) = changes.snapshot.as_deref_mut() {
+                    if !leaf.entries.is_empty() {
+                        snapshot.push(id, &leaf.entries);
+                    }
+                }
+            }
+            changes.dirty.insert(id);
             match leaf.entries.binary_search_by(|e| e.key().cmp(&key)) {
                 Ok(i) => {
                     let count = leaf.entries[i].count().saturating_add_signed(delta);
@@ -481,14 +603,15 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: 
             }
             if leaf.entries.len() > LEAF_CAPACITY && depth < max_depth(bits) {
                 let entries = std::mem::take(&mut leaf.entries);
-                *node = burst(entries, bits, depth, dirty);
+                *node = burst(entries, bits, depth, changes);
             }
         }
         Node::Inner(slots) => {
             let slot = &mut slots[digit(key, depth, bits)];
             slot.count = slot.count.saturating_add_signed(delta);
-            let child = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::default()));
-            add_at(child, bits, depth + 1, key, delta, dirty);
+            let child =
+                slot.child.get_or_insert_with(|| Node::Leaf(Leaf { entries: Vec::new(), epoch: changes.epoch }));
+            add_at(child, bits, depth + 1, key, delta, changes);
             if slot.count == 0 {
                 slot.child = None;
             }
@@ -498,7 +621,7 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, dirty: 
 
 /// Splits an over-full leaf at `depth` into an inner node with leaf children,
 /// recursing while a child is still over-full.
-fn burst(entries: Vec<Entry>, bits: u32, depth: u32, dirty: &mut LeafSet) -> Node {
+fn burst(entries: Vec<Entry>, bits: u32, depth: u32, changes: &mut Changes<'_>) -> Node {
     let mut slots = empty_slots(level_width(depth, bits));
     let mut groups: Vec<Vec<Entry>> = vec![Vec::new(); slots.len()];
     for entry in entries {
@@ -511,10 +634,10 @@ fn burst(entries: Vec<Entry>, bits: u32, depth: u32, dirty: &mut LeafSet) -> Nod
         if let Some(first) = group.first().map(|e| e.key()) {
             let child_depth = depth + 1;
             let child = if group.len() > LEAF_CAPACITY && child_depth < max_depth(bits) {
-                burst(group, bits, child_depth, dirty)
+                burst(group, bits, child_depth, changes)
             } else {
-                dirty.insert(leaf_id_of(first, child_depth as u8, bits));
-                Node::Leaf(Leaf { entries: group })
+                changes.dirty.insert(leaf_id_of(first, child_depth as u8, bits));
+                Node::Leaf(Leaf { entries: group, epoch: changes.epoch })
             };
             slots[d].child = Some(child);
         }
@@ -609,9 +732,12 @@ impl DirtyLeaves {
         self.present.push((id, start..self.entries.len()));
     }
 
-    /// Keeps the changed leaves only (see `unpicked`).
+    /// Keeps the changed leaves only (see `unpicked`), in key order (a
+    /// snapshot copies a leaf about to change out of order). Runs on the
+    /// thread that writes the leaves, not the shard's.
     fn pick(&mut self) {
         if let Some(mut changed) = self.unpicked.take() {
+            self.present.sort_unstable_by_key(|(id, _)| *id);
             self.present.retain(|(id, _)| changed.remove(id));
             self.gone.extend(changed);
             self.gone.sort_unstable();
@@ -675,6 +801,92 @@ fn copy_leaves<'a>(
             for (d, slot) in slots.iter().enumerate() {
                 if let Some(child) = &slot.child {
                     copy_leaves(child, bits, depth + 1, prefix | ((d as u128) << shift), ahead, out);
+                }
+            }
+        }
+    }
+}
+
+/// One slice of [`CountTree::continue_snapshot`]: the walk of
+/// [`copy_leaves`], from a key on, over leaves not yet copied only, up to a
+/// budget.
+struct SnapshotCopy<'a, 'o> {
+    from: u128,
+    left: usize,
+    epoch: u32,
+    ahead: VecDeque<(LeafId, &'a [Entry])>,
+    out: &'o mut DirtyLeaves,
+}
+
+impl<'a> SnapshotCopy<'a, '_> {
+    /// Walks `node`, whose sub-range starts at `start`; returns the start of
+    /// the first leaf left for the next slice, if the budget ran out first.
+    fn visit(&mut self, node: &'a Node, bits: u32, depth: u32, start: u128) -> Option<u128> {
+        match node {
+            Node::Leaf(leaf) => {
+                if start < self.from || leaf.epoch == self.epoch || leaf.entries.is_empty() {
+                    return None;
+                }
+                if self.left == 0 {
+                    return Some(start);
+                }
+                self.left -= 1;
+                prefetch_entries(&leaf.entries);
+                self.ahead.push_back((LeafId { prefix: start, depth: depth as u8 }, &leaf.entries));
+                if self.ahead.len() > COPY_PREFETCH_AHEAD {
+                    if let Some((id, entries)) = self.ahead.pop_front() {
+                        self.out.push(id, entries);
+                    }
+                }
+                None
+            }
+            Node::Inner(slots) => {
+                let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
+                for (d, slot) in slots.iter().enumerate() {
+                    let child_start = start | ((d as u128) << shift);
+                    let child_end = child_start | ((1u128 << shift) - 1);
+                    if child_end < self.from {
+                        continue;
+                    }
+                    if let Some(child) = &slot.child {
+                        if let Some(next) = self.visit(child, bits, depth + 1, child_start) {
+                            return Some(next);
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Sets the epoch of every leaf under `node` (sub-range from `start`)
+/// whose sub-range starts in `range` (or at its end too, if `to_end`).
+fn mark_copied(
+    node: &mut Node,
+    bits: u32,
+    depth: u32,
+    start: u128,
+    range: std::ops::Range<u128>,
+    to_end: bool,
+    epoch: u32,
+) {
+    match node {
+        Node::Leaf(leaf) => {
+            if start >= range.start && (start < range.end || to_end) {
+                leaf.epoch = epoch;
+            }
+        }
+        Node::Inner(slots) => {
+            let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
+            for (d, slot) in slots.iter_mut().enumerate() {
+                let child_start = start | ((d as u128) << shift);
+                let child_end = child_start | ((1u128 << shift) - 1);
+                if child_end < range.start || (child_start >= range.end && !to_end) {
+                    continue;
+                }
+                if let Some(child) = &mut slot.child {
+                    mark_copied(child, bits, depth + 1, child_start, range.clone(), to_end, epoch);
                 }
             }
         }
@@ -798,7 +1010,7 @@ fn decode_delta_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         push_decoded(&mut entries, (u128::from(high) << 64) | u128::from(low), count)?;
         previous_high = high;
     }
-    Ok(Leaf { entries })
+    Ok(Leaf { entries, epoch: 0 })
 }
 
 fn decode_fixed_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
@@ -812,7 +1024,7 @@ fn decode_fixed_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         let count = u64::from_be_bytes(count.try_into().map_err(|_| CorruptLeaf("count"))?);
         push_decoded(&mut entries, key, count)?;
     }
-    Ok(Leaf { entries })
+    Ok(Leaf { entries, epoch: 0 })
 }
 
 /// Appends a decoded entry, in either encoding, if the leaf stays one the
@@ -916,6 +1128,91 @@ mod tests {
             reloaded.check().map_err(TestCaseError::fail)?;
             prop_assert_eq!(reloaded.entries(), tree.entries());
             prop_assert_eq!(reloaded.total(), tree.total());
+        }
+    }
+
+    /// Writes `leaves` (a checkpoint) to `disk`, in key order, once each.
+    fn store(disk: &mut BTreeMap<LeafId, Vec<u8>>, mut leaves: DirtyLeaves, encoding: LeafEncoding) {
+        let written: Vec<(LeafId, Option<Vec<u8>>)> = leaves.encoded(encoding).collect();
+        assert!(written.windows(2).all(|w| w[0].0 < w[1].0), "changed leaves in key order, once each");
+        for (id, bytes) in written {
+            match bytes {
+                Some(b) => disk.insert(id, b),
+                None => disk.remove(&id),
+            };
+        }
+    }
+
+    fn loaded(disk: &BTreeMap<LeafId, Vec<u8>>, branching: u32, encoding: LeafEncoding) -> CountTree {
+        let mut fresh = CountTree::new(branching).unwrap();
+        for (id, bytes) in disk {
+            fresh.install_leaf(*id, bytes, encoding).unwrap();
+        }
+        fresh
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// A snapshot copied in slices of any size, with changes between
+        /// the slices, stores the tree as it was when the snapshot began;
+        /// the changes made meanwhile go to the next one. An abandoned
+        /// snapshot loses nothing: the next checkpoint writes its leaves.
+        #[test]
+        fn snapshot_in_slices_is_the_tree_when_it_began(
+            branching in proptest::sample::select(BRANCHINGS.to_vec()),
+            encoding in prop_oneof![Just(LeafEncoding::Fixed), Just(LeafEncoding::Delta)],
+            ops in proptest::collection::vec((extreme_key(), prop_oneof![Just(1i64), Just(-1), Just(2)]), 1..900),
+            cycles in proptest::collection::vec((0usize..300, 1usize..24, 0usize..6, any::<bool>()), 1..5),
+        ) {
+            let mut tree = CountTree::new(branching).unwrap();
+            let mut oracle = Oracle::default();
+            let mut disk = BTreeMap::new();
+            let mut ops = ops.iter();
+            let mut apply = |tree: &mut CountTree, oracle: &mut Oracle, n: usize| {
+                for (key, delta) in ops.by_ref().take(n) {
+                    // Never remove what is not there: the shard never does.
+                    let delta = if *delta < 0 && !oracle.0.contains_key(key) { 1 } else { *delta };
+                    tree.add(*key, delta);
+                    oracle.add(*key, delta);
+                }
+            };
+            for (before, budget, between, abandon) in cycles {
+                apply(&mut tree, &mut oracle, before);
+                tree.begin_snapshot();
+                let at_begin: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+                let mut slices = 0;
+                while tree.is_copying_snapshot() {
+                    if abandon && slices == 2 {
+                        break;
+                    }
+                    tree.continue_snapshot(budget);
+                    apply(&mut tree, &mut oracle, between);
+                    slices += 1;
+                }
+                if abandon {
+                    tree.abandon_snapshot();
+                    prop_assert!(tree.finish_snapshot().is_none());
+                    store(&mut disk, tree.take_dirty(), encoding);
+                    let now: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+                    prop_assert_eq!(loaded(&disk, branching, encoding).entries(), now);
+                    continue;
+                }
+                if let Some(leaves) = tree.finish_snapshot() {
+                    // Copied once each: a leaf copied by the walk is not copied again when it changes.
+                    let mut copied: Vec<LeafId> = leaves.present.iter().map(|(id, _)| *id).collect();
+                    copied.sort_unstable();
+                    prop_assert!(copied.windows(2).all(|w| w[0] < w[1]));
+                    store(&mut disk, leaves, encoding);
+                }
+                let stored = loaded(&disk, branching, encoding);
+                stored.check().map_err(TestCaseError::fail)?;
+                prop_assert_eq!(stored.entries(), at_begin);
+            }
+            tree.check().map_err(TestCaseError::fail)?;
+            store(&mut disk, tree.take_dirty(), encoding);
+            let entries: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+            prop_assert_eq!(loaded(&disk, branching, encoding).entries(), entries);
         }
     }
 
@@ -1097,7 +1394,7 @@ mod tests {
         let mut keys: Vec<u128> =
             (0..40u128).map(|i| (0x1234_5000_0000_0000 + i * 0x1_0000_0000) << 64 | (i * 250_000)).collect();
         keys.sort_unstable();
-        let leaf = Leaf { entries: keys.iter().map(|k| Entry::new(*k, 1)).collect() };
+        let leaf = Leaf { entries: keys.iter().map(|k| Entry::new(*k, 1)).collect(), epoch: 0 };
         let (fixed, delta) =
             (encode_entries(&leaf.entries, LeafEncoding::Fixed), encode_entries(&leaf.entries, LeafEncoding::Delta));
         assert_eq!(fixed.len(), 40 * 24);

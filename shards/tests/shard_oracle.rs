@@ -811,6 +811,10 @@ struct Knobs {
     /// Changed players that make the overlay be written as runs: small
     /// values write runs all the time, the default almost never here.
     run_every: Option<usize>,
+    /// Leaves copied per sealed batch for a checkpoint: small values spread
+    /// a checkpoint over many batches, with writes, crashes and reopens
+    /// between its slices.
+    checkpoint_slice_leaves: Option<usize>,
 }
 
 fn knobs() -> impl Strategy<Value = Knobs> {
@@ -821,15 +825,29 @@ fn knobs() -> impl Strategy<Value = Knobs> {
         proptest::bool::weighted(0.25),
         prop_oneof![Just(None), Just(Some(0)), Just(Some(5)), Just(Some(17))],
         prop_oneof![Just(None), Just(Some(1)), Just(Some(4)), Just(Some(30))],
+        prop_oneof![Just(None), Just(Some(1)), Just(Some(2)), Just(Some(5))],
     )
-        .prop_map(|(branching, sync, checkpoint_every, small_memtable, cached_players, run_every)| Knobs {
-            branching,
-            sync,
-            checkpoint_every,
-            small_memtable,
-            cached_players,
-            run_every,
-        })
+        .prop_map(
+            |(
+                branching,
+                sync,
+                checkpoint_every,
+                small_memtable,
+                cached_players,
+                run_every,
+                checkpoint_slice_leaves,
+            )| {
+                Knobs {
+                    branching,
+                    sync,
+                    checkpoint_every,
+                    small_memtable,
+                    cached_players,
+                    run_every,
+                    checkpoint_slice_leaves,
+                }
+            },
+        )
 }
 
 fn run(configs: Vec<(Order, Ties)>, knobs: Knobs, ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -846,6 +864,7 @@ fn run(configs: Vec<(Order, Ties)>, knobs: Knobs, ops: Vec<Op>) -> Result<(), Te
         memtable_bytes: if knobs.small_memtable { 32 << 10 } else { defaults.memtable_bytes },
         cached_players: knobs.cached_players.unwrap_or(defaults.cached_players),
         run_every: knobs.run_every.unwrap_or(defaults.run_every),
+        checkpoint_slice_leaves: knobs.checkpoint_slice_leaves.unwrap_or(defaults.checkpoint_slice_leaves),
         ..defaults
     };
     let shard = ok(Shard::open(dir.path(), options.clone()))?;
@@ -938,7 +957,9 @@ fn known_sequence() {
         Reopen { wrong_branching: false },
     ];
     for (order_, ties_) in [(Order::Desc, Ties::Ordinal), (Order::Asc, Ties::Competition), (Order::Desc, Ties::Dense)] {
-        for (branching, checkpoint_every) in [(2, Some(1)), (16, None), (256, Some(5))] {
+        for (branching, checkpoint_every, checkpoint_slice_leaves) in
+            [(2, Some(1), None), (16, None, None), (256, Some(5), None), (4, Some(2), Some(1))]
+        {
             let configs = vec![(order_, ties_), (Order::Asc, ties_), (order_, Ties::Dense)];
             let knobs = Knobs {
                 branching,
@@ -947,6 +968,7 @@ fn known_sequence() {
                 small_memtable: false,
                 cached_players: Some(3),
                 run_every: Some(2),
+                checkpoint_slice_leaves,
             };
             if let Err(e) = run(configs, knobs, ops.clone()) {
                 panic!("{order_:?} {ties_:?} {knobs:?}: {e}");
