@@ -190,9 +190,9 @@ pub struct ServeArgs {
     /// repacking passes that follow them.
     #[arg(long, hide = true)]
     pub debug_checkpoint_every: Option<u64>,
-    /// Testing only: copy this many count-tree leaves per sealed batch for a
-    /// checkpoint instead of 2048, so tests spread checkpoints over many
-    /// batches.
+    /// Testing only: copy at least this many count-tree leaves per sealed
+    /// batch for a checkpoint instead of 256 (and one per write in it), so
+    /// tests spread checkpoints over many batches.
     #[arg(long, hide = true)]
     pub debug_checkpoint_slice_leaves: Option<usize>,
     /// Benchmarking only: do not update per-request and per-batch metrics
