@@ -7,7 +7,7 @@
 #
 # Prints ops/s, p99, p99.9 and max, then how many shard rounds took over
 # 25 and 100 ms to apply (`rankd_shard_batch_apply_seconds`), to seal on
-# the shard's thread (`rankd_shard_seal_seconds`: a checkpoint's leaf
+# the shard's thread (`rankd_shard_seal_seconds`: slices of a checkpoint's leaf
 # copy), to write to the journal (`rankd_shard_commit_seconds`) and to
 # fsync (`rankd_shard_fsync_seconds`). Env: WARM (unmeasured seconds of sets
 # after the prefill, default 10), DURATION (default 10), CONNS (8),

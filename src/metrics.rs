@@ -63,7 +63,8 @@ pub struct ShardMetrics {
     pub batch_size: Histogram,
     /// Applying a round's requests in memory.
     pub apply_seconds: Histogram,
-    /// Sealing a round's batch on the shard's thread (a checkpoint's leaf copy).
+    /// Sealing a round's batch on the shard's thread (with a checkpoint under
+    /// way, a slice of its leaf copy).
     pub seal_seconds: Histogram,
     /// Writing a round's batch to the journal.
     pub commit_seconds: Histogram,
@@ -182,8 +183,8 @@ impl Metrics {
         )?;
         let seal = shard_histogram(
             "rankd_shard_seal_seconds",
-            "Time the shard's thread spends sealing a round's batch for the committer; at a checkpoint it copies \
-             the changed count-tree leaves out, and every request to the shard waits.",
+            "Time the shard's thread spends sealing a round's batch for the committer; while a checkpoint is \
+             taken it copies a slice of the count-tree leaves out, and every request to the shard waits.",
             &LATENCY_BUCKETS,
         )?;
         let commit = shard_histogram(
