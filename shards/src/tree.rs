@@ -1055,6 +1055,10 @@ mod tests {
                 self.0.remove(&key);
             }
         }
+        /// `(key, count)` pairs in key order, as [`CountTree::entries`] gives them.
+        fn entries(&self) -> Vec<(u128, u64)> {
+            self.0.iter().map(|(k, c)| (*k, *c)).collect()
+        }
         fn before(&self, key: u128) -> u64 {
             self.0.range(..key).map(|(_, c)| c).sum()
         }
@@ -1071,14 +1075,9 @@ mod tests {
         ]
     }
 
-    fn reload(
-        tree: &mut CountTree,
-        disk: &mut BTreeMap<LeafId, Vec<u8>>,
-        branching: u32,
-        encoding: LeafEncoding,
-        copy_all: bool,
-    ) -> CountTree {
-        let written: Vec<(LeafId, Option<Vec<u8>>)> = tree.take_dirty_by(copy_all).encoded(encoding).collect();
+    /// Writes `leaves` (a checkpoint) to `disk`, in key order, once each.
+    fn store(disk: &mut BTreeMap<LeafId, Vec<u8>>, mut leaves: DirtyLeaves, encoding: LeafEncoding) {
+        let written: Vec<(LeafId, Option<Vec<u8>>)> = leaves.encoded(encoding).collect();
         assert!(written.windows(2).all(|w| w[0].0 < w[1].0), "changed leaves in key order, once each");
         for (id, bytes) in written {
             match bytes {
@@ -1086,11 +1085,27 @@ mod tests {
                 None => disk.remove(&id),
             };
         }
+    }
+
+    fn loaded(disk: &BTreeMap<LeafId, Vec<u8>>, branching: u32, encoding: LeafEncoding) -> CountTree {
         let mut fresh = CountTree::new(branching).unwrap();
-        for (id, bytes) in disk.iter() {
+        for (id, bytes) in disk {
             fresh.install_leaf(*id, bytes, encoding).unwrap();
         }
         fresh
+    }
+
+    /// Writes the leaves changed since the last reload to `disk` and loads
+    /// a fresh tree from it.
+    fn reload(
+        tree: &mut CountTree,
+        disk: &mut BTreeMap<LeafId, Vec<u8>>,
+        branching: u32,
+        encoding: LeafEncoding,
+        copy_all: bool,
+    ) -> CountTree {
+        store(disk, tree.take_dirty_by(copy_all), encoding);
+        loaded(disk, branching, encoding)
     }
 
     proptest! {
@@ -1118,7 +1133,7 @@ mod tests {
             }
             tree.check().map_err(TestCaseError::fail)?;
             prop_assert_eq!(tree.total(), oracle.0.values().sum::<u64>());
-            let entries: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+            let entries = oracle.entries();
             prop_assert_eq!(tree.entries(), entries);
             for probe in probes.iter().chain(oracle.0.keys()) {
                 prop_assert_eq!(tree.count_before(*probe), oracle.before(*probe));
@@ -1129,26 +1144,6 @@ mod tests {
             prop_assert_eq!(reloaded.entries(), tree.entries());
             prop_assert_eq!(reloaded.total(), tree.total());
         }
-    }
-
-    /// Writes `leaves` (a checkpoint) to `disk`, in key order, once each.
-    fn store(disk: &mut BTreeMap<LeafId, Vec<u8>>, mut leaves: DirtyLeaves, encoding: LeafEncoding) {
-        let written: Vec<(LeafId, Option<Vec<u8>>)> = leaves.encoded(encoding).collect();
-        assert!(written.windows(2).all(|w| w[0].0 < w[1].0), "changed leaves in key order, once each");
-        for (id, bytes) in written {
-            match bytes {
-                Some(b) => disk.insert(id, b),
-                None => disk.remove(&id),
-            };
-        }
-    }
-
-    fn loaded(disk: &BTreeMap<LeafId, Vec<u8>>, branching: u32, encoding: LeafEncoding) -> CountTree {
-        let mut fresh = CountTree::new(branching).unwrap();
-        for (id, bytes) in disk {
-            fresh.install_leaf(*id, bytes, encoding).unwrap();
-        }
-        fresh
     }
 
     proptest! {
@@ -1180,7 +1175,7 @@ mod tests {
             for (before, budget, between, abandon) in cycles {
                 apply(&mut tree, &mut oracle, before);
                 tree.begin_snapshot();
-                let at_begin: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+                let at_begin = oracle.entries();
                 let mut slices = 0;
                 while tree.is_copying_snapshot() {
                     if abandon && slices == 2 {
@@ -1194,7 +1189,7 @@ mod tests {
                     tree.abandon_snapshot();
                     prop_assert!(tree.finish_snapshot().is_none());
                     store(&mut disk, tree.take_dirty(), encoding);
-                    let now: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+                    let now = oracle.entries();
                     prop_assert_eq!(loaded(&disk, branching, encoding).entries(), now);
                     continue;
                 }
@@ -1211,7 +1206,7 @@ mod tests {
             }
             tree.check().map_err(TestCaseError::fail)?;
             store(&mut disk, tree.take_dirty(), encoding);
-            let entries: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+            let entries = oracle.entries();
             prop_assert_eq!(loaded(&disk, branching, encoding).entries(), entries);
         }
     }
@@ -1306,7 +1301,7 @@ mod tests {
                 }
             }
             tree.check().map_err(TestCaseError::fail)?;
-            let expected: Vec<_> = oracle.0.iter().map(|(k, c)| (*k, *c)).collect();
+            let expected = oracle.entries();
             prop_assert_eq!(tree.entries(), expected);
             for key in oracle.0.keys() {
                 prop_assert_eq!(tree.count_before(*key), oracle.before(*key));
