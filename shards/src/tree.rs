@@ -710,12 +710,13 @@ impl<F: FnMut(*const u8) -> bool> Repack<F> {
 /// each, nearly all have. Below, it looks up only the changed ones.
 const MOSTLY_CHANGED_PLAYERS_PER_LEAF: u64 = 64;
 
-/// Changed leaves of one tree, copied out in key order by
-/// [`CountTree::take_dirty`].
+/// Changed leaves of one tree, copied out by [`CountTree::take_dirty`] or
+/// a snapshot ([`CountTree::begin_snapshot`]); written in key order.
 #[derive(Debug, Default)]
 pub struct DirtyLeaves {
-    /// Leaves that exist, in key order, each with its entries' place in
-    /// `entries`.
+    /// Leaves that exist, each with its entries' place in `entries`: in key
+    /// order, except a snapshot's until picked (copy-on-write copies come
+    /// when their leaf changes).
     present: Vec<(LeafId, std::ops::Range<usize>)>,
     entries: Vec<Entry>,
     /// Leaves that no longer exist, in key order.
