@@ -351,9 +351,25 @@ impl CountTree {
         budget: usize,
         should_move: impl FnMut(*const u8) -> bool,
     ) -> (Repacked, Option<u128>) {
-        let mut walk = Repack { from, left: budget, done: Repacked::default(), should_move };
-        let next = walk.visit(&mut self.root, self.bits, 0, 0);
-        (walk.done, next)
+        let (mut left, mut done, mut should_move) = (budget, Repacked::default(), should_move);
+        let next = leaves_from(&mut self.root, self.bits, 0, 0, from, &mut |_, leaf| {
+            if leaf.entries.capacity() == 0 {
+                return true;
+            }
+            if left == 0 {
+                return false;
+            }
+            left -= 1;
+            done.visited += 1;
+            if should_move(leaf.entries.as_ptr().cast()) {
+                let mut fresh = Vec::with_capacity(leaf.entries.capacity());
+                fresh.extend_from_slice(&leaf.entries);
+                leaf.entries = fresh;
+                done.moved += 1;
+            }
+            true
+        });
+        (done, next)
     }
 
     /// Starts a snapshot of the leaves changed since the last one, as they
@@ -391,24 +407,22 @@ impl CountTree {
     /// returns what is left of the budget (all of it when there is no copy
     /// under way).
     pub fn continue_snapshot(&mut self, budget: usize) -> usize {
-        let Some(snapshot) = &mut self.snapshot else { return budget };
+        let Self { root, bits, epoch, snapshot: Some(snapshot), .. } = self else { return budget };
         let Some(from) = snapshot.walk else { return budget };
-        let mut copy = SnapshotCopy {
-            from,
-            left: budget,
-            epoch: self.epoch,
-            ahead: VecDeque::with_capacity(COPY_PREFETCH_AHEAD + 1),
-            out: &mut snapshot.out,
-        };
-        let next = copy.visit(&self.root, self.bits, 0, 0);
-        for (id, entries) in std::mem::take(&mut copy.ahead) {
-            copy.out.push(id, entries);
-        }
-        let left = copy.left;
-        // The leaves just copied are of this epoch now, so a change to them
-        // is not copied again.
-        mark_copied(&mut self.root, self.bits, 0, 0, from..next.unwrap_or(u128::MAX), next.is_none(), self.epoch);
-        snapshot.walk = next;
+        let (mut left, out, epoch) = (budget, &mut snapshot.out, *epoch);
+        snapshot.walk = leaves_from(root, *bits, 0, 0, from, &mut |id, leaf| {
+            if leaf.epoch == epoch || leaf.entries.is_empty() {
+                return true; // copied on write, or made since
+            }
+            if left == 0 {
+                return false;
+            }
+            left -= 1;
+            // Of this epoch now: a change to it is not copied again.
+            leaf.epoch = epoch;
+            out.push(id, &leaf.entries);
+            true
+        });
         left
     }
 
@@ -654,53 +668,40 @@ pub struct Repacked {
     pub moved: usize,
 }
 
-/// One step of [`CountTree::repack`].
-struct Repack<F> {
-    /// Leaves whose sub-range starts before this were visited by earlier steps.
+/// Calls `visit` on every leaf under `node` (whose sub-range starts at
+/// `start`) that starts at or after `from`, in key order, until it returns
+/// false; returns where that leaf starts, for the next walk to go on from,
+/// or `None` if the walk reached the end. The tree may change between
+/// walks: leaves that appear behind the cursor are not visited. The walk of
+/// repacking passes and of snapshot slices.
+fn leaves_from(
+    node: &mut Node,
+    bits: u32,
+    depth: u32,
+    start: u128,
     from: u128,
-    left: usize,
-    done: Repacked,
-    should_move: F,
-}
-
-impl<F: FnMut(*const u8) -> bool> Repack<F> {
-    /// Walks `node`, whose sub-range starts at `start`; returns the start of
-    /// the first leaf left for the next step, if the budget ran out first.
-    fn visit(&mut self, node: &mut Node, bits: u32, depth: u32, start: u128) -> Option<u128> {
-        match node {
-            Node::Leaf(leaf) => {
-                if start < self.from || leaf.entries.capacity() == 0 {
-                    return None;
+    visit: &mut impl FnMut(LeafId, &mut Leaf) -> bool,
+) -> Option<u128> {
+    match node {
+        Node::Leaf(leaf) => {
+            let go_on = start < from || visit(LeafId { prefix: start, depth: depth as u8 }, leaf);
+            (!go_on).then_some(start)
+        }
+        Node::Inner(slots) => {
+            let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
+            for (d, slot) in slots.iter_mut().enumerate() {
+                let child_start = start | ((d as u128) << shift);
+                let child_end = child_start | ((1u128 << shift) - 1);
+                if child_end < from {
+                    continue;
                 }
-                if self.left == 0 {
-                    return Some(start);
-                }
-                self.left -= 1;
-                self.done.visited += 1;
-                if (self.should_move)(leaf.entries.as_ptr().cast()) {
-                    let mut fresh = Vec::with_capacity(leaf.entries.capacity());
-                    fresh.extend_from_slice(&leaf.entries);
-                    leaf.entries = fresh;
-                    self.done.moved += 1;
-                }
-                None
-            }
-            Node::Inner(slots) => {
-                let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
-                for (d, slot) in slots.iter_mut().enumerate() {
-                    let child_start = start | ((d as u128) << shift);
-                    let child_end = child_start | ((1u128 << shift) - 1);
-                    if child_end < self.from {
-                        continue;
-                    }
-                    if let Some(child) = &mut slot.child {
-                        if let Some(next) = self.visit(child, bits, depth + 1, child_start) {
-                            return Some(next);
-                        }
+                if let Some(child) = &mut slot.child {
+                    if let Some(next) = leaves_from(child, bits, depth + 1, child_start, from, visit) {
+                        return Some(next);
                     }
                 }
-                None
             }
+            None
         }
     }
 }
@@ -802,92 +803,6 @@ fn copy_leaves<'a>(
             for (d, slot) in slots.iter().enumerate() {
                 if let Some(child) = &slot.child {
                     copy_leaves(child, bits, depth + 1, prefix | ((d as u128) << shift), ahead, out);
-                }
-            }
-        }
-    }
-}
-
-/// One slice of [`CountTree::continue_snapshot`]: the walk of
-/// [`copy_leaves`], from a key on, over leaves not yet copied only, up to a
-/// budget.
-struct SnapshotCopy<'a, 'o> {
-    from: u128,
-    left: usize,
-    epoch: u32,
-    ahead: VecDeque<(LeafId, &'a [Entry])>,
-    out: &'o mut DirtyLeaves,
-}
-
-impl<'a> SnapshotCopy<'a, '_> {
-    /// Walks `node`, whose sub-range starts at `start`; returns the start of
-    /// the first leaf left for the next slice, if the budget ran out first.
-    fn visit(&mut self, node: &'a Node, bits: u32, depth: u32, start: u128) -> Option<u128> {
-        match node {
-            Node::Leaf(leaf) => {
-                if start < self.from || leaf.epoch == self.epoch || leaf.entries.is_empty() {
-                    return None;
-                }
-                if self.left == 0 {
-                    return Some(start);
-                }
-                self.left -= 1;
-                prefetch_entries(&leaf.entries);
-                self.ahead.push_back((LeafId { prefix: start, depth: depth as u8 }, &leaf.entries));
-                if self.ahead.len() > COPY_PREFETCH_AHEAD {
-                    if let Some((id, entries)) = self.ahead.pop_front() {
-                        self.out.push(id, entries);
-                    }
-                }
-                None
-            }
-            Node::Inner(slots) => {
-                let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
-                for (d, slot) in slots.iter().enumerate() {
-                    let child_start = start | ((d as u128) << shift);
-                    let child_end = child_start | ((1u128 << shift) - 1);
-                    if child_end < self.from {
-                        continue;
-                    }
-                    if let Some(child) = &slot.child {
-                        if let Some(next) = self.visit(child, bits, depth + 1, child_start) {
-                            return Some(next);
-                        }
-                    }
-                }
-                None
-            }
-        }
-    }
-}
-
-/// Sets the epoch of every leaf under `node` (sub-range from `start`)
-/// whose sub-range starts in `range` (or at its end too, if `to_end`).
-fn mark_copied(
-    node: &mut Node,
-    bits: u32,
-    depth: u32,
-    start: u128,
-    range: std::ops::Range<u128>,
-    to_end: bool,
-    epoch: u32,
-) {
-    match node {
-        Node::Leaf(leaf) => {
-            if start >= range.start && (start < range.end || to_end) {
-                leaf.epoch = epoch;
-            }
-        }
-        Node::Inner(slots) => {
-            let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
-            for (d, slot) in slots.iter_mut().enumerate() {
-                let child_start = start | ((d as u128) << shift);
-                let child_end = child_start | ((1u128 << shift) - 1);
-                if child_end < range.start || (child_start >= range.end && !to_end) {
-                    continue;
-                }
-                if let Some(child) = &mut slot.child {
-                    mark_copied(child, bits, depth + 1, child_start, range.clone(), to_end, epoch);
                 }
             }
         }
