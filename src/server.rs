@@ -67,7 +67,7 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
         checkpoint_every: config.debug_checkpoint_every.unwrap_or(rankd_shards::shard::CHECKPOINT_EVERY),
         checkpoint_slice_leaves: config
             .debug_checkpoint_slice_leaves
-            .unwrap_or(rankd_shards::ShardOptions::default().checkpoint_slice_leaves),
+            .unwrap_or(rankd_shards::shard::CHECKPOINT_SLICE_LEAVES),
         ..ShardOptions::default()
     };
     std::thread::scope(|scope| {

@@ -421,7 +421,7 @@ pub const CHECKPOINT_EVERY: u64 = 100_000;
 /// before slices; one client waiting through one long copy is one slow
 /// sample, through many shorter slices it is many); with 256 it was
 /// 1158 us.
-const CHECKPOINT_SLICE_LEAVES: usize = 256;
+pub const CHECKPOINT_SLICE_LEAVES: usize = 256;
 
 /// A checkpoint waits for at most this many times
 /// [`ShardOptions::checkpoint_every`] logged changes: bounds the log a
@@ -1046,8 +1046,10 @@ impl Shard {
         if staged.changes > 0 && self.checkpointing.is_none() && self.checkpoint_due(self.logged) {
             self.begin_checkpoint();
         }
-        let checkpoint = self.checkpointing.is_some() && self.copy_checkpoint_slice(staged.writes);
-        let runs = (checkpoint || self.overlay.players() >= self.options.run_every).then(|| self.freeze(checkpoint));
+        // The checkpoint under way, once its last slice is copied.
+        let checkpoint = self.checkpointing.filter(|_| self.copy_checkpoint_slice(staged.writes));
+        let runs =
+            (checkpoint.is_some() || self.overlay.players() >= self.options.run_every).then(|| self.freeze(checkpoint));
         self.in_flight.push_back(runs.as_ref().map(|runs| runs.overlay.clone()));
         SealedBatch {
             batch: (!batch.is_empty()).then_some(batch),
@@ -1059,20 +1061,22 @@ impl Shard {
     }
 
     /// Takes the overlay out for a sealed batch to write as runs once it is
-    /// durable, with the marker that follows them and, for a `checkpoint`,
-    /// the changed leaves and the deletion of the log they replace. Reads
-    /// keep seeing the frozen overlay until the batch is reported done.
-    fn freeze(&mut self, checkpoint: bool) -> Runs {
+    /// durable, with the marker that follows them and, when the copy of a
+    /// checkpoint (through the log record numbered `checkpoint`) is done,
+    /// its leaves and the deletion of the log they replace. Reads keep
+    /// seeing the frozen overlay until the batch is reported done.
+    fn freeze(&mut self, checkpoint: Option<u64>) -> Runs {
         let empty = self.empty_overlay();
         let mut overlay = std::mem::replace(&mut self.overlay, empty);
         overlay.freeze();
         let overlay = Arc::new(overlay);
         let mut after = self.db.batch().durability(None);
-        let checkpoint = if checkpoint {
-            Some(self.finish_checkpoint(&mut after))
-        } else {
-            self.mark_runs(&mut after);
-            None
+        let checkpoint = match checkpoint {
+            Some(through) => Some(self.finish_checkpoint(&mut after, through)),
+            None => {
+                self.mark_runs(&mut after);
+                None
+            }
         };
         Runs { overlay, players: self.players.clone(), index: self.index.clone(), checkpoint, after }
     }
@@ -1244,12 +1248,13 @@ impl Shard {
     }
 
     /// Takes the copied leaves of the checkpoint begun by
-    /// [`Shard::begin_checkpoint`], adds to `batch` the deletion of the log
+    /// [`Shard::begin_checkpoint`] at log record `through`, adds to `batch`
+    /// the deletion of the log
     /// they make redundant and the marker of the runs (which now cover every
     /// log record: this batch freezes the overlay). Trees made since the
     /// checkpoint began have nothing in it: their leaves go to the next.
-    fn finish_checkpoint(&mut self, batch: &mut fjall::OwnedWriteBatch) -> Checkpoint {
-        let through = self.checkpointing.take().unwrap_or(self.next_log);
+    fn finish_checkpoint(&mut self, batch: &mut fjall::OwnedWriteBatch, through: u64) -> Checkpoint {
+        self.checkpointing = None;
         let trees =
             self.trees.iter_mut().filter_map(|(id, tree)| tree.finish_snapshot().map(|leaves| (*id, leaves))).collect();
         self.close_log(batch, trees, through)
