@@ -817,37 +817,18 @@ struct Knobs {
     checkpoint_slice_leaves: Option<usize>,
 }
 
-fn knobs() -> impl Strategy<Value = Knobs> {
-    (
-        proptest::sample::select(BRANCHINGS.to_vec()),
-        proptest::bool::weighted(0.25),
-        prop_oneof![Just(None), Just(Some(1)), Just(Some(3)), Just(Some(17)), Just(Some(60))],
-        proptest::bool::weighted(0.25),
-        prop_oneof![Just(None), Just(Some(0)), Just(Some(5)), Just(Some(17))],
-        prop_oneof![Just(None), Just(Some(1)), Just(Some(4)), Just(Some(30))],
-        prop_oneof![Just(None), Just(Some(1)), Just(Some(2)), Just(Some(5))],
-    )
-        .prop_map(
-            |(
-                branching,
-                sync,
-                checkpoint_every,
-                small_memtable,
-                cached_players,
-                run_every,
-                checkpoint_slice_leaves,
-            )| {
-                Knobs {
-                    branching,
-                    sync,
-                    checkpoint_every,
-                    small_memtable,
-                    cached_players,
-                    run_every,
-                    checkpoint_slice_leaves,
-                }
-            },
-        )
+prop_compose! {
+    fn knobs()(
+        branching in proptest::sample::select(BRANCHINGS.to_vec()),
+        sync in proptest::bool::weighted(0.25),
+        checkpoint_every in prop_oneof![Just(None), Just(Some(1)), Just(Some(3)), Just(Some(17)), Just(Some(60))],
+        small_memtable in proptest::bool::weighted(0.25),
+        cached_players in prop_oneof![Just(None), Just(Some(0)), Just(Some(5)), Just(Some(17))],
+        run_every in prop_oneof![Just(None), Just(Some(1)), Just(Some(4)), Just(Some(30))],
+        checkpoint_slice_leaves in prop_oneof![Just(None), Just(Some(1)), Just(Some(2)), Just(Some(5))],
+    ) -> Knobs {
+        Knobs { branching, sync, checkpoint_every, small_memtable, cached_players, run_every, checkpoint_slice_leaves }
+    }
 }
 
 fn run(configs: Vec<(Order, Ties)>, knobs: Knobs, ops: Vec<Op>) -> Result<(), TestCaseError> {
