@@ -69,6 +69,11 @@ fn bench_against_rankd_writes_json_and_csv() {
     for field in ["server_cpu_seconds", "client_cpu_seconds"] {
         assert!(report[field].as_f64().is_some_and(|s| s > 0.0), "{field}: {report}");
     }
+    // The machine's time is accounted too: busy at least while both worked,
+    // and busy plus idle covers at least one core for the run's length.
+    let machine = |field: &str| report[field].as_f64().unwrap_or_else(|| panic!("{field}: {report}"));
+    let (busy, idle, seconds) = (machine("machine_busy_seconds"), machine("machine_idle_seconds"), machine("seconds"));
+    assert!(busy > 0.0 && idle >= 0.0 && busy + idle >= 0.5 * seconds, "{report}");
     assert!(report["target"].as_str().unwrap().starts_with("rankd://"), "{report}");
     for field in ["p50_us", "p99_us", "p999_us", "max_us", "ops_per_sec"] {
         assert!(report[field].is_number(), "{field} missing: {report}");
@@ -125,7 +130,8 @@ fn sweep_writes_csv_and_png() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores",
+        "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores,\
+         machine_idle_cores",
         "{csv}"
     );
     assert_eq!(lines.len(), 3, "two data rows:\n{csv}\nstdout:\n{}", String::from_utf8_lossy(&out.stdout));
@@ -138,6 +144,8 @@ fn sweep_writes_csv_and_png() {
         for cpu in &fields[7..10] {
             assert!(cpu.parse::<f64>().is_ok_and(|x| x > 0.0), "no CPU figure: {csv}");
         }
+        // And the machine's idle cores (zero when a run was CPU-bound).
+        assert!(fields[10].parse::<f64>().is_ok_and(|x| x >= 0.0), "no idle figure: {csv}");
     }
     let png = std::fs::read(dir.path().join("tmp/sweep.png")).expect("sweep.png");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "sweep.png is not a PNG");

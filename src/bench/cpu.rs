@@ -7,6 +7,12 @@
 //! was. rankd's come from `rankd_thread_cpu_seconds_total` on its metrics
 //! endpoint (by thread, so a run also says which thread was busiest),
 //! Redis's from `INFO cpu`, the generator's from `/proc/self/stat`.
+//!
+//! And the whole machine's, from `/proc/stat`: whether a run used every
+//! core or left some idle says whether it was CPU-bound at all (a server
+//! waiting on fsync latency leaves cores idle; one out of CPU does not),
+//! and what neither server nor generator used went to the kernel's own
+//! threads or to other tenants.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -78,6 +84,39 @@ pub(crate) fn redis_cpu_seconds(info: &str) -> Option<f64> {
     Some(field("used_cpu_sys:")? + field("used_cpu_user:")?)
 }
 
+/// The machine's CPU seconds so far, over all its cores.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct MachineCpu {
+    /// Not idle: user, nice, system, interrupts and steal (time the
+    /// hypervisor gave to other guests was not ours to use either).
+    pub busy: f64,
+    /// Idle, including waiting for I/O with nothing else to run.
+    pub idle: f64,
+}
+
+impl MachineCpu {
+    /// What was used from `earlier` to `self`.
+    pub fn since(self, earlier: MachineCpu) -> MachineCpu {
+        MachineCpu { busy: self.busy - earlier.busy, idle: self.idle - earlier.idle }
+    }
+}
+
+/// The machine's CPU seconds so far, where `/proc` says.
+pub(crate) fn machine_cpu_seconds() -> Option<MachineCpu> {
+    machine_cpu_in(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// The `cpu` line of a `/proc/stat` text: user nice system idle iowait irq
+/// softirq steal (guest time is already in user).
+fn machine_cpu_in(stat: &str) -> Option<MachineCpu> {
+    let line = stat.lines().find(|line| line.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).map(str::parse).collect::<Result<_, _>>().ok()?;
+    let [user, nice, system, idle, iowait, irq, softirq, ..] = ticks[..] else { return None };
+    let steal = ticks.get(7).copied().unwrap_or(0);
+    let seconds = |ticks: u64| ticks as f64 / crate::thread_cpu::TICKS_PER_SECOND;
+    Some(MachineCpu { busy: seconds(user + nice + system + irq + softirq + steal), idle: seconds(idle + iowait) })
+}
+
 /// CPU seconds this process has used (user and system), where `/proc` says.
 pub(crate) fn own_cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -111,8 +150,22 @@ mod tests {
     }
 
     #[test]
-    fn own_cpu_grows_with_work() {
+    fn reads_the_machine_line_of_proc_stat() {
+        let stat = "cpu  100 5 20 300 40 1 4 30 7 0\ncpu0 50 2 10 150 20 0 2 15 0 0\nintr 1 2 3\n";
+        let cpu = machine_cpu_in(stat).unwrap();
+        assert_eq!(cpu, MachineCpu { busy: 1.6, idle: 3.4 });
+        assert_eq!(machine_cpu_in("cpu  1 2 3 4 5 6 7\n"), Some(MachineCpu { busy: 0.19, idle: 0.09 }));
+        assert_eq!(machine_cpu_in("cpu  1 2 3\n"), None);
+        assert_eq!(machine_cpu_in("cpu0 1 2 3 4 5 6 7 8\n"), None);
+        let later = MachineCpu { busy: 2.5, idle: 4.0 };
+        let used = later.since(cpu);
+        assert!((used.busy - 0.9).abs() < 1e-9 && (used.idle - 0.6).abs() < 1e-9, "{used:?}");
+    }
+
+    #[test]
+    fn own_and_machine_cpu_grow_with_work() {
         let before = own_cpu_seconds().expect("/proc/self/stat");
+        let machine_before = machine_cpu_seconds().expect("/proc/stat");
         let started = std::time::Instant::now();
         let mut x = 0u64;
         while started.elapsed() < Duration::from_millis(300) {
@@ -120,5 +173,7 @@ mod tests {
         }
         let after = own_cpu_seconds().expect("/proc/self/stat");
         assert!(after - before >= 0.1, "{before} -> {after} after 300 ms of spinning");
+        let machine = machine_cpu_seconds().expect("/proc/stat").since(machine_before);
+        assert!(machine.busy >= 0.1, "the machine was busy {machine:?} while this process spun 300 ms");
     }
 }

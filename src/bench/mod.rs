@@ -300,13 +300,22 @@ pub struct Report {
     /// CPU seconds this load generator used during the measurement.
     #[serde(default)]
     pub client_cpu_seconds: Option<f64>,
+    /// CPU seconds the whole machine was busy during the measurement (all
+    /// processes and the kernel, over all cores).
+    #[serde(default)]
+    pub machine_busy_seconds: Option<f64>,
+    /// CPU seconds the machine's cores stood idle: near zero when the run
+    /// was CPU-bound.
+    #[serde(default)]
+    pub machine_idle_seconds: Option<f64>,
 }
 
 impl Report {
     /// The CSV header matching [`Report::csv_row`].
     pub const CSV_HEADER: &'static str = "target,server_version,workload,mode,distribution,zipf_exponent,players,\
                                           connections,pipeline,ops,errors,seconds,ops_per_sec,p50_us,p99_us,\
-                                          p999_us,max_us,offered_rate,server_cpu_seconds,client_cpu_seconds";
+                                          p999_us,max_us,offered_rate,server_cpu_seconds,client_cpu_seconds,\
+                                          machine_busy_seconds,machine_idle_seconds";
 
     /// One CSV row.
     pub fn csv_row(&self) -> String {
@@ -331,6 +340,8 @@ impl Report {
             self.offered_rate.map(|r| r.to_string()).unwrap_or_default(),
             self.server_cpu_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
             self.client_cpu_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
+            self.machine_busy_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
+            self.machine_idle_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
         ]
         .join(",")
     }
@@ -348,6 +359,16 @@ impl Report {
     /// Cores the load generator kept busy on average, if known.
     pub fn client_cores(&self) -> Option<f64> {
         Some(self.client_cpu_seconds? / self.seconds)
+    }
+
+    /// Cores the whole machine kept busy on average, if known.
+    pub fn machine_busy_cores(&self) -> Option<f64> {
+        Some(self.machine_busy_seconds? / self.seconds)
+    }
+
+    /// Cores that stood idle on average, if known.
+    pub fn machine_idle_cores(&self) -> Option<f64> {
+        Some(self.machine_idle_seconds? / self.seconds)
     }
 }
 
@@ -512,6 +533,7 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
     // A metrics address that does not answer fails the run before it starts.
     let server_cpu_before = setup.server_cpu(load.server_metrics.as_deref()).await?;
     let client_cpu_before = cpu::own_cpu_seconds();
+    let machine_cpu_before = cpu::machine_cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..load.connections {
@@ -543,6 +565,7 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
     let results = join_all(tasks).await;
     let seconds = started.elapsed().as_secs_f64();
     let client_cpu_seconds = cpu::own_cpu_seconds().zip(client_cpu_before).map(|(after, before)| after - before);
+    let machine_cpu = cpu::machine_cpu_seconds().zip(machine_cpu_before).map(|(after, before)| after.since(before));
     let server_cpu = match server_cpu_before {
         Some(before) => setup.server_cpu(load.server_metrics.as_deref()).await?.map(|after| after.since(&before)),
         None => None,
@@ -580,6 +603,8 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
         server_cpu_seconds: server_cpu.as_ref().map(|cpu| cpu.total),
         server_cpu_by_thread: server_cpu.map(|cpu| cpu.by_thread).unwrap_or_default(),
         client_cpu_seconds,
+        machine_busy_seconds: machine_cpu.map(|cpu| cpu.busy),
+        machine_idle_seconds: machine_cpu.map(|cpu| cpu.idle),
     })
 }
 
@@ -753,6 +778,10 @@ pub fn print(report: &Report) {
     if let Some(cores) = report.client_cores() {
         println!("  load generator CPU: {cores:.2} cores");
     }
+    if let (Some(busy), Some(idle)) = (report.machine_busy_cores(), report.machine_idle_cores()) {
+        // What server and generator did not use went to the kernel's threads or other tenants.
+        println!("  machine CPU: {busy:.2} cores busy, {idle:.2} idle");
+    }
     for note in &report.notes {
         println!("  note: {note}");
     }
@@ -849,9 +878,12 @@ mod tests {
             server_cpu_seconds: Some(0.5),
             server_cpu_by_thread: Default::default(),
             client_cpu_seconds: None,
+            machine_busy_seconds: Some(1.5),
+            machine_idle_seconds: Some(0.25),
         };
         assert_eq!(report.csv_row().split(',').count(), Report::CSV_HEADER.split(',').count());
-        assert!(report.csv_row().ends_with(",0.50,"), "{}", report.csv_row());
+        assert!(report.csv_row().ends_with(",0.50,,1.50,0.25"), "{}", report.csv_row());
+        assert_eq!((report.machine_busy_cores(), report.machine_idle_cores()), (Some(1.5), Some(0.25)));
         assert_eq!(report.server_cpu_us_per_op(), Some(100_000.0));
         assert_eq!(csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");
         let dir = tempfile::tempdir().unwrap();

@@ -36,7 +36,8 @@ pub struct SweepArgs {
 
 /// The CSV header of `sweep.csv`.
 pub const SWEEP_CSV_HEADER: &str =
-    "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores";
+    "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores,\
+     machine_idle_cores";
 
 fn sweep_row(shards: Option<usize>, report: &Report) -> String {
     [
@@ -50,6 +51,7 @@ fn sweep_row(shards: Option<usize>, report: &Report) -> String {
         report.server_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
         report.server_cpu_us_per_op().map(|us| format!("{us:.2}")).unwrap_or_default(),
         report.client_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
+        report.machine_idle_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
     ]
     .join(",")
 }
