@@ -9,7 +9,8 @@
 # always) on temp data dirs, prefills both with PLAYERS players, runs WARM
 # seconds of unmeasured sets on each (so each system's compaction or AOF
 # rewrite lands in its own figures), then each workload for DURATION seconds
-# per system, and prints ops/s, p99, the server's CPU (cores) and the ratio.
+# per system, and prints ops/s, p99, the server's CPU (cores), the machine's
+# idle cores during each run and the ratio.
 # Env: CACHE_MB (rankd --cache-mb), WARM (default 30), DURATION (default 10),
 # CONNS (8), DEPTH (64), KEEP=1 keeps the temp dir with the JSON reports,
 # RANKD=path runs another rankd binary (an A/B against an older build).
@@ -74,13 +75,19 @@ for i in 0 1; do
     done
 done
 
-# "ops/s p99_us" of one JSON report.
-ops_and_p99() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["ops_per_sec"]), j["p99_us"])' "$1"; }
+# "ops/s p99_us idle_cores" of one JSON report (idle: the machine's cores
+# left idle during the run; near zero means it was CPU-bound).
+ops_p99_idle() {
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+idle = j.get("machine_idle_seconds")
+print(round(j["ops_per_sec"]), j["p99_us"], "-" if idle is None else "%.2f" % (idle / j["seconds"]))' "$1"
+}
 
-printf '%-8s %14s %10s %6s %14s %10s %6s %8s\n' workload "rankd ops/s" "p99 us" cores "redis ops/s" "p99 us" cores ratio
+printf '%-8s %12s %8s %6s %5s %12s %8s %6s %5s %7s\n' workload "rankd ops/s" "p99 us" cores idle \
+    "redis ops/s" "p99 us" cores idle ratio
 for w in "${workloads[@]}"; do
-    read -r r_ops r_p99 < <(ops_and_p99 "$work/rankd-$w.json")
-    read -r s_ops s_p99 < <(ops_and_p99 "$work/redis-$w.json")
-    printf '%-8s %14s %10s %6s %14s %10s %6s %8s\n' "$w" "$r_ops" "$r_p99" "$(cat "$work/rankd-$w.cpu")" \
-        "$s_ops" "$s_p99" "$(cat "$work/redis-$w.cpu")" "$(awk -v a="$r_ops" -v b="$s_ops" 'BEGIN {printf "%.2f", a / b}')"
+    read -r r_ops r_p99 r_idle < <(ops_p99_idle "$work/rankd-$w.json")
+    read -r s_ops s_p99 s_idle < <(ops_p99_idle "$work/redis-$w.json")
+    printf '%-8s %12s %8s %6s %5s %12s %8s %6s %5s %7s\n' "$w" "$r_ops" "$r_p99" "$(cat "$work/rankd-$w.cpu")" "$r_idle" \
+        "$s_ops" "$s_p99" "$(cat "$work/redis-$w.cpu")" "$s_idle" "$(awk -v a="$r_ops" -v b="$s_ops" 'BEGIN {printf "%.2f", a / b}')"
 done

@@ -9,6 +9,7 @@
 //! - [`config`]: CLI flags and the TOML file;
 //! - [`layout`]: what a data dir holds and the check that it fits;
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint;
+//! - [`priority`]: background threads at a low CPU priority;
 //! - [`allocator`]: what the server asks of jemalloc beyond malloc and free;
 //! - [`error`]: the one place errors become protocol codes.
 
@@ -23,6 +24,7 @@ pub mod connection;
 pub mod error;
 pub mod layout;
 pub mod metrics;
+pub mod priority;
 pub mod protocol;
 pub mod router;
 pub mod server;

@@ -25,6 +25,7 @@ use crate::config::{DurabilityArg, Secret, ServeConfig};
 use crate::connection::{self, Limits};
 use crate::layout;
 use crate::metrics::{self, Metrics};
+use crate::priority;
 use crate::router::{Router, RouterState};
 use crate::shard::{replace_dense_share, Command, DenseRegistry, ShardActor, ShardLink};
 
@@ -117,6 +118,7 @@ pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry)
 pub fn run(config: ServeConfig) -> Result<(), StartError> {
     let started = Instant::now();
     let shards = open_shards(&config)?;
+    priority::make_fjall_workers_background();
     let players: u64 = shards.iter().map(|s| s.tree_ids().map(|t| s.count(t)).sum::<u64>()).sum();
     let (state, dense) = recover(&shards, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");

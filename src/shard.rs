@@ -44,6 +44,7 @@ use tokio::sync::oneshot;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::priority;
 
 /// Distinct-score indexes of the dense-ranked trees, shared by all shards
 /// (which update them as they seal batches) and the router (which reads them).
@@ -346,6 +347,7 @@ fn run_runs(
     index: usize,
 ) {
     metrics.threads.register(&format!("runs-{index}"));
+    priority::make_background("runs");
     let mut failed_generation = None;
     for answered in queue {
         write_runs(answered, &metrics.shards[index], &progress, &mut failed_generation);
@@ -449,6 +451,13 @@ const SHUTDOWN_FLUSH_WAIT: Duration = Duration::from_secs(20);
 
 /// How long a degraded shard waits between attempts to reopen its storage.
 const RECOVERY_RETRY: Duration = Duration::from_secs(1);
+
+/// Sealed batches whose runs may wait for the runs thread before the batch
+/// loop waits for it. Each holds a frozen overlay (up to ~10 MB at the
+/// default run size) in memory until written; the runs thread runs at a low
+/// priority ([`crate::priority`]), so a loop busy enough to starve it would
+/// otherwise grow them without bound. Normally fewer than one is waiting.
+const MAX_UNWRITTEN_RUNS: usize = 4;
 
 /// Keys of expired periods deleted per maintenance step: small enough that
 /// a rollover never holds a round up for long.
@@ -634,6 +643,8 @@ impl ShardActor {
         match reopened {
             Ok(mut shard) => {
                 tracing::warn!(shard = self.index, "storage reopened; accepting writes again");
+                // The reopened storage's workers were started by this thread.
+                priority::make_fjall_workers_background();
                 shard.set_time(self.clock.now());
                 self.metrics.shards[self.index].players.set(shard.players() as i64);
                 let reported = self.reported_dense.take().unwrap_or_default();
@@ -704,6 +715,8 @@ impl ShardActor {
             let answered = commit_group(vec![job], metrics, &self.progress, self.commit_delay);
             write_runs(answered, metrics, &self.progress, &mut None);
             self.absorb_progress();
+        } else if self.shard.as_ref().is_some_and(|shard| shard.unwritten_runs() > MAX_UNWRITTEN_RUNS) {
+            self.settle(); // see MAX_UNWRITTEN_RUNS
         }
     }
 

@@ -1114,6 +1114,12 @@ impl Shard {
         self.in_flight.drain(..count);
     }
 
+    /// Sealed batches carrying runs (frozen overlays) that have not landed:
+    /// each holds its overlay in memory until its runs are written.
+    pub fn unwritten_runs(&self) -> usize {
+        self.in_flight.iter().filter(|overlay| overlay.is_some()).count()
+    }
+
     /// Whether nothing is staged or sealed-but-unwritten: what reads that
     /// scan storage (lists, checks) and maintenance need.
     pub fn is_settled(&self) -> bool {
@@ -1730,6 +1736,32 @@ mod tests {
         assert_eq!(shard.count(tree), 500);
         assert_eq!(shard.count_before(tree, &keys), before);
         shard.check().unwrap();
+    }
+
+    /// Only sealed batches that carry runs count as unwritten runs, until
+    /// they land.
+    #[test]
+    fn unwritten_runs_count_frozen_overlays_until_they_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let (board, _) = all_time_board();
+        let options = ShardOptions { run_every: 10, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options).unwrap();
+        let mut batches = Vec::new();
+        for batch in 0..4u64 {
+            // Batches 0 and 2 change 10 players (a run is due), 1 and 3 one.
+            let players = if batch % 2 == 0 { 10 } else { 1 };
+            for i in 0..players {
+                shard.write(&board, &format!("p{batch}-{i}"), i as i64, Mode::Set, batch * 100 + i + 1).unwrap();
+            }
+            let sealed = shard.seal();
+            assert_eq!(sealed.runs.is_some(), batch % 2 == 0, "batch {batch}");
+            batches.push(sealed);
+        }
+        assert_eq!(shard.unwritten_runs(), 2);
+        shard.landed(1);
+        assert_eq!(shard.unwritten_runs(), 1);
+        shard.landed(3);
+        assert_eq!(shard.unwritten_runs(), 0);
     }
 
     /// A crash after a checkpoint's leaves are written but before the log
