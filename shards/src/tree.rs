@@ -102,6 +102,14 @@ struct Leaf {
     epoch: u32,
 }
 
+impl Leaf {
+    /// A leaf made now, in the tree's epoch `epoch`: it holds nothing a
+    /// snapshot under way still needs.
+    fn empty(epoch: u32) -> Self {
+        Self { entries: Vec::new(), epoch }
+    }
+}
+
 /// One distinct key of a leaf and how many players hold it.
 ///
 /// Leaves hold every player, so this layout is most of a tree's memory: a
@@ -290,30 +298,38 @@ impl CountTree {
     /// lookup each), the encoding and the keys to the writing thread.
     pub fn take_dirty(&mut self) -> DirtyLeaves {
         debug_assert!(self.snapshot.is_none(), "a snapshot is being taken: abandon it first");
-        let copy_all = self.dirty.len() as u64 >= self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF;
-        self.take_dirty_by(copy_all)
+        self.take_dirty_by(self.mostly_changed())
+    }
+
+    /// Whether so many leaves changed that copying every leaf in one walk
+    /// beats looking the changed ones up (see [`MOSTLY_CHANGED_PLAYERS_PER_LEAF`]).
+    fn mostly_changed(&self) -> bool {
+        self.dirty.len() as u64 >= self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF
+    }
+
+    /// Moves the set of changed leaves out, leaving room for the next one,
+    /// which grows about as large: no rehashing on the way.
+    fn take_dirty_set(&mut self) -> LeafSet {
+        let dirty = std::mem::take(&mut self.dirty);
+        self.dirty.reserve(dirty.len());
+        dirty
     }
 
     /// [`CountTree::take_dirty`], copying every leaf or looking up the
     /// changed ones as told.
     fn take_dirty_by(&mut self, copy_all: bool) -> DirtyLeaves {
-        let dirty = std::mem::take(&mut self.dirty);
         let mut out = DirtyLeaves::default();
-        if dirty.is_empty() {
+        if self.dirty.is_empty() {
             return out;
         }
-        // The next checkpoint's set grows about as large: no rehashing on the way.
-        self.dirty.reserve(dirty.len());
+        let dirty = self.take_dirty_set();
         if copy_all {
-            // At most one entry per player, and about as many leaves as changed.
-            out.entries.reserve(usize::try_from(self.total).unwrap_or(0));
-            out.present.reserve(dirty.len());
+            out = DirtyLeaves::picking(dirty, self.total);
             let mut ahead = VecDeque::with_capacity(COPY_PREFETCH_AHEAD + 1);
             copy_leaves(&self.root, self.bits, 0, 0, &mut ahead, &mut out);
             for (id, entries) in ahead {
                 out.push(id, entries);
             }
-            out.unpicked = Some(dirty);
         } else {
             let mut ids: Vec<LeafId> = dirty.into_iter().collect();
             ids.sort_unstable();
@@ -388,16 +404,11 @@ impl CountTree {
         if self.dirty.is_empty() {
             return;
         }
-        if (self.dirty.len() as u64) < self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF {
+        if !self.mostly_changed() {
             self.snapshot = Some(Snapshot { out: self.take_dirty_by(false), walk: None });
             return;
         }
-        let dirty = std::mem::take(&mut self.dirty);
-        self.dirty.reserve(dirty.len());
-        let mut out = DirtyLeaves::default();
-        out.entries.reserve(usize::try_from(self.total).unwrap_or(0));
-        out.present.reserve(dirty.len());
-        out.unpicked = Some(dirty);
+        let out = DirtyLeaves::picking(self.take_dirty_set(), self.total);
         // Every leaf is now of an older epoch: not yet copied.
         self.epoch = self.epoch.wrapping_add(1);
         self.snapshot = Some(Snapshot { out, walk: Some(0) });
@@ -482,7 +493,7 @@ impl CountTree {
             let Node::Inner(slots) = node else { unreachable!("made inner above") };
             let slot = &mut slots[digit(id.prefix, depth, self.bits)];
             slot.count += leaf_total;
-            node = slot.child.get_or_insert_with(|| Node::Leaf(Leaf { entries: Vec::new(), epoch: self.epoch }));
+            node = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::empty(self.epoch)));
         }
         match node {
             Node::Leaf(existing) if existing.entries.is_empty() => {
@@ -623,8 +634,7 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes
         Node::Inner(slots) => {
             let slot = &mut slots[digit(key, depth, bits)];
             slot.count = slot.count.saturating_add_signed(delta);
-            let child =
-                slot.child.get_or_insert_with(|| Node::Leaf(Leaf { entries: Vec::new(), epoch: changes.epoch }));
+            let child = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::empty(changes.epoch)));
             add_at(child, bits, depth + 1, key, delta, changes);
             if slot.count == 0 {
                 slot.child = None;
@@ -728,6 +738,17 @@ pub struct DirtyLeaves {
 }
 
 impl DirtyLeaves {
+    /// Room for a copy of every leaf of a tree of `players`, from which
+    /// the `changed` ones are picked later (on the writing thread): at most
+    /// an entry per player, and about as many leaves as changed.
+    fn picking(changed: LeafSet, players: u64) -> Self {
+        let mut out = Self::default();
+        out.entries.reserve(usize::try_from(players).unwrap_or(0));
+        out.present.reserve(changed.len());
+        out.unpicked = Some(changed);
+        out
+    }
+
     fn push(&mut self, id: LeafId, entries: &[Entry]) {
         let start = self.entries.len();
         self.entries.extend_from_slice(entries);
