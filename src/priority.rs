@@ -16,6 +16,8 @@
 
 use std::io;
 
+use crate::thread_cpu::{current_thread_id, stat_fields, thread_stats};
+
 /// The nice value background threads run at: the lowest priority, so they
 /// take what the request path leaves.
 pub const BACKGROUND_NICE: i32 = 19;
@@ -42,8 +44,7 @@ pub fn make_fjall_workers_background() {
 
 /// Lowers the calling thread's priority to `nice`.
 pub fn lower_current_thread(nice: i32) -> io::Result<()> {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+    let tid = current_thread_id().ok_or_else(|| io::Error::other("no /proc/thread-self"))?;
     set_thread_nice(tid, nice)
 }
 
@@ -52,10 +53,8 @@ pub fn lower_current_thread(nice: i32) -> io::Result<()> {
 /// returns how many it lowered.
 pub fn lower_threads_named(prefix: &str, nice: i32) -> io::Result<usize> {
     let mut lowered = 0;
-    for task in std::fs::read_dir("/proc/self/task")?.flatten() {
-        let Some(tid) = task.file_name().to_str().and_then(|name| name.parse::<libc::pid_t>().ok()) else { continue };
-        let Ok(name) = std::fs::read_to_string(task.path().join("comm")) else { continue };
-        if name.starts_with(prefix) {
+    for (tid, stat) in thread_stats()? {
+        if stat_fields(&stat).is_some_and(|(name, _)| name.starts_with(prefix)) {
             set_thread_nice(tid, nice)?;
             lowered += 1;
         }
@@ -63,22 +62,20 @@ pub fn lower_threads_named(prefix: &str, nice: i32) -> io::Result<usize> {
     Ok(lowered)
 }
 
-fn set_thread_nice(tid: libc::pid_t, nice: i32) -> io::Result<()> {
-    let id = libc::id_t::try_from(tid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+fn set_thread_nice(tid: u32, nice: i32) -> io::Result<()> {
     // SAFETY: setpriority only reads its integer arguments.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, id, nice) } == 0 {
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
     }
 }
 
-/// The nice value of thread `tid`, from field 19 of its `/proc` stat line.
+/// The nice value of thread `tid`, field 19 of its `/proc` stat line.
 #[cfg(test)]
-fn thread_nice(tid: libc::pid_t) -> Option<i32> {
+fn thread_nice(tid: u32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    // After the parenthesised name: state is field 3, nice field 19.
-    stat.get(stat.rfind(')')? + 2..)?.split(' ').nth(16)?.parse().ok()
+    stat_fields(&stat)?.1.nth(16)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -95,12 +92,12 @@ mod tests {
         let named = std::thread::Builder::new()
             .name("bgprio-test".into())
             .spawn(move || {
-                ready.send(unsafe { libc::gettid() }).unwrap();
+                ready.send(current_thread_id().unwrap()).unwrap();
                 stopped.recv().ok();
             })
             .unwrap();
         let named_tid = started.recv().unwrap();
-        let this_tid = unsafe { libc::gettid() };
+        let this_tid = current_thread_id().unwrap();
         let before = thread_nice(this_tid).unwrap();
 
         assert_eq!(lower_threads_named("bgprio-te", 10).unwrap(), 1);
@@ -109,7 +106,7 @@ mod tests {
 
         let own = std::thread::spawn(|| {
             lower_current_thread(BACKGROUND_NICE).unwrap();
-            thread_nice(unsafe { libc::gettid() })
+            thread_nice(current_thread_id().unwrap())
         });
         assert_eq!(own.join().unwrap(), Some(BACKGROUND_NICE));
         assert_eq!(thread_nice(this_tid), Some(before));

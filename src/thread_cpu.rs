@@ -58,12 +58,10 @@ impl ThreadCpu {
     /// Adds each thread's CPU since the last call to its role's counter.
     /// Per thread, so a thread that ends takes nothing back from a counter.
     pub fn refresh(&self) {
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return };
+        let Ok(threads) = thread_stats() else { return };
         let mut state = self.state.lock();
         let mut seen = HashMap::with_capacity(state.seen.len());
-        for task in tasks.flatten() {
-            let Some(tid) = task.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
-            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        for (tid, stat) in threads {
             let Some((name, ticks)) = parse_stat(&stat) else { continue };
             let before = state.seen.get(&tid).copied().unwrap_or(0);
             if ticks > before {
@@ -79,19 +77,33 @@ impl ThreadCpu {
 
 /// The thread id of the calling thread, from `/proc/thread-self`
 /// (`<pid>/task/<tid>`).
-fn current_thread_id() -> Option<u32> {
+pub fn current_thread_id() -> Option<u32> {
     let link = std::fs::read_link("/proc/thread-self").ok()?;
     link.file_name()?.to_str()?.parse().ok()
+}
+
+/// This process's threads, each with its id and `/proc` stat line (threads
+/// that end meanwhile are skipped).
+pub fn thread_stats() -> std::io::Result<impl Iterator<Item = (u32, String)>> {
+    Ok(std::fs::read_dir("/proc/self/task")?.flatten().filter_map(|task| {
+        let tid = task.file_name().to_str()?.parse().ok()?;
+        Some((tid, std::fs::read_to_string(task.path().join("stat")).ok()?))
+    }))
+}
+
+/// A `/proc/.../stat` line's name and the fields after it, from field 3
+/// (the state) on.
+pub fn stat_fields(stat: &str) -> Option<(&str, std::str::Split<'_, char>)> {
+    // The name is in parentheses and may itself hold spaces or parentheses.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    Some((stat.get(open + 1..close)?, stat.get(close + 2..)?.split(' ')))
 }
 
 /// A process's or thread's name and CPU ticks (user + system) from its
 /// `/proc/.../stat` line.
 pub fn parse_stat(stat: &str) -> Option<(&str, u64)> {
-    // The name is in parentheses and may itself hold spaces or parentheses.
-    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
-    let name = stat.get(open + 1..close)?;
-    // After the name: state is field 3 of the line; utime and stime are 14 and 15.
-    let mut fields = stat.get(close + 2..)?.split(' ');
+    let (name, mut fields) = stat_fields(stat)?;
+    // utime and stime are fields 14 and 15 of the line.
     let utime: u64 = fields.nth(11)?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
     Some((name, utime + stime))
