@@ -185,6 +185,14 @@ pub struct ServeArgs {
     /// Testing only: every commit first sleeps this long (a slow disk).
     #[arg(long, hide = true, default_value_t = 0)]
     pub debug_commit_delay_ms: u64,
+    /// Testing only: the runs of each answered batch are written only after
+    /// this long (a slow disk, or a runs thread starved of CPU).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub debug_runs_delay_ms: u64,
+    /// Testing only: write changed players as runs every this many instead
+    /// of every 65,536, so tests reach many runs.
+    #[arg(long, hide = true)]
+    pub debug_run_every: Option<usize>,
     /// Testing only: checkpoint the count trees after this many logged
     /// changes instead of 100k, so tests reach checkpoints and the leaf
     /// repacking passes that follow them.
@@ -255,6 +263,10 @@ pub struct ServeConfig {
     pub cache_bytes: u64,
     /// Testing only: sleep before each commit.
     pub debug_commit_delay: std::time::Duration,
+    /// Testing only: sleep before writing each answered group's runs.
+    pub debug_runs_delay: std::time::Duration,
+    /// Testing only: players changed between runs.
+    pub debug_run_every: Option<usize>,
     /// Testing only: logged tree changes between checkpoints.
     pub debug_checkpoint_every: Option<u64>,
     /// Testing only: leaves copied per sealed batch for a checkpoint.
@@ -332,6 +344,8 @@ impl ServeArgs {
             max_shard_queue: self.max_shard_queue.or(file.max_shard_queue).unwrap_or(1 << 18),
             cache_bytes: self.cache_mb.or(file.cache_mb).unwrap_or(DEFAULT_CACHE_MB).saturating_mul(1 << 20),
             debug_commit_delay: std::time::Duration::from_millis(self.debug_commit_delay_ms),
+            debug_runs_delay: std::time::Duration::from_millis(self.debug_runs_delay_ms),
+            debug_run_every: self.debug_run_every,
             debug_checkpoint_every: self.debug_checkpoint_every,
             debug_checkpoint_slice_leaves: self.debug_checkpoint_slice_leaves,
             no_request_metrics: self.no_request_metrics,

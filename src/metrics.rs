@@ -74,6 +74,8 @@ pub struct ShardMetrics {
     pub run_seconds: Histogram,
     /// Players whose changed records wait in memory for the next run.
     pub unwritten_players: IntGauge,
+    /// Sealed runs held in memory until the runs thread writes them.
+    pub unwritten_runs: IntGauge,
     /// Player-record lookups the record cache answered.
     pub cache_hits: IntCounter,
     /// Player-record lookups that missed the record cache.
@@ -203,6 +205,10 @@ impl Metrics {
             "rankd_shard_unwritten_players",
             "Players whose changed records are held in memory (and in the change log) until the next run.",
         )?;
+        let unwritten_runs = shard_gauge(
+            "rankd_shard_unwritten_runs",
+            "Sealed runs (frozen overlays) held in memory until the runs thread writes them; past 4 the shard waits for it.",
+        )?;
         let cache_hits = shard_counter(
             "rankd_shard_record_cache_hits_total",
             "Player-record lookups (writes and ranks) answered by the in-memory record cache.",
@@ -239,6 +245,7 @@ impl Metrics {
                     fsync_seconds: fsync.with_label_values(&l),
                     run_seconds: runs.with_label_values(&l),
                     unwritten_players: unwritten.with_label_values(&l),
+                    unwritten_runs: unwritten_runs.with_label_values(&l),
                     cache_hits: cache_hits.with_label_values(&l),
                     cache_misses: cache_misses.with_label_values(&l),
                     writes_applied: writes.with_label_values(&l),
@@ -299,6 +306,7 @@ impl Metrics {
             Box::new(fsync),
             Box::new(runs),
             Box::new(unwritten),
+            Box::new(unwritten_runs),
             Box::new(cache_hits),
             Box::new(cache_misses),
             Box::new(writes),

@@ -27,7 +27,7 @@ use crate::layout;
 use crate::metrics::{self, Metrics};
 use crate::priority;
 use crate::router::{Router, RouterState};
-use crate::shard::{replace_dense_share, Command, DenseRegistry, ShardActor, ShardLink};
+use crate::shard::{replace_dense_share, Command, DenseRegistry, ShardActor, ShardLink, SlowDisk};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +65,7 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
         // for player records, split evenly between the shards.
         cache_bytes: (config.cache_bytes / 4 / config.shards as u64).max(1 << 20),
         cached_players: rankd_shards::cached_players_for(config.cache_bytes / 4 * 3 / config.shards as u64),
+        run_every: config.debug_run_every.unwrap_or(rankd_shards::shard::RUN_EVERY),
         checkpoint_every: config.debug_checkpoint_every.unwrap_or(rankd_shards::shard::CHECKPOINT_EVERY),
         checkpoint_slice_leaves: config
             .debug_checkpoint_slice_leaves
@@ -133,7 +134,7 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
         for (index, shard) in shards.into_iter().enumerate() {
             let arbiter = Arbiter::new();
             let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index, clock)
-                .with_commit_delay(config.debug_commit_delay);
+                .with_slow_disk(SlowDisk { commit: config.debug_commit_delay, runs: config.debug_runs_delay });
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
             let depth = metrics.shards[index].mailbox_depth.clone();
             links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue });

@@ -195,6 +195,17 @@ impl ShardLink {
     }
 }
 
+/// Testing only: sleeps that stand in for a slow disk, so tests can reach
+/// what a slow or starved committer or runs thread sets off (overload,
+/// backpressure) on a fast one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlowDisk {
+    /// Before each commit.
+    pub commit: Duration,
+    /// Before the runs of each answered group are written.
+    pub runs: Duration,
+}
+
 /// Sent to self so a round runs once the mailbox is drained.
 struct Flush;
 
@@ -293,7 +304,7 @@ fn run_committer(
     progress: Arc<CommitProgress>,
     metrics: Arc<Metrics>,
     index: usize,
-    delay: Duration,
+    slow_disk: SlowDisk,
 ) {
     metrics.threads.register(&format!("commit-{index}"));
     let (to_runs, runs_queue) = std::sync::mpsc::channel::<Answered>();
@@ -301,7 +312,7 @@ fn run_committer(
         let (actor, progress, metrics) = (actor.clone(), progress.clone(), metrics.clone());
         std::thread::Builder::new()
             .name(format!("rankd-runs-{index}"))
-            .spawn(move || run_runs(runs_queue, actor, progress, metrics, index))
+            .spawn(move || run_runs(runs_queue, actor, progress, metrics, index, slow_disk.runs))
             .map_err(
                 |e| tracing::error!(shard = index, error = %e, "starting the runs thread failed; writing runs inline"),
             )
@@ -320,7 +331,7 @@ fn run_committer(
             while let Some(next) = queued.next_if(|job| job.generation == generation) {
                 group.push(next);
             }
-            let answered = commit_group(group, shard_metrics, &progress, delay);
+            let answered = commit_group(group, shard_metrics, &progress, slow_disk.commit);
             let unsent = match runs_thread {
                 Some(_) => to_runs.send(answered).err().map(|std::sync::mpsc::SendError(answered)| answered),
                 None => Some(answered),
@@ -345,11 +356,15 @@ fn run_runs(
     progress: Arc<CommitProgress>,
     metrics: Arc<Metrics>,
     index: usize,
+    delay: Duration,
 ) {
     metrics.threads.register(&format!("runs-{index}"));
     priority::make_background("runs");
     let mut failed_generation = None;
     for answered in queue {
+        if !delay.is_zero() {
+            std::thread::sleep(delay); // testing: a slow disk, or a starved thread
+        }
         write_runs(answered, &metrics.shards[index], &progress, &mut failed_generation);
         actor.do_send(CommitDone);
     }
@@ -428,8 +443,8 @@ pub struct ShardActor {
     metrics: Arc<Metrics>,
     /// This shard's index in `metrics.shards`.
     index: usize,
-    /// Testing only: sleep this long before each commit (a slow disk).
-    commit_delay: Duration,
+    /// Testing only: how slow to make the committer and the runs thread.
+    slow_disk: SlowDisk,
     /// Decides which period of each window a round's writes land in.
     clock: Clock,
     /// When expired periods were last looked for (Unix seconds).
@@ -504,13 +519,13 @@ impl ShardActor {
             dense,
             metrics,
             index,
-            commit_delay: Duration::ZERO,
+            slow_disk: SlowDisk::default(),
         }
     }
 
-    /// Makes every commit sleep first (to test how slow disks show).
-    pub fn with_commit_delay(mut self, delay: Duration) -> Self {
-        self.commit_delay = delay;
+    /// Makes commits or runs sleep first (to test how slow disks show).
+    pub fn with_slow_disk(mut self, slow_disk: SlowDisk) -> Self {
+        self.slow_disk = slow_disk;
         self
     }
 
@@ -695,6 +710,7 @@ impl ShardActor {
             metrics.seal_seconds.observe(started.elapsed().as_secs_f64());
             metrics.players.set(shard.players() as i64);
             metrics.unwritten_players.set(shard.unwritten_players() as i64);
+            metrics.unwritten_runs.set(shard.unwritten_runs() as i64);
         }
         let dense = std::mem::take(&mut batch.dense);
         if !dense.is_empty() {
@@ -712,7 +728,7 @@ impl ShardActor {
             // No committer (not started, or stopping): commit here. A failed
             // run degrades the shard before another batch is sealed, so no
             // later run of this opening is written after it.
-            let answered = commit_group(vec![job], metrics, &self.progress, self.commit_delay);
+            let answered = commit_group(vec![job], metrics, &self.progress, self.slow_disk.commit);
             write_runs(answered, metrics, &self.progress, &mut None);
             self.absorb_progress();
         } else if self.shard.as_ref().is_some_and(|shard| shard.unwritten_runs() > MAX_UNWRITTEN_RUNS) {
@@ -751,6 +767,7 @@ impl ShardActor {
         self.unfinished = usize::try_from(self.sent.saturating_sub(finished)).unwrap_or(usize::MAX);
         if let Some(shard) = &mut self.shard {
             shard.landed(usize::try_from(newly).unwrap_or(usize::MAX));
+            self.metrics.shards[self.index].unwritten_runs.set(shard.unwritten_runs() as i64);
         }
         if let Some(why) = failure {
             if self.degraded.is_none() {
@@ -816,11 +833,11 @@ impl Actor for ShardActor {
         self.metrics.shards[self.index].players.set(players as i64);
         let (jobs, queue) = std::sync::mpsc::channel();
         let actor = actix::AsyncContext::address(ctx);
-        let (progress, metrics, index, delay) =
-            (self.progress.clone(), self.metrics.clone(), self.index, self.commit_delay);
+        let (progress, metrics, index, slow_disk) =
+            (self.progress.clone(), self.metrics.clone(), self.index, self.slow_disk);
         match std::thread::Builder::new()
             .name(format!("rankd-commit-{index}"))
-            .spawn(move || run_committer(queue, actor, progress, metrics, index, delay))
+            .spawn(move || run_committer(queue, actor, progress, metrics, index, slow_disk))
         {
             Ok(thread) => {
                 self.commit_jobs = Some(jobs);

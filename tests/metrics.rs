@@ -125,3 +125,44 @@ async fn checkpoints_start_leaf_repacking_and_ranks_stay_exact() {
         assert_eq!(rank.and_then(|v| v.as_u64()), Some(above + 1), "p{i}: {reply:?}");
     }
 }
+
+/// The runs thread runs at a low priority, so a busy shard can starve it;
+/// each run it has not written holds a frozen overlay in memory. Past 4 the
+/// batch loop waits for it instead of sealing more. Here a run comes every
+/// 50 changed players and the runs thread sleeps 100 ms before each group
+/// it writes (a testing flag), so a pipelining writer outruns it many times
+/// over: without the wait, dozens of runs pile up within the 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starved_runs_thread_holds_writes_back_instead_of_piling_up_runs() {
+    const RUN_EVERY: usize = 50;
+    let run_every = RUN_EVERY.to_string();
+    let server = common::Server::start_with(1, &["--debug-run-every", &run_every, "--debug-runs-delay-ms", "100"]);
+    let mut client = server.client().await;
+    let writing = tokio::spawn(async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let mut written = 0;
+        while std::time::Instant::now() < deadline {
+            let calls: Vec<_> = (written..written + 2 * RUN_EVERY)
+                .map(|i| rankd::client::set_call("starved", &format!("p{i}"), i as i64, "set"))
+                .collect();
+            for reply in client.pipeline(&calls).await.expect("pipeline") {
+                reply.expect("set acknowledged");
+            }
+            written += calls.len();
+        }
+        (client, written)
+    });
+    let mut most = 0.0f64;
+    while !writing.is_finished() {
+        let (_, text) = http_get(&server.metrics_addr, "/metrics");
+        most = most.max(sample(&text, "rankd_shard_unwritten_runs", &[]));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (mut client, written) = writing.await.expect("writer");
+    assert!(written >= 10 * RUN_EVERY, "writes went on while held back: {written}");
+    assert!(most >= 2.0, "the runs thread fell behind (else this proves nothing): at most {most} unwritten");
+    assert!(most <= 5.0, "the loop waits for the runs thread past 4 unwritten runs, saw {most}");
+    assert_eq!(client.count("starved").await.expect("count"), written as u64, "every acknowledged write is there");
+    let top = client.top("starved", 1, 0).await.expect("top");
+    assert_eq!(top[0].player, format!("p{}", written - 1), "and listed from the written runs");
+}
