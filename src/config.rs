@@ -185,8 +185,9 @@ pub struct ServeArgs {
     /// Testing only: every commit first sleeps this long (a slow disk).
     #[arg(long, hide = true, default_value_t = 0)]
     pub debug_commit_delay_ms: u64,
-    /// Testing only: the runs of each answered batch are written only after
-    /// this long (a slow disk, or a runs thread starved of CPU).
+    /// Testing only: the runs thread sleeps this long before writing the
+    /// runs of each group of answered batches (a slow disk, or a runs thread
+    /// starved of CPU).
     #[arg(long, hide = true, default_value_t = 0)]
     pub debug_runs_delay_ms: u64,
     /// Testing only: write changed players as runs every this many instead
