@@ -75,9 +75,8 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..config.shards)
             .map(|i| {
-                // Clones share the checkpoint turns: one shard at a time holds
-                // a checkpoint's copy of its leaves.
-                let options = options.clone();
+                // Shards take their checkpoints in turn (see `checkpoint_phase`).
+                let options = ShardOptions { checkpoint_phase: i as f64 / config.shards as f64, ..options.clone() };
                 let dir = layout::shard_dir(&config.data_dir, i);
                 scope.spawn(move || Shard::open(&dir, options).map_err(|e| StartError::Shard(i, e)))
             })

@@ -31,8 +31,8 @@ pub use dense::DenseIndex;
 pub use error::ShardError;
 pub use key::TreeId;
 pub use shard::{
-    cached_players_for, CheckpointTurns, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry,
-    Lookups, Record, SealedBatch, Shard, ShardOptions, WrittenBatch,
+    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Lookups, Record,
+    SealedBatch, Shard, ShardOptions, WrittenBatch,
 };
 pub use tree::{CountTree, Repacked};
 

@@ -40,7 +40,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,39 +100,20 @@ pub struct ShardOptions {
     /// Count-tree leaves each sealed batch copies, at least, for a
     /// checkpoint being taken (see [`CountTree::begin_snapshot`]).
     pub checkpoint_slice_leaves: usize,
-    /// Shared by the shards of one server (options cloned share it), so
-    /// they take checkpoints one at a time (see [`CheckpointTurns`]).
-    pub checkpoint_turns: CheckpointTurns,
-}
-
-/// Whether a checkpoint's copy is held in memory by one of the shards that
-/// share this. A checkpoint holds a copy of nearly every leaf until it is
-/// written (~100 MB a shard at 10M players on 2 shards), and shards that
-/// share a load evenly reach their checkpoints together: at 10M players on
-/// 2 shards both copies at once took the server from ~460 to ~710 MiB
-/// allocated; one at a time, to ~590. A shard whose checkpoint is due while
-/// another's copy is held waits for it (see `Shard::checkpoint_overdue` for
-/// how long at most).
-#[derive(Debug, Clone, Default)]
-pub struct CheckpointTurns(Arc<AtomicBool>);
-
-impl CheckpointTurns {
-    /// The turn, if no other shard holds it; released when dropped.
-    fn try_take(&self) -> Option<CheckpointTurn> {
-        let free = self.0.compare_exchange(false, true, AtomicOrdering::AcqRel, AtomicOrdering::Acquire).is_ok();
-        free.then(|| CheckpointTurn(self.0.clone()))
-    }
-}
-
-/// One shard's turn to hold a checkpoint's copy: travels with the copy and
-/// is given back when the copy is dropped (written, failed or abandoned).
-#[derive(Debug)]
-struct CheckpointTurn(Arc<AtomicBool>);
-
-impl Drop for CheckpointTurn {
-    fn drop(&mut self) {
-        self.0.store(false, AtomicOrdering::Release);
-    }
+    /// How much sooner, as a share of the usual wait (0 to 1), the first
+    /// checkpoint after opening comes. A checkpoint holds a copy of nearly
+    /// every leaf in memory until it is written (~100 MB a shard at 10M
+    /// players on 2 shards), and shards that share a load evenly reach
+    /// their checkpoints together: at 10M players on 2 shards both copies
+    /// at once took the server from ~460 to ~710 MiB allocated, one at a
+    /// time to ~585. Shard `i` of `n` given `i / n` starts out that far
+    /// ahead, and shards under an even load stay apart (an uneven one lets
+    /// them drift together again). Only ever sooner: making a due shard wait
+    /// while another's copy is held (tried) lengthens the log a restart
+    /// after kill -9 replays, which at 10M players already reaches ~550k
+    /// changes a shard (the wait, and what is logged while a checkpoint is
+    /// written) and ~2.7-3.0 s.
+    pub checkpoint_phase: f64,
 }
 
 impl Default for ShardOptions {
@@ -148,7 +128,7 @@ impl Default for ShardOptions {
             worker_threads: 1,
             run_every: RUN_EVERY,
             checkpoint_slice_leaves: CHECKPOINT_SLICE_LEAVES,
-            checkpoint_turns: CheckpointTurns::default(),
+            checkpoint_phase: 0.0,
         }
     }
 }
@@ -283,8 +263,6 @@ struct Checkpoint {
     trees: Vec<(TreeId, DirtyLeaves)>,
     encoding: LeafEncoding,
     through: u64,
-    /// Given back to the other shards once the copy above is dropped.
-    _turn: Option<CheckpointTurn>,
 }
 
 impl Checkpoint {
@@ -461,9 +439,8 @@ pub const CHECKPOINT_EVERY: u64 = 100_000;
 pub const CHECKPOINT_SLICE_LEAVES: usize = 256;
 
 /// A checkpoint waits for at most this many times
-/// [`ShardOptions::checkpoint_every`] logged changes (and a quarter more
-/// when another shard's checkpoint holds the turn, see
-/// [`CheckpointTurns`]): bounds the log a restart replays. At 10M players on 2 shards, a restart after kill -9
+/// [`ShardOptions::checkpoint_every`] logged changes: bounds the log a
+/// restart replays. At 10M players on 2 shards, a restart after kill -9
 /// under writes replayed ~343k changes per shard in ~1 s on top of ~1 s of
 /// journal recovery (2.0 s in all); with the journal near its 64 MiB cap,
 /// ~300k changes took 1.5-1.8 s after 1.9-2.1 s of journal (3.9 s).
@@ -578,9 +555,9 @@ pub struct Shard {
     /// batch (see [`CountTree::begin_snapshot`]): the number of the first
     /// log record they do not include.
     checkpointing: Option<u64>,
-    /// The turn the checkpoint being copied holds (none if it was overdue
-    /// and went ahead without one).
-    checkpoint_turn: Option<CheckpointTurn>,
+    /// Whether a checkpoint was begun since opening (the first comes sooner
+    /// by [`ShardOptions::checkpoint_phase`]).
+    checkpoint_begun: bool,
 }
 
 impl Shard {
@@ -647,7 +624,7 @@ impl Shard {
             expiring: VecDeque::new(),
             repacking: Vec::new(),
             checkpointing: None,
-            checkpoint_turn: None,
+            checkpoint_begun: false,
             leaf_encoding,
         };
         let opened = started.elapsed();
@@ -1086,10 +1063,7 @@ impl Shard {
             self.logged += staged.changes;
         }
         if staged.changes > 0 && self.checkpointing.is_none() && self.checkpoint_due(self.logged) {
-            let turn = self.options.checkpoint_turns.try_take();
-            if turn.is_some() || self.checkpoint_overdue(self.logged) {
-                self.begin_checkpoint(turn);
-            }
+            self.begin_checkpoint();
         }
         // The checkpoint under way, once its last slice is copied.
         let checkpoint = self.checkpointing.filter(|_| self.copy_checkpoint_slice(staged.writes));
@@ -1144,24 +1118,13 @@ impl Shard {
     /// 1M players, waiting 400k rather than 125k changes took `set` from
     /// ~97k to ~106k ops/s). The wait is between
     /// [`ShardOptions::checkpoint_every`] and [`CHECKPOINT_STRETCH`] times
-    /// that, so a restart replays a bounded log.
+    /// that, so a restart replays a bounded log. The first after opening
+    /// comes sooner by [`ShardOptions::checkpoint_phase`].
     fn checkpoint_due(&self, logged: u64) -> bool {
-        logged >= self.checkpoint_wait()
-    }
-
-    /// Logged changes between checkpoints (see [`Shard::checkpoint_due`]).
-    fn checkpoint_wait(&self) -> u64 {
         let least = self.options.checkpoint_every;
-        (self.players() / 2).clamp(least, least.saturating_mul(CHECKPOINT_STRETCH))
-    }
-
-    /// Whether a due checkpoint has waited for its turn (see
-    /// [`CheckpointTurns`]) long enough to go ahead without it: a quarter of
-    /// the wait more. The log a restart replays stays bounded, and with 2
-    /// shards at 10M players a turn is held ~2 s, ~35k changes a shard.
-    fn checkpoint_overdue(&self, logged: u64) -> bool {
-        let wait = self.checkpoint_wait();
-        logged >= wait.saturating_add(wait / 4)
+        let wanted = (self.players() / 2).clamp(least, least.saturating_mul(CHECKPOINT_STRETCH));
+        let phase = if self.checkpoint_begun { 0.0 } else { self.options.checkpoint_phase.clamp(0.0, 1.0) };
+        logged >= wanted - (wanted as f64 * phase) as u64
     }
 
     /// Reports that the `count` oldest sealed batches not yet reported are
@@ -1288,10 +1251,10 @@ impl Shard {
     /// Starts a checkpoint of the trees as they are now, to be copied a slice
     /// each sealed batch ([`Shard::copy_checkpoint_slice`]) so no round waits
     /// for the whole copy. Changes from now on are logged for the next one.
-    fn begin_checkpoint(&mut self, turn: Option<CheckpointTurn>) {
+    fn begin_checkpoint(&mut self) {
         self.trees.values_mut().for_each(CountTree::begin_snapshot);
         self.checkpointing = Some(self.next_log);
-        self.checkpoint_turn = turn;
+        self.checkpoint_begun = true;
         self.logged = 0;
     }
 
@@ -1344,8 +1307,7 @@ impl Shard {
         // A checkpoint comes after a tree's worth of changes, and with them
         // a tree's worth of leaf reallocations: time for a repacking pass.
         self.repacking = self.trees.keys().map(|tree| (*tree, 0)).collect();
-        let turn = self.checkpoint_turn.take();
-        Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through, _turn: turn }
+        Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through }
     }
 
     /// Whether a leaf-repacking pass is under way (one starts at every
@@ -1821,53 +1783,28 @@ mod tests {
         assert_eq!(shard.unwritten_runs(), 0);
     }
 
-    /// Shards that share [`CheckpointTurns`] hold one checkpoint copy at a
-    /// time: a shard whose checkpoint is due waits while another's copy is
-    /// unwritten, and goes ahead without the turn once overdue.
+    /// Shards given phases take their checkpoints in turn: the first after
+    /// opening comes sooner by the phase's share of the wait, the ones after
+    /// it at the usual wait.
     #[test]
-    fn shards_sharing_turns_hold_one_checkpoint_copy_at_a_time() {
+    fn the_first_checkpoint_comes_sooner_by_the_phase() {
         let (board, _) = all_time_board();
-        let turns = CheckpointTurns::default();
-        let open = || {
+        let open = |phase: f64| {
             let dir = tempfile::tempdir().unwrap();
-            let options =
-                ShardOptions { checkpoint_every: 100, checkpoint_turns: turns.clone(), ..ShardOptions::default() };
-            let shard = Shard::open(dir.path(), options).unwrap();
-            (dir, shard)
-        };
-        let write = |shard: &mut Shard, players: std::ops::Range<i64>| {
-            for i in players {
+            let options = ShardOptions { checkpoint_every: 100, checkpoint_phase: phase, ..ShardOptions::default() };
+            let mut shard = Shard::open(dir.path(), options).unwrap();
+            // 150 players: half of them is under the least wait, 100 changes.
+            for i in 0..150i64 {
                 shard.write(&board, &format!("p{i}"), i, Mode::Set, i as u64 + 1).unwrap();
             }
-            let sealed = shard.seal();
-            let has_checkpoint = sealed.runs.as_ref().is_some_and(|runs| runs.checkpoint.is_some());
-            (sealed, has_checkpoint)
+            (dir, shard)
         };
-        // Under 200 players a checkpoint is due after 100 logged changes; a
-        // new player is one change.
-        let (_a_dir, mut a) = open();
-        let (_b_dir, mut b) = open();
-        let (a_sealed, a_checkpoint) = write(&mut a, 0..110);
-        assert!(a_checkpoint, "due, and the turn was free");
-        let (_, b_checkpoint) = write(&mut b, 0..110);
-        assert!(!b_checkpoint && b.checkpointing.is_none(), "due, but a's copy is held");
-        drop(a_sealed); // a's checkpoint written (or failed): its copy is gone
-        let (b_sealed, b_checkpoint) = write(&mut b, 110..111);
-        assert!(b_checkpoint, "the turn is free again");
-        // Due again while b holds the turn: a waits, until overdue.
-        let mut waited = false;
-        for i in 110.. {
-            let logged = a.logged + 1;
-            let (_, a_checkpoint) = write(&mut a, i..i + 1);
-            if a_checkpoint {
-                assert!(waited && a.checkpoint_overdue(logged), "went ahead once overdue, at {logged} changes");
-                break;
-            }
-            assert!(!a.checkpoint_overdue(logged));
-            waited |= a.checkpoint_due(logged);
-        }
-        drop(b_sealed);
-        assert!(turns.try_take().is_some(), "an overdue checkpoint does not take the turn");
+        let (_dir, first) = open(0.0);
+        assert!(!first.checkpoint_due(99) && first.checkpoint_due(100));
+        let (_dir, mut second) = open(0.5);
+        assert!(!second.checkpoint_due(49) && second.checkpoint_due(50), "half the wait sooner");
+        second.begin_checkpoint();
+        assert!(!second.checkpoint_due(99) && second.checkpoint_due(100), "then the usual wait");
     }
 
     /// A crash after a checkpoint's leaves are written but before the log
