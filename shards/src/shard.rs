@@ -1625,8 +1625,8 @@ struct GatheredCounts {
 }
 
 impl GatheredCounts {
-    /// Changes held before they are applied: bounds the buffer (40 bytes a
-    /// change, so ~40 MB) on a long log.
+    /// Changes held before they are applied: bounds the buffer (48 bytes a
+    /// change, so ~50 MB) on a long log.
     const MAX_HELD: usize = 1 << 20;
 
     fn push(&mut self, tree: TreeId, key: u128, delta: i64) {
