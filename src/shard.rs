@@ -706,11 +706,12 @@ impl ShardActor {
         };
         let started = self.metrics.hot_path.then(Instant::now);
         let mut batch = shard.seal();
+        let unwritten_runs = shard.unwritten_runs();
+        metrics.unwritten_runs.set(unwritten_runs as i64);
         if let Some(started) = started {
             metrics.seal_seconds.observe(started.elapsed().as_secs_f64());
             metrics.players.set(shard.players() as i64);
             metrics.unwritten_players.set(shard.unwritten_players() as i64);
-            metrics.unwritten_runs.set(shard.unwritten_runs() as i64);
         }
         let dense = std::mem::take(&mut batch.dense);
         if !dense.is_empty() {
@@ -731,7 +732,7 @@ impl ShardActor {
             let answered = commit_group(vec![job], metrics, &self.progress, self.slow_disk.commit);
             write_runs(answered, metrics, &self.progress, &mut None);
             self.absorb_progress();
-        } else if self.shard.as_ref().is_some_and(|shard| shard.unwritten_runs() > MAX_UNWRITTEN_RUNS) {
+        } else if unwritten_runs > MAX_UNWRITTEN_RUNS {
             self.settle(); // see MAX_UNWRITTEN_RUNS
         }
     }
