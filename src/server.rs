@@ -70,6 +70,7 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
         checkpoint_slice_leaves: config
             .debug_checkpoint_slice_leaves
             .unwrap_or(rankd_shards::shard::CHECKPOINT_SLICE_LEAVES),
+        leaf_writer_start: Some(|| priority::make_background("leaves")),
         ..ShardOptions::default()
     };
     std::thread::scope(|scope| {

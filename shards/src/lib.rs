@@ -6,6 +6,7 @@
 //! - [`key`]: order-preserving byte layouts of scores and storage keys;
 //! - [`shard`]: one shard's storage and batch application;
 //! - `cache`: the exact in-memory cache of player records;
+//! - `checkpoint`: a checkpoint's leaves written while they are copied;
 //! - `log`: the change log, a batch's only per-write storage;
 //! - `overlay`: player records and index entries not yet written, and the
 //!   sorted runs they are written in;
@@ -17,6 +18,7 @@
 
 pub mod board;
 mod cache;
+mod checkpoint;
 pub mod dense;
 pub mod error;
 pub mod key;

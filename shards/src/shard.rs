@@ -20,10 +20,11 @@
 //! - count trees change in memory; once the log is long enough (see
 //!   `Shard::checkpoint_due`) a snapshot of the changed leaves is taken,
 //!   copied a slice per sealed batch with copy-on-write for leaves about to
-//!   change (`CountTree::begin_snapshot`), and once copied written straight
-//!   into tables with a marker of the log they include, after a run of
-//!   everything before them; then the log records they make redundant are
-//!   deleted.
+//!   change (`CountTree::begin_snapshot`), each slice written straight
+//!   into tables as it is copied ([`crate::checkpoint`]), with a marker of
+//!   the log they include; once all are copied and a run of everything
+//!   before them is written, the tables join the keyspace at once and the
+//!   log records they make redundant are deleted.
 //!
 //! So a restart loads the leaves, replays the (bounded) log past their
 //! marker into the trees, and rebuilds the overlay from the records past the
@@ -49,6 +50,7 @@ use fjall::{AbstractTree as _, Database, Keyspace, KeyspaceCreateOptions, Persis
 use crate::board::{Board, BoardConfig, Mode, Order, Ties};
 use crate::cache::RecordCache;
 pub use crate::cache::{cached_players_for, Lookups};
+use crate::checkpoint::{leaf_key, LeafWriter};
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
@@ -101,19 +103,24 @@ pub struct ShardOptions {
     /// checkpoint being taken (see [`CountTree::begin_snapshot`]).
     pub checkpoint_slice_leaves: usize,
     /// How much sooner, as a share of the usual wait (0 to 1), the first
-    /// checkpoint after opening comes. A checkpoint holds a copy of nearly
-    /// every leaf in memory until it is written (~100 MB a shard at 10M
-    /// players on 2 shards), and shards that share a load evenly reach
-    /// their checkpoints together: at 10M players on 2 shards both copies
-    /// at once took the server from ~460 to ~710 MiB allocated, one at a
-    /// time to ~585. Shard `i` of `n` given `i / n` starts out that far
-    /// ahead, and shards under an even load stay apart (an uneven one lets
-    /// them drift together again). Only ever sooner: making a due shard wait
+    /// checkpoint after opening comes. Shards that share a load evenly
+    /// reach their checkpoints together: when a checkpoint still held a
+    /// copy of nearly every leaf until it was written (~100 MB a shard at
+    /// 10M players on 2 shards; now each slice is written as it is copied,
+    /// see [`crate::checkpoint`]), both copies at once took the server from
+    /// ~460 to ~710 MiB allocated, one at a time to ~585; apart, their
+    /// writers also do not compete for the CPU. Shard `i` of `n` given
+    /// `i / n` starts out that far ahead, and shards under an even load
+    /// stay apart (an uneven one lets them drift together again). Only ever sooner: making a due shard wait
     /// while another's copy is held (tried) lengthens the log a restart
     /// after kill -9 replays, which at 10M players already reaches ~550k
     /// changes a shard (the wait, and what is logged while a checkpoint is
     /// written) and ~2.7-3.0 s.
     pub checkpoint_phase: f64,
+    /// Runs first on each checkpoint's leaf-writing thread: an embedder's
+    /// say in how it is scheduled (the server lowers its priority, as the
+    /// writing of runs is lowered, so requests come first).
+    pub leaf_writer_start: Option<fn()>,
 }
 
 impl Default for ShardOptions {
@@ -129,6 +136,7 @@ impl Default for ShardOptions {
             run_every: RUN_EVERY,
             checkpoint_slice_leaves: CHECKPOINT_SLICE_LEAVES,
             checkpoint_phase: 0.0,
+            leaf_writer_start: None,
         }
     }
 }
@@ -244,8 +252,9 @@ struct Runs {
     overlay: Arc<Overlay>,
     players: Keyspace,
     index: Keyspace,
-    /// At a checkpoint, the changed leaves: ingested once the runs are.
-    checkpoint: Option<Checkpoint>,
+    /// At a checkpoint, the writer of its leaves: finished once the runs
+    /// are written.
+    checkpoint: Option<LeafWriter>,
     /// Written last: the marker saying how far the runs reach and, at a
     /// checkpoint, the deletion of the log the leaves make redundant. Not
     /// synced itself: if a crash loses it, the log is still there, and the
@@ -254,8 +263,19 @@ struct Runs {
     after: fjall::OwnedWriteBatch,
 }
 
-/// A checkpoint's changed leaves and the number of the first log record
-/// they do not include.
+/// A checkpoint's leaves being copied, a slice each sealed batch, and
+/// written as they come (see [`crate::checkpoint`]).
+struct Checkpointing {
+    /// The number of the first log record the leaves do not include.
+    through: u64,
+    /// The trees still to copy, in key order: the writer appends every
+    /// leaf to sorted tables.
+    trees: VecDeque<TreeId>,
+    writer: LeafWriter,
+}
+
+/// A checkpoint taken at once ([`Shard::checkpoint`]): each tree's changed
+/// leaves, written in one batch.
 struct Checkpoint {
     /// The leaves' keyspace, which they are written to.
     keyspace: Keyspace,
@@ -266,44 +286,18 @@ struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Every changed leaf's key and encoding (`None`: the leaf is gone), in
-    /// key order.
-    fn leaves(&mut self) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> + '_ {
-        let encoding = self.encoding;
-        self.trees.iter_mut().flat_map(move |(tree, dirty)| {
-            let tree = *tree;
-            dirty.encoded(encoding).map(move |(leaf, bytes)| (leaf_key(tree, leaf), bytes))
-        })
-    }
-
     /// Adds the leaves and their marker to `batch`.
     fn add_to(mut self, batch: &mut fjall::OwnedWriteBatch) {
-        let keyspace = self.keyspace.clone();
-        for (key, leaf) in self.leaves() {
-            match leaf {
-                Some(bytes) => batch.insert(&keyspace, key, bytes),
-                None => batch.remove(&keyspace, key),
+        let encoding = self.encoding;
+        for (tree, dirty) in &mut self.trees {
+            for (leaf, bytes) in dirty.encoded(encoding) {
+                match bytes {
+                    Some(bytes) => batch.insert(&self.keyspace, leaf_key(*tree, leaf), bytes),
+                    None => batch.remove(&self.keyspace, leaf_key(*tree, leaf)),
+                }
             }
         }
-        batch.insert(&keyspace, LEAVES_THROUGH, self.through.to_be_bytes());
-    }
-
-    /// Writes the leaves and their marker straight into new tables (fjall's
-    /// ingestion): all or nothing (the tables join the keyspace in one
-    /// version change) and durable when this returns.
-    ///
-    /// Written as a batch instead, a checkpoint (~20 MB of leaves at 1M
-    /// players) went through fjall's journal and memtables while holding the
-    /// journal's writer lock: every acknowledgment waited behind it
-    /// (commits of 100+ ms, 2-3 per 10 s), the next fsync carried its
-    /// megabytes, and the memtables were flushed to tables once more later.
-    /// The marker travels with the leaves so a crash before the log
-    /// deletion that follows still cannot replay a record into leaves that
-    /// hold it. It sorts before every leaf key, as ingestion needs.
-    fn ingest(mut self) -> Result<(), ShardError> {
-        let keyspace = self.keyspace.clone();
-        let marker = (LEAVES_THROUGH.to_vec(), Some(self.through.to_be_bytes().to_vec()));
-        overlay::ingest_sorted(&keyspace, std::iter::once(marker).chain(self.leaves()))
+        batch.insert(&self.keyspace, LEAVES_THROUGH, self.through.to_be_bytes());
     }
 }
 
@@ -344,6 +338,12 @@ impl WrittenBatch {
         self.runs.is_some() || self.memtables.largest() > self.memtables.limit
     }
 
+    /// Whether the batch ends a checkpoint: [`WrittenBatch::write_runs`]
+    /// writes its leaves.
+    pub fn carries_checkpoint(&self) -> bool {
+        self.runs.as_ref().is_some_and(|runs| runs.checkpoint.is_some())
+    }
+
     /// Writes the runs the batch carries, if any, and what follows them,
     /// then seals full memtables for flushing; returns how long that took.
     /// Call only once the batch is durable
@@ -355,8 +355,8 @@ impl WrittenBatch {
         let started = Instant::now();
         if let Some(runs) = self.runs {
             runs.overlay.write_runs(&runs.players, &runs.index)?;
-            if let Some(checkpoint) = runs.checkpoint {
-                checkpoint.ingest()?;
+            if let Some(leaves) = runs.checkpoint {
+                leaves.finish()?;
             }
             runs.after.commit()?;
         }
@@ -437,6 +437,13 @@ pub const CHECKPOINT_EVERY: u64 = 100_000;
 /// sample, through many shorter slices it is many); with 256 it was
 /// 1158 us.
 pub const CHECKPOINT_SLICE_LEAVES: usize = 256;
+
+/// Slices a checkpoint's writer may fall behind before the shard stops
+/// copying more (see `Shard::copy_checkpoint_slice`): the writer runs at
+/// the lowest priority, and on a busy machine the copies would otherwise
+/// pile up in memory as they did before they were written as they came.
+/// At 10M players on 2 shards a slice is ~100 KB.
+const MAX_QUEUED_SLICES: usize = 64;
 
 /// A checkpoint waits for at most this many times
 /// [`ShardOptions::checkpoint_every`] logged changes: bounds the log a
@@ -552,9 +559,8 @@ pub struct Shard {
     /// it to go on (see [`Shard::repack_step`]); the current one last.
     repacking: Vec<(TreeId, u128)>,
     /// While a checkpoint's leaves are being copied, a slice each sealed
-    /// batch (see [`CountTree::begin_snapshot`]): the number of the first
-    /// log record they do not include.
-    checkpointing: Option<u64>,
+    /// batch (see [`CountTree::begin_snapshot`]).
+    checkpointing: Option<Checkpointing>,
     /// Whether a checkpoint was begun since opening (the first comes sooner
     /// by [`ShardOptions::checkpoint_phase`]).
     checkpoint_begun: bool,
@@ -993,6 +999,9 @@ impl Shard {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
+        // A checkpoint under way may have written the board's leaves
+        // already: they would come back when it finished.
+        self.abandon_checkpoint();
         let existed = self.boards.remove(&board_id).is_some();
         // Cache keys are hashes: the board's entries cannot be picked out.
         self.cache.get_mut().clear();
@@ -1072,7 +1081,7 @@ impl Shard {
             self.begin_checkpoint();
         }
         // The checkpoint under way, once its last slice is copied.
-        let checkpoint = self.checkpointing.filter(|_| self.copy_checkpoint_slice(staged.writes));
+        let checkpoint = if self.copy_checkpoint_slice(staged.writes) { self.checkpointing.take() } else { None };
         let runs =
             (checkpoint.is_some() || self.overlay.players() >= self.options.run_every).then(|| self.freeze(checkpoint));
         self.in_flight.push_back(runs.as_ref().map(|runs| runs.overlay.clone()));
@@ -1087,17 +1096,17 @@ impl Shard {
 
     /// Takes the overlay out for a sealed batch to write as runs once it is
     /// durable, with the marker that follows them and, when the copy of a
-    /// checkpoint (through the log record numbered `checkpoint`) is done,
-    /// its leaves and the deletion of the log they replace. Reads keep
-    /// seeing the frozen overlay until the batch is reported done.
-    fn freeze(&mut self, checkpoint: Option<u64>) -> Runs {
+    /// `checkpoint` is done, the writer of its leaves and the deletion of
+    /// the log they replace. Reads keep seeing the frozen overlay until the
+    /// batch is reported done.
+    fn freeze(&mut self, checkpoint: Option<Checkpointing>) -> Runs {
         let empty = self.empty_overlay();
         let mut overlay = std::mem::replace(&mut self.overlay, empty);
         overlay.freeze();
         let overlay = Arc::new(overlay);
         let mut after = self.db.batch().durability(None);
         let checkpoint = match checkpoint {
-            Some(through) => Some(self.finish_checkpoint(&mut after, through)),
+            Some(checkpoint) => Some(self.finish_checkpoint(&mut after, checkpoint)),
             None => {
                 self.mark_runs(&mut after);
                 None
@@ -1131,6 +1140,13 @@ impl Shard {
         let wanted = (self.players() / 2).clamp(least, least.saturating_mul(CHECKPOINT_STRETCH));
         let phase = if self.checkpoint_begun { 0.0 } else { self.options.checkpoint_phase.clamp(0.0, 1.0) };
         logged >= wanted - (wanted as f64 * phase) as u64
+    }
+
+    /// Count-tree changes logged since the last checkpoint began: a
+    /// restart after a crash replays these into the trees, and those of the
+    /// checkpoint before while it is still being written.
+    pub fn logged_changes(&self) -> u64 {
+        self.logged
     }
 
     /// Reports that the `count` oldest sealed batches not yet reported are
@@ -1247,64 +1263,106 @@ impl Shard {
     /// other place those changes are kept. A checkpoint being copied in
     /// slices is dropped: this one includes everything it would have.
     fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) -> Checkpoint {
-        self.trees.values_mut().for_each(CountTree::abandon_snapshot);
-        self.checkpointing = None;
-        let trees = self.trees.iter_mut().map(|(id, tree)| (*id, tree.take_dirty())).collect();
+        self.abandon_checkpoint();
+        let mut trees: Vec<(TreeId, DirtyLeaves)> = self
+            .trees
+            .iter_mut()
+            .map(|(id, tree)| (*id, tree.take_dirty()))
+            .filter(|(_, leaves)| !leaves.is_empty())
+            .collect();
+        trees.sort_unstable_by_key(|(id, _)| id.prefix());
         self.logged = 0;
-        self.close_log(batch, trees, self.next_log)
+        let through = self.next_log;
+        self.close_log(batch, through);
+        Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through }
+    }
+
+    /// Drops the checkpoint being copied, if any: the leaves it would have
+    /// written count as changed again, and what its writer wrote is never
+    /// read.
+    fn abandon_checkpoint(&mut self) {
+        let handed_out = self.checkpointing.take().map(|c| c.writer.abandon()).unwrap_or_default();
+        self.trees.values_mut().for_each(CountTree::abandon_snapshot);
+        for (id, leaves) in handed_out {
+            if let Some(tree) = self.trees.get_mut(&id) {
+                tree.mark_changed(leaves);
+            }
+        }
     }
 
     /// Starts a checkpoint of the trees as they are now, to be copied a slice
     /// each sealed batch ([`Shard::copy_checkpoint_slice`]) so no round waits
-    /// for the whole copy. Changes from now on are logged for the next one.
+    /// for the whole copy, and written by a [`LeafWriter`] as it is copied.
+    /// Changes from now on are logged for the next one. If the writer's
+    /// thread cannot start, the checkpoint waits for the next batch.
     fn begin_checkpoint(&mut self) {
+        let through = self.next_log;
+        let start = LeafWriter::start(
+            self.leaves.clone(),
+            LEAVES_THROUGH,
+            through,
+            self.leaf_encoding,
+            self.options.leaf_writer_start,
+        );
+        let writer = match start {
+            Ok(writer) => writer,
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not start a checkpoint's writer; trying again");
+                return;
+            }
+        };
         self.trees.values_mut().for_each(CountTree::begin_snapshot);
-        self.checkpointing = Some(self.next_log);
+        let mut trees: Vec<TreeId> = self.trees.keys().copied().collect();
+        trees.sort_unstable_by_key(TreeId::prefix);
+        self.checkpointing = Some(Checkpointing { through, trees: trees.into(), writer });
         self.checkpoint_begun = true;
         self.logged = 0;
     }
 
     /// Copies the next slice of the checkpoint's leaves, at least one leaf
-    /// per write in the batch being sealed; true once all are copied. A
-    /// tree has no more leaves than players, and the next checkpoint is due
-    /// after half the players' worth of changes or 100k: at a leaf a
-    /// write, a copy is done before the next is due (at 10M players on 2
-    /// shards: ~244k leaves a shard, a checkpoint every 400k changes).
+    /// per write in the batch being sealed, and hands it to the writer; true
+    /// once all are copied (false with no checkpoint under way). A tree has
+    /// no more leaves than players, and the next checkpoint is due after
+    /// half the players' worth of changes or 100k: at a leaf a write, a
+    /// copy is done before the next is due (at 10M players on 2 shards:
+    /// ~244k leaves a shard, a checkpoint every 400k changes). While the
+    /// writer is [`MAX_QUEUED_SLICES`] behind, nothing more is copied: the
+    /// copies would only wait in memory.
     fn copy_checkpoint_slice(&mut self, writes: usize) -> bool {
-        let mut budget = self.options.checkpoint_slice_leaves.max(writes).max(1);
-        for tree in self.trees.values_mut() {
-            if budget == 0 {
-                break;
-            }
-            budget = tree.continue_snapshot(budget);
+        let Some(checkpoint) = &mut self.checkpointing else { return false };
+        if checkpoint.writer.backlog() > MAX_QUEUED_SLICES {
+            return false;
         }
-        !self.trees.values().any(CountTree::is_copying_snapshot)
+        let mut budget = self.options.checkpoint_slice_leaves.max(writes).max(1);
+        while let Some(&id) = checkpoint.trees.front() {
+            if let Some(tree) = self.trees.get_mut(&id) {
+                budget = tree.continue_snapshot(budget);
+                if let Some(slice) = tree.take_slice().filter(|slice| !slice.is_idle()) {
+                    checkpoint.writer.send(id, slice);
+                }
+                if tree.is_copying_snapshot() {
+                    break; // the budget is spent
+                }
+            }
+            checkpoint.trees.pop_front();
+        }
+        checkpoint.trees.is_empty()
     }
 
-    /// Takes the copied leaves of the checkpoint begun by
-    /// [`Shard::begin_checkpoint`] at log record `through`, adds to `batch`
-    /// the deletion of the log
-    /// they make redundant and the marker of the runs (which now cover every
-    /// log record: this batch freezes the overlay). Trees made since the
-    /// checkpoint began have nothing in it: their leaves go to the next.
-    fn finish_checkpoint(&mut self, batch: &mut fjall::OwnedWriteBatch, through: u64) -> Checkpoint {
-        self.checkpointing = None;
-        let trees =
-            self.trees.iter_mut().filter_map(|(id, tree)| tree.finish_snapshot().map(|leaves| (*id, leaves))).collect();
-        self.close_log(batch, trees, through)
+    /// Ends `checkpoint`, all of whose leaves are copied: adds to `batch`
+    /// the deletion of the log they make redundant and the marker of the
+    /// runs (which now cover every log record: this batch freezes the
+    /// overlay), and returns the writer to finish once the runs are
+    /// written. Trees made since the checkpoint began have nothing in it:
+    /// their leaves go to the next.
+    fn finish_checkpoint(&mut self, batch: &mut fjall::OwnedWriteBatch, checkpoint: Checkpointing) -> LeafWriter {
+        self.close_log(batch, checkpoint.through);
+        checkpoint.writer
     }
 
-    /// The checkpoint of `trees`' leaves, which hold every log record before
-    /// `through`: adds the deletion of those records and the runs' marker to
-    /// `batch`.
-    fn close_log(
-        &mut self,
-        batch: &mut fjall::OwnedWriteBatch,
-        mut trees: Vec<(TreeId, DirtyLeaves)>,
-        through: u64,
-    ) -> Checkpoint {
-        trees.retain(|(_, leaves)| !leaves.is_empty());
-        trees.sort_unstable_by_key(|(id, _)| id.prefix());
+    /// Adds to `batch` the deletion of the log records before `through`,
+    /// which a checkpoint's leaves now hold, and the runs' marker.
+    fn close_log(&mut self, batch: &mut fjall::OwnedWriteBatch, through: u64) {
         for number in self.first_log..through {
             batch.remove(&self.changes, number.to_be_bytes());
         }
@@ -1313,7 +1371,6 @@ impl Shard {
         // A checkpoint comes after a tree's worth of changes, and with them
         // a tree's worth of leaf reallocations: time for a repacking pass.
         self.repacking = self.trees.keys().map(|tree| (*tree, 0)).collect();
-        Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through }
     }
 
     /// Whether a leaf-repacking pass is under way (one starts at every
@@ -1697,14 +1754,6 @@ fn apply_change(
     dense
 }
 
-fn leaf_key(tree: TreeId, leaf: LeafId) -> Vec<u8> {
-    let mut key = Vec::with_capacity(TREE_PREFIX_LEN + 17);
-    key.extend_from_slice(&tree.prefix());
-    key.extend_from_slice(&leaf.prefix.to_be_bytes());
-    key.push(leaf.depth);
-    key
-}
-
 fn expiring_key(tree: TreeId) -> Vec<u8> {
     let mut key = META_EXPIRING.to_vec();
     key.extend_from_slice(&tree.prefix());
@@ -1916,7 +1965,7 @@ mod tests {
         let Some(runs) = sealed.write().unwrap().runs else { panic!("the batch should carry a checkpoint") };
         shard.durability_handle().sync().unwrap();
         runs.overlay.write_runs(&runs.players, &runs.index).unwrap();
-        runs.checkpoint.expect("a checkpoint").ingest().unwrap();
+        runs.checkpoint.expect("a checkpoint").finish().unwrap();
         // The crash: `runs.after` (log deletion, runs marker) is never written.
         drop(runs.after);
         let (count, before) = (shard.count(tree), shard.count_before(tree, &keys));

@@ -20,7 +20,7 @@
 //! are rebuilt on load). The tree remembers which leaves changed since the last
 //! [`CountTree::take_dirty`] so a batch writes each changed leaf once.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 /// Leaves changed since the last checkpoint; every `add` inserts here.
 type LeafSet = HashSet<LeafId, crate::FastHasher>;
@@ -177,10 +177,19 @@ pub struct CountTree {
 }
 
 /// The changed leaves of a checkpoint, as they were when it began, copied
-/// out a slice at a time ([`CountTree::begin_snapshot`]).
+/// out and handed out a slice at a time ([`CountTree::begin_snapshot`]).
 #[derive(Debug)]
 struct Snapshot {
-    out: DirtyLeaves,
+    /// The leaves changed before it began, for the writer to pick out of
+    /// the copies; handed out with the first slice.
+    changed: Option<LeafSet>,
+    /// Leaves the walk copied since the last slice was handed out, in key
+    /// order.
+    walked: LeafCopies,
+    /// Leaves copied when about to change, ahead of the walk (copy on
+    /// write), until the walk passes them: then they are in key order with
+    /// the walked ones.
+    ahead: BTreeMap<LeafId, Box<[Entry]>>,
     /// Where the walk copying the leaves goes on: leaves whose sub-range
     /// starts before it were copied (or made since). `None`: done.
     walk: Option<u128>,
@@ -228,7 +237,7 @@ impl CountTree {
         let mut changes = Changes {
             dirty: &mut self.dirty,
             epoch: self.epoch,
-            snapshot: self.snapshot.as_mut().filter(|s| s.walk.is_some()).map(|s| &mut s.out),
+            snapshot: self.snapshot.as_mut().filter(|s| s.walk.is_some()).map(|s| &mut s.ahead),
         };
         add_at(&mut self.root, self.bits, 0, key, delta, &mut changes);
     }
@@ -390,13 +399,15 @@ impl CountTree {
 
     /// Starts a snapshot of the leaves changed since the last one, as they
     /// are now, for a checkpoint: [`CountTree::take_dirty`] without making
-    /// the caller wait for the copy. When few leaves changed they are copied
-    /// here and now; otherwise [`CountTree::continue_snapshot`] copies the
-    /// leaves a slice at a time, and until it is done a leaf about to change
-    /// is copied first (copy on write), so what comes out is the tree of
-    /// this moment. Taken all at once, the copy held every request of a
-    /// shard for 17-57 ms at 1M players (up to 137 ms before it was one
-    /// walk), every checkpoint.
+    /// the caller wait for the copy or hold all of it at once. When few
+    /// leaves changed they are copied here and now; otherwise
+    /// [`CountTree::continue_snapshot`] copies the leaves a slice at a time,
+    /// and until it is done a leaf about to change is copied first (copy on
+    /// write), so what comes out is the tree of this moment. Taken all at
+    /// once, the copy held every request of a shard for 17-57 ms at 1M
+    /// players (up to 137 ms before it was one walk), every checkpoint.
+    /// [`CountTree::take_slice`] hands the copies out in key order as the
+    /// walk passes them, to be written while the rest is copied.
     ///
     /// Changes from now on count towards the next snapshot.
     pub fn begin_snapshot(&mut self) {
@@ -404,14 +415,24 @@ impl CountTree {
         if self.dirty.is_empty() {
             return;
         }
-        if !self.mostly_changed() {
-            self.snapshot = Some(Snapshot { out: self.take_dirty_by(false), walk: None });
-            return;
-        }
-        let out = DirtyLeaves::picking(self.take_dirty_set(), self.total);
-        // Every leaf is now of an older epoch: not yet copied.
-        self.epoch = self.epoch.wrapping_add(1);
-        self.snapshot = Some(Snapshot { out, walk: Some(0) });
+        let copy_all = self.mostly_changed();
+        let changed = self.take_dirty_set();
+        let mut walked = LeafCopies::default();
+        let walk = if !copy_all {
+            let mut ids: Vec<LeafId> = changed.iter().copied().collect();
+            ids.sort_unstable();
+            for id in ids {
+                if let Some(leaf) = self.leaf_at(id).filter(|leaf| !leaf.entries.is_empty()) {
+                    walked.push(id, &leaf.entries);
+                }
+            }
+            None
+        } else {
+            // Every leaf is now of an older epoch: not yet copied.
+            self.epoch = self.epoch.wrapping_add(1);
+            Some(0)
+        };
+        self.snapshot = Some(Snapshot { changed: Some(changed), walked, ahead: BTreeMap::new(), walk });
     }
 
     /// Copies up to `budget` more leaves into the snapshot being taken;
@@ -420,7 +441,7 @@ impl CountTree {
     pub fn continue_snapshot(&mut self, budget: usize) -> usize {
         let Self { root, bits, epoch, snapshot: Some(snapshot), .. } = self else { return budget };
         let Some(from) = snapshot.walk else { return budget };
-        let (mut left, out, epoch) = (budget, &mut snapshot.out, *epoch);
+        let (mut left, out, epoch) = (budget, &mut snapshot.walked, *epoch);
         snapshot.walk = leaves_from(root, *bits, 0, 0, from, &mut |id, leaf| {
             if leaf.epoch == epoch || leaf.entries.is_empty() {
                 return true; // copied on write, or made since
@@ -442,23 +463,45 @@ impl CountTree {
         self.snapshot.as_ref().is_some_and(|s| s.walk.is_some())
     }
 
-    /// The snapshot's leaves, once copied (see [`CountTree::begin_snapshot`]);
-    /// `None` if none began or it is still being copied.
-    pub fn finish_snapshot(&mut self) -> Option<DirtyLeaves> {
-        if self.is_copying_snapshot() {
-            return None;
+    /// Hands out the snapshot's copies the walk has passed, in key order
+    /// after those of the slices before (the last slice, once the copy is
+    /// done, ends the snapshot); `None` without a snapshot. A
+    /// [`SlicePicker`] turns the slices into the leaves to write.
+    pub fn take_slice(&mut self) -> Option<LeafSlice> {
+        let snapshot = self.snapshot.as_mut()?;
+        let ahead = match snapshot.walk {
+            Some(walk) => {
+                let later = snapshot.ahead.split_off(&LeafId { prefix: walk, depth: 0 });
+                std::mem::replace(&mut snapshot.ahead, later)
+            }
+            None => std::mem::take(&mut snapshot.ahead),
+        };
+        let slice = LeafSlice {
+            changed: snapshot.changed.take(),
+            walked: std::mem::take(&mut snapshot.walked),
+            ahead: ahead.into_iter().collect(),
+            upto: snapshot.walk,
+        };
+        if slice.upto.is_none() {
+            self.snapshot = None;
         }
-        Some(self.snapshot.take()?.out)
+        Some(slice)
     }
 
-    /// Drops the snapshot being taken, if any: its leaves count as changed
-    /// again, for the next one (a checkpoint taken at once supersedes it).
+    /// Drops the snapshot being taken, if any: the leaves it holds as
+    /// changed count as changed again, for the next one (a checkpoint taken
+    /// at once supersedes it). Those it handed out with a slice must be
+    /// given back with [`CountTree::mark_changed`].
     pub fn abandon_snapshot(&mut self) {
-        let Some(Snapshot { out, .. }) = self.snapshot.take() else { return };
-        match out.unpicked {
-            Some(changed) => self.dirty.extend(changed),
-            None => self.dirty.extend(out.present.iter().map(|(id, _)| *id).chain(out.gone)),
+        if let Some(Snapshot { changed: Some(changed), .. }) = self.snapshot.take() {
+            self.dirty.extend(changed);
         }
+    }
+
+    /// Counts `leaves` as changed since the last checkpoint: those of an
+    /// abandoned snapshot that were handed out.
+    pub fn mark_changed(&mut self, leaves: impl IntoIterator<Item = LeafId>) {
+        self.dirty.extend(leaves);
     }
 
     /// Forgets which leaves changed, for trees that are never persisted
@@ -593,7 +636,7 @@ struct Changes<'a> {
     epoch: u32,
     /// Where a leaf goes, as it was, before its first change while a
     /// snapshot is being copied.
-    snapshot: Option<&'a mut DirtyLeaves>,
+    snapshot: Option<&'a mut BTreeMap<LeafId, Box<[Entry]>>>,
 }
 
 fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes: &mut Changes<'_>) {
@@ -605,7 +648,7 @@ fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes
                 leaf.epoch = changes.epoch;
                 if let Some(snapshot) = changes.snapshot.as_deref_mut() {
                     if !leaf.entries.is_empty() {
-                        snapshot.push(id, &leaf.entries);
+                        snapshot.insert(id, leaf.entries.as_slice().into());
                     }
                 }
             }
@@ -721,15 +764,31 @@ fn leaves_from(
 /// each, nearly all have. Below, it looks up only the changed ones.
 const MOSTLY_CHANGED_PLAYERS_PER_LEAF: u64 = 64;
 
-/// Changed leaves of one tree, copied out by [`CountTree::take_dirty`] or
-/// a snapshot ([`CountTree::begin_snapshot`]); written in key order.
+/// Copies of leaves' entries, in one buffer, each leaf with its place in it.
+#[derive(Debug, Default)]
+struct LeafCopies {
+    leaves: Vec<(LeafId, std::ops::Range<usize>)>,
+    entries: Vec<Entry>,
+}
+
+impl LeafCopies {
+    fn push(&mut self, id: LeafId, entries: &[Entry]) {
+        let start = self.entries.len();
+        self.entries.extend_from_slice(entries);
+        self.leaves.push((id, start..self.entries.len()));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (LeafId, &[Entry])> + '_ {
+        self.leaves.iter().map(|(id, range)| (*id, &self.entries[range.clone()]))
+    }
+}
+
+/// Changed leaves of one tree, copied out by [`CountTree::take_dirty`];
+/// written in key order.
 #[derive(Debug, Default)]
 pub struct DirtyLeaves {
-    /// Leaves that exist, each with its entries' place in `entries`: in key
-    /// order, except a snapshot's until picked (copy-on-write copies come
-    /// when their leaf changes).
-    present: Vec<(LeafId, std::ops::Range<usize>)>,
-    entries: Vec<Entry>,
+    /// Leaves that exist, in key order.
+    present: LeafCopies,
     /// Leaves that no longer exist, in key order.
     gone: Vec<LeafId>,
     /// When every leaf was copied: the changed ones, still to be picked out
@@ -743,25 +802,21 @@ impl DirtyLeaves {
     /// an entry per player, and about as many leaves as changed.
     fn picking(changed: LeafSet, players: u64) -> Self {
         let mut out = Self::default();
-        out.entries.reserve(usize::try_from(players).unwrap_or(0));
-        out.present.reserve(changed.len());
+        out.present.entries.reserve(usize::try_from(players).unwrap_or(0));
+        out.present.leaves.reserve(changed.len());
         out.unpicked = Some(changed);
         out
     }
 
     fn push(&mut self, id: LeafId, entries: &[Entry]) {
-        let start = self.entries.len();
-        self.entries.extend_from_slice(entries);
-        self.present.push((id, start..self.entries.len()));
+        self.present.push(id, entries);
     }
 
-    /// Keeps the changed leaves only (see `unpicked`), in key order (a
-    /// snapshot copies a leaf about to change out of order). Runs on the
-    /// thread that writes the leaves, not the shard's.
+    /// Keeps the changed leaves only (see `unpicked`). Runs on the thread
+    /// that writes the leaves, not the shard's.
     fn pick(&mut self) {
         if let Some(mut changed) = self.unpicked.take() {
-            self.present.sort_unstable_by_key(|(id, _)| *id);
-            self.present.retain(|(id, _)| changed.remove(id));
+            self.present.leaves.retain(|(id, _)| changed.remove(id));
             self.gone.extend(changed);
             self.gone.sort_unstable();
         }
@@ -769,25 +824,128 @@ impl DirtyLeaves {
 
     /// Whether no leaf changed.
     pub fn is_empty(&self) -> bool {
-        self.present.is_empty() && self.gone.is_empty() && self.unpicked.as_ref().is_none_or(HashSet::is_empty)
+        self.present.leaves.is_empty() && self.gone.is_empty() && self.unpicked.as_ref().is_none_or(HashSet::is_empty)
     }
 
     /// Each changed leaf in key order with its encoding, or `None` if the
     /// leaf no longer exists.
     pub fn encoded(&mut self, encoding: LeafEncoding) -> impl Iterator<Item = (LeafId, Option<Vec<u8>>)> + '_ {
         self.pick();
-        let entries = &self.entries;
-        let mut present = self
-            .present
-            .iter()
-            .map(move |(id, range)| (*id, Some(encode_entries(&entries[range.clone()], encoding))))
-            .peekable();
+        let mut present =
+            self.present.iter().map(move |(id, entries)| (id, Some(encode_entries(entries, encoding)))).peekable();
         let mut gone = self.gone.iter().map(|&id| (id, None)).peekable();
         std::iter::from_fn(move || match (present.peek(), gone.peek()) {
             (Some(p), Some(g)) if g.0 < p.0 => gone.next(),
             (Some(_), _) => present.next(),
             (None, _) => gone.next(),
         })
+    }
+}
+
+/// A slice of a snapshot ([`CountTree::take_slice`]): copies of leaves as
+/// they were when it began, in key order after every earlier slice's, with
+/// the snapshot's changed leaves in the first. Unchanged leaves are among
+/// the copies too (when most changed, the walk copies every leaf: cheaper
+/// than looking the changed ones up), for a [`SlicePicker`] to drop on the
+/// writing thread.
+#[derive(Debug)]
+pub struct LeafSlice {
+    changed: Option<LeafSet>,
+    walked: LeafCopies,
+    /// Copied on write, in key order; none is among `walked`.
+    ahead: Vec<(LeafId, Box<[Entry]>)>,
+    /// Leaves whose sub-range starts here or after come in later slices;
+    /// `None`: the last slice.
+    upto: Option<u128>,
+}
+
+impl LeafSlice {
+    /// Whether the slice carries nothing and more follow (an empty last
+    /// slice still tells the writer the snapshot's end).
+    pub fn is_idle(&self) -> bool {
+        self.changed.is_none() && self.walked.leaves.is_empty() && self.ahead.is_empty() && self.upto.is_some()
+    }
+
+    /// The changed leaves it hands out, if it is the first slice.
+    pub fn take_changed(&mut self) -> Option<LeafSet> {
+        self.changed.take()
+    }
+
+    /// The copies, walked and copied on write merged, in key order.
+    fn copies(&self) -> impl Iterator<Item = (LeafId, &[Entry])> + '_ {
+        let mut walked = self.walked.iter().peekable();
+        let mut ahead = self.ahead.iter().map(|(id, entries)| (*id, &entries[..])).peekable();
+        std::iter::from_fn(move || match (walked.peek(), ahead.peek()) {
+            (Some(w), Some(a)) if a.0 < w.0 => ahead.next(),
+            (Some(_), _) => walked.next(),
+            (None, _) => ahead.next(),
+        })
+    }
+}
+
+/// Turns one tree's snapshot slices, in order, into the leaves a
+/// checkpoint writes: each changed leaf that exists with its encoding, and
+/// each that no longer does (`None`), in key order across slices (what
+/// writing straight to sorted tables needs).
+#[derive(Debug, Default)]
+pub struct SlicePicker {
+    /// The snapshot's changed leaves, sorted.
+    changed: Vec<LeafId>,
+    /// How many of `changed` earlier slices covered.
+    next: usize,
+}
+
+impl SlicePicker {
+    /// Calls `write` with the leaves of `slice` (the next of this tree's
+    /// snapshot) to write, in key order; stops at the first error.
+    pub fn pick<E>(
+        &mut self,
+        mut slice: LeafSlice,
+        encoding: LeafEncoding,
+        mut write: impl FnMut(LeafId, Option<Vec<u8>>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if let Some(changed) = slice.take_changed() {
+            self.keep(changed);
+        }
+        let rest = &self.changed[self.next..];
+        let end = self.next + slice.upto.map_or(rest.len(), |upto| rest.partition_point(|id| id.prefix < upto));
+        let mut changed = self.changed[self.next..end].iter().copied().peekable();
+        self.next = end;
+        let mut copies = slice.copies().peekable();
+        loop {
+            match (copies.peek(), changed.peek()) {
+                (Some(&(id, entries)), Some(&c)) if id == c => {
+                    write(id, Some(encode_entries(entries, encoding)))?;
+                    copies.next();
+                    changed.next();
+                }
+                (Some(&(id, _)), Some(&c)) if c < id => {
+                    write(c, None)?;
+                    changed.next();
+                }
+                (Some(_), _) => {
+                    copies.next(); // unchanged
+                }
+                (None, Some(&c)) => {
+                    write(c, None)?;
+                    changed.next();
+                }
+                (None, None) => return Ok(()),
+            }
+        }
+    }
+
+    /// Takes the snapshot's changed leaves (from its first slice), sorted.
+    pub fn keep(&mut self, changed: LeafSet) {
+        self.changed = changed.into_iter().collect();
+        self.changed.sort_unstable();
+        self.next = 0;
+    }
+
+    /// The snapshot's changed leaves: what an abandoned snapshot gives back
+    /// ([`CountTree::mark_changed`]).
+    pub fn into_changed(self) -> Vec<LeafId> {
+        self.changed
     }
 }
 
@@ -1087,15 +1245,18 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(96))]
 
         /// A snapshot copied in slices of any size, with changes between
-        /// the slices, stores the tree as it was when the snapshot began;
-        /// the changes made meanwhile go to the next one. An abandoned
-        /// snapshot loses nothing: the next checkpoint writes its leaves.
+        /// the slices, and written slice by slice as it is copied, writes
+        /// every leaf key in order once (what sorted tables need) and
+        /// stores the tree as it was when the snapshot began; the changes
+        /// made meanwhile go to the next one. An abandoned snapshot loses
+        /// nothing, whether or not it handed out its changed leaves: the
+        /// next checkpoint writes them.
         #[test]
         fn snapshot_in_slices_is_the_tree_when_it_began(
             branching in proptest::sample::select(BRANCHINGS.to_vec()),
             encoding in prop_oneof![Just(LeafEncoding::Fixed), Just(LeafEncoding::Delta)],
             ops in proptest::collection::vec((extreme_key(), prop_oneof![Just(1i64), Just(-1), Just(2)]), 1..900),
-            cycles in proptest::collection::vec((0usize..300, 1usize..24, 0usize..6, any::<bool>()), 1..5),
+            cycles in proptest::collection::vec((0usize..300, 1usize..24, 0usize..6, 0usize..4), 1..5),
         ) {
             let mut tree = CountTree::new(branching).unwrap();
             let mut oracle = Oracle::default();
@@ -1109,33 +1270,51 @@ mod tests {
                     oracle.add(*key, delta);
                 }
             };
-            for (before, budget, between, abandon) in cycles {
+            // `abandon_after`: 0 never, else after that many slices.
+            for (before, budget, between, abandon_after) in cycles {
                 apply(&mut tree, &mut oracle, before);
                 tree.begin_snapshot();
                 let at_begin = oracle.entries();
+                let mut picker = SlicePicker::default();
+                let mut written: Vec<(LeafId, Option<Vec<u8>>)> = Vec::new();
                 let mut slices = 0;
-                while tree.is_copying_snapshot() {
-                    if abandon && slices == 2 {
+                let mut abandoned = false;
+                loop {
+                    if abandon_after > 0 && slices == abandon_after {
+                        abandoned = true;
                         break;
                     }
                     tree.continue_snapshot(budget);
-                    apply(&mut tree, &mut oracle, between);
+                    let Some(slice) = tree.take_slice() else { break };
+                    let last = slice.upto.is_none();
+                    picker.pick(slice, encoding, |id, bytes| {
+                        written.push((id, bytes));
+                        Ok::<(), ()>(())
+                    }).unwrap();
                     slices += 1;
+                    if last {
+                        break;
+                    }
+                    apply(&mut tree, &mut oracle, between);
                 }
-                if abandon {
+                // In key order, once each, across slices.
+                prop_assert!(written.windows(2).all(|w| w[0].0 < w[1].0), "leaves out of order: {:?}",
+                    written.iter().map(|w| w.0).collect::<Vec<_>>());
+                if abandoned {
                     tree.abandon_snapshot();
-                    prop_assert!(tree.finish_snapshot().is_none());
+                    tree.mark_changed(picker.into_changed());
+                    prop_assert!(tree.take_slice().is_none());
                     store(&mut disk, tree.take_dirty(), encoding);
                     let now = oracle.entries();
                     prop_assert_eq!(loaded(&disk, branching, encoding).entries(), now);
                     continue;
                 }
-                if let Some(leaves) = tree.finish_snapshot() {
-                    // Copied once each: a leaf copied by the walk is not copied again when it changes.
-                    let mut copied: Vec<LeafId> = leaves.present.iter().map(|(id, _)| *id).collect();
-                    copied.sort_unstable();
-                    prop_assert!(copied.windows(2).all(|w| w[0] < w[1]));
-                    store(&mut disk, leaves, encoding);
+                prop_assert!(!tree.is_copying_snapshot());
+                for (id, bytes) in written {
+                    match bytes {
+                        Some(b) => disk.insert(id, b),
+                        None => disk.remove(&id),
+                    };
                 }
                 let stored = loaded(&disk, branching, encoding);
                 stored.check().map_err(TestCaseError::fail)?;

@@ -1,0 +1,218 @@
+//! A checkpoint's leaves, written to table files while the shard is still
+//! copying them.
+//!
+//! A checkpoint copies nearly every leaf of a shard's trees (random writes
+//! touch them all between checkpoints), a slice with each sealed batch. Held
+//! until the copy was done and then written by the runs thread, the copies
+//! were ~20 bytes a player for a second or two each checkpoint: at 10M
+//! players on 2 shards they took the server from ~460 to ~585 MiB allocated
+//! (66 bytes a player resident, one shard at a time). So each slice goes to
+//! a [`LeafWriter`] as soon as it is copied: its own thread picks the
+//! changed leaves out, encodes them and appends them to an ingestion
+//! (fjall's sorted-tables writer), which holds little more than the block it
+//! is filling. The tables join the keyspace only when the ingestion
+//! finishes, all at once, which the runs thread asks for once the log the
+//! leaves cover is durable and the runs before them are written; until then
+//! they are files no reader sees, and a crash leaves them for fjall to
+//! delete at the next start.
+//!
+//! Why tables and not a write batch: written as a batch, a checkpoint (~20
+//! MB of leaves at 1M players) went through fjall's journal and memtables
+//! while holding the journal's writer lock: every acknowledgment waited
+//! behind it (commits of 100+ ms, 2-3 per 10 s), the next fsync carried its
+//! megabytes, and the memtables were flushed to tables once more later.
+//! The marker of the log the leaves hold goes into the same tables, so a
+//! crash between their finishing and the log deletion that follows cannot
+//! replay a record into leaves that hold it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+use fjall::Keyspace;
+
+use crate::error::ShardError;
+use crate::key::{TreeId, TREE_PREFIX_LEN};
+use crate::tree::{LeafEncoding, LeafId, LeafSlice, SlicePicker};
+
+/// What a [`LeafWriter`]'s thread ends with.
+struct Outcome {
+    /// Why writing failed, if it did.
+    failure: Option<ShardError>,
+    /// Each tree's changed leaves, for an abandoned checkpoint to give back.
+    changed: Vec<(TreeId, Vec<LeafId>)>,
+}
+
+/// Writes one checkpoint's leaves on a thread of its own as the slices come
+/// (see the module docs). Dropped without [`LeafWriter::finish`], it
+/// abandons them.
+pub(crate) struct LeafWriter {
+    slices: Option<mpsc::Sender<(TreeId, LeafSlice)>>,
+    /// Slices sent and not yet written.
+    queued: Arc<AtomicUsize>,
+    abandoned: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Outcome>>,
+}
+
+impl LeafWriter {
+    /// Starts the writer of a checkpoint into `keyspace` that holds every
+    /// log record before `through`: `marker` (the key saying so) goes
+    /// first, as it sorts before every leaf key. `on_start` runs first on
+    /// the new thread (the server lowers its priority there).
+    pub(crate) fn start(
+        keyspace: Keyspace,
+        marker: &'static [u8],
+        through: u64,
+        encoding: LeafEncoding,
+        on_start: Option<fn()>,
+    ) -> std::io::Result<Self> {
+        let (slices, queue) = mpsc::channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (queued, abandoned) = (queued.clone(), abandoned.clone());
+            std::thread::Builder::new().name("rankd-leaves".into()).spawn(move || {
+                if let Some(on_start) = on_start {
+                    on_start();
+                }
+                let mut written = Written { keyspace: &keyspace, encoding, trees: Vec::new(), failure: None };
+                written.write_all(queue, marker, through, &queued, &abandoned)
+            })?
+        };
+        Ok(Self { slices: Some(slices), queued, abandoned, thread: Some(thread) })
+    }
+
+    /// Hands the next slice of tree `tree` to the writer. Trees must come in
+    /// key order, each tree's slices in the order taken.
+    pub(crate) fn send(&self, tree: TreeId, slice: LeafSlice) {
+        if let Some(slices) = &self.slices {
+            self.queued.fetch_add(1, Ordering::Relaxed);
+            // A writer that is gone failed or panicked: `finish` says so.
+            let _ = slices.send((tree, slice));
+        }
+    }
+
+    /// Slices sent and not yet written.
+    pub(crate) fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Waits for every slice sent to be written, then makes the tables part
+    /// of the keyspace, all at once and durably. Call once the last slice
+    /// of every tree is sent.
+    pub(crate) fn finish(mut self) -> Result<(), ShardError> {
+        match self.end().failure {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops what was written (nothing of it is ever read) and gives back
+    /// the changed leaves the slices handed out, by tree.
+    pub(crate) fn abandon(mut self) -> Vec<(TreeId, Vec<LeafId>)> {
+        self.abandoned.store(true, Ordering::Relaxed);
+        self.end().changed
+    }
+
+    /// Closes the queue and waits for the thread.
+    fn end(&mut self) -> Outcome {
+        self.slices = None;
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(_)) => {
+                Outcome { failure: Some(ShardError::Corrupt("the leaf writer panicked")), changed: Vec::new() }
+            }
+            None => Outcome { failure: None, changed: Vec::new() },
+        }
+    }
+}
+
+impl Drop for LeafWriter {
+    fn drop(&mut self) {
+        // The thread holds a handle on the keyspace: gone before a reopen.
+        if self.thread.is_some() {
+            self.abandoned.store(true, Ordering::Relaxed);
+            self.end();
+        }
+    }
+}
+
+/// The writer thread's state.
+struct Written<'k> {
+    keyspace: &'k Keyspace,
+    encoding: LeafEncoding,
+    /// Each tree seen, in key order, with its picker (the last one's in use).
+    trees: Vec<(TreeId, SlicePicker)>,
+    failure: Option<ShardError>,
+}
+
+impl Written<'_> {
+    /// Writes every slice from `queue` until it closes, then finishes the
+    /// ingestion unless abandoned.
+    fn write_all(
+        &mut self,
+        queue: mpsc::Receiver<(TreeId, LeafSlice)>,
+        marker: &[u8],
+        through: u64,
+        queued: &AtomicUsize,
+        abandoned: &AtomicBool,
+    ) -> Outcome {
+        let keyspace = self.keyspace; // the tables borrow it, not `self`
+        let mut tables = match keyspace.start_ingestion() {
+            Ok(mut tables) => match tables.write(marker, through.to_be_bytes()) {
+                Ok(()) => Some(tables),
+                Err(e) => self.failed(e.into()),
+            },
+            Err(e) => self.failed(e.into()),
+        };
+        for (tree, mut slice) in queue {
+            queued.fetch_sub(1, Ordering::Relaxed);
+            if self.trees.last().is_none_or(|(last, _)| *last != tree) {
+                self.trees.push((tree, SlicePicker::default()));
+            }
+            let Some((_, picker)) = self.trees.last_mut() else { continue };
+            let Some(ingestion) = tables.as_mut().filter(|_| !abandoned.load(Ordering::Relaxed)) else {
+                // Keep only what an abandoned checkpoint gives back.
+                if let Some(changed) = slice.take_changed() {
+                    picker.keep(changed);
+                }
+                continue;
+            };
+            let written = picker.pick(slice, self.encoding, |leaf, bytes| {
+                let key = leaf_key(tree, leaf);
+                match bytes {
+                    Some(bytes) => ingestion.write(key, bytes),
+                    None => ingestion.write_tombstone(key),
+                }
+            });
+            if let Err(e) = written {
+                tables = self.failed(e.into());
+            }
+        }
+        if let Some(tables) = tables.filter(|_| !abandoned.load(Ordering::Relaxed)) {
+            if let Err(e) = tables.finish() {
+                self.failed::<()>(e.into());
+            }
+        }
+        let changed = std::mem::take(&mut self.trees);
+        Outcome {
+            failure: self.failure.take(),
+            changed: changed.into_iter().map(|(tree, picker)| (tree, picker.into_changed())).collect(),
+        }
+    }
+
+    /// Keeps the first failure; nothing more is written after one.
+    fn failed<T>(&mut self, failure: ShardError) -> Option<T> {
+        self.failure.get_or_insert(failure);
+        None
+    }
+}
+
+/// A leaf's key: its tree's prefix, then its sub-range's start and depth.
+pub(crate) fn leaf_key(tree: TreeId, leaf: LeafId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(TREE_PREFIX_LEN + 17);
+    key.extend_from_slice(&tree.prefix());
+    key.extend_from_slice(&leaf.prefix.to_be_bytes());
+    key.push(leaf.depth);
+    key
+}
