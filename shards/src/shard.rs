@@ -111,11 +111,11 @@ pub struct ShardOptions {
     /// ~460 to ~710 MiB allocated, one at a time to ~585; apart, their
     /// writers also do not compete for the CPU. Shard `i` of `n` given
     /// `i / n` starts out that far ahead, and shards under an even load
-    /// stay apart (an uneven one lets them drift together again). Only ever sooner: making a due shard wait
-    /// while another's copy is held (tried) lengthens the log a restart
-    /// after kill -9 replays, which at 10M players already reaches ~550k
-    /// changes a shard (the wait, and what is logged while a checkpoint is
-    /// written) and ~2.7-3.0 s.
+    /// stay apart (an uneven one lets them drift together again). Only ever
+    /// sooner: making a due shard wait while another's copy was held
+    /// (tried) lengthens the log a restart after kill -9 replays, which at
+    /// 10M players already reaches ~550k changes a shard (the wait, and
+    /// what is logged while a checkpoint is written) and ~2.7-3.0 s.
     pub checkpoint_phase: f64,
     /// Runs first on each checkpoint's leaf-writing thread: an embedder's
     /// say in how it is scheduled (the server lowers its priority, as the
