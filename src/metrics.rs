@@ -76,6 +76,10 @@ pub struct ShardMetrics {
     pub unwritten_players: IntGauge,
     /// Sealed runs held in memory until the runs thread writes them.
     pub unwritten_runs: IntGauge,
+    /// Count-tree changes logged since the last checkpoint began.
+    pub logged_changes: IntGauge,
+    /// Checkpoints written.
+    pub checkpoints: IntCounter,
     /// Player-record lookups the record cache answered.
     pub cache_hits: IntCounter,
     /// Player-record lookups that missed the record cache.
@@ -209,6 +213,16 @@ impl Metrics {
             "rankd_shard_unwritten_runs",
             "Sealed runs (frozen overlays) held in memory until the runs thread writes them; past 4 the shard waits for it.",
         )?;
+        let logged_changes = shard_gauge(
+            "rankd_shard_logged_changes",
+            "Count-tree changes logged since the shard's last checkpoint began: what a restart after a crash replays \
+             into the trees (plus, while the checkpoint before is still being written, its share). Saw-tooths below \
+             max(players / 2, 100k) per shard, at most 400k, when checkpoints keep up.",
+        )?;
+        let checkpoints = shard_counter(
+            "rankd_shard_checkpoints_total",
+            "Checkpoints written: changed count-tree leaves stored, and the change log they hold deleted.",
+        )?;
         let cache_hits = shard_counter(
             "rankd_shard_record_cache_hits_total",
             "Player-record lookups (writes and ranks) answered by the in-memory record cache.",
@@ -246,6 +260,8 @@ impl Metrics {
                     run_seconds: runs.with_label_values(&l),
                     unwritten_players: unwritten.with_label_values(&l),
                     unwritten_runs: unwritten_runs.with_label_values(&l),
+                    logged_changes: logged_changes.with_label_values(&l),
+                    checkpoints: checkpoints.with_label_values(&l),
                     cache_hits: cache_hits.with_label_values(&l),
                     cache_misses: cache_misses.with_label_values(&l),
                     writes_applied: writes.with_label_values(&l),
@@ -307,6 +323,8 @@ impl Metrics {
             Box::new(runs),
             Box::new(unwritten),
             Box::new(unwritten_runs),
+            Box::new(logged_changes),
+            Box::new(checkpoints),
             Box::new(cache_hits),
             Box::new(cache_misses),
             Box::new(writes),

@@ -385,8 +385,14 @@ fn write_runs(
     let mut failure = None;
     if *failed_generation != Some(generation) {
         for batch in runs {
+            let checkpoint = batch.carries_checkpoint();
             match batch.write_runs() {
-                Ok(took) => metrics.run_seconds.observe(took.as_secs_f64()),
+                Ok(took) => {
+                    metrics.run_seconds.observe(took.as_secs_f64());
+                    if checkpoint {
+                        metrics.checkpoints.inc();
+                    }
+                }
                 Err(e) => {
                     // Everything answered is in the log; reopening rebuilds
                     // the overlay from it and writes the runs again.
@@ -708,6 +714,7 @@ impl ShardActor {
         let mut batch = shard.seal();
         let unwritten_runs = shard.unwritten_runs();
         metrics.unwritten_runs.set(unwritten_runs as i64);
+        metrics.logged_changes.set(i64::try_from(shard.logged_changes()).unwrap_or(i64::MAX));
         if let Some(started) = started {
             metrics.seal_seconds.observe(started.elapsed().as_secs_f64());
             metrics.players.set(shard.players() as i64);

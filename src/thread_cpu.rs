@@ -39,7 +39,7 @@ impl ThreadCpu {
                 "rankd_thread_cpu_seconds_total",
                 "CPU time (user and system) of the server's threads, by role: connections (client I/O and routing), \
                  shard-N (the batch loop), commit-N, runs-N, and unregistered threads by OS name (fjall:worker: \
-                 flushes and compaction).",
+                 flushes and compaction; rankd-leaves: a checkpoint's leaf writer).",
             ),
             &["thread"],
         )?;

@@ -85,9 +85,9 @@ async fn a_slow_commit_shows_in_the_commit_histogram() {
 }
 
 /// Every checkpoint starts a pass over the count-tree leaves that moves those
-/// on sparse allocator slabs; the counters show passes ran over every leaf,
-/// and ranks read afterwards are exact. Checkpoints come every 50 changes
-/// here (a testing flag) instead of every 100k.
+/// on sparse allocator slabs; the counters show checkpoints written and
+/// passes over every leaf, and ranks read afterwards are exact. Checkpoints
+/// come every 50 changes here (a testing flag) instead of every 100k.
 #[tokio::test]
 async fn checkpoints_start_leaf_repacking_and_ranks_stay_exact() {
     let server = common::Server::start_with(2, &["--debug-checkpoint-every", "50"]);
@@ -107,11 +107,20 @@ async fn checkpoints_start_leaf_repacking_and_ranks_stay_exact() {
         let (_, text) = http_get(&server.metrics_addr, "/metrics");
         let visited = sample(&text, "rankd_shard_repack_leaves_visited_total", &[]);
         let moved = sample(&text, "rankd_shard_repack_leaves_moved_total", &[]);
+        let checkpoints = sample(&text, "rankd_shard_checkpoints_total", &[]);
+        // Changes since a shard's last checkpoint began: one is due after
+        // 200 (4 x 50) at the latest; the gauge is set per batch.
+        let logged = sample(&text, "rankd_shard_logged_changes", &[r#"shard="0""#]);
         assert!(moved <= visited, "moved {moved} of {visited} leaves visited");
-        if visited >= 2.0 * 16.0 {
+        assert!(logged < 1000.0, "{logged} changes logged since shard 0's last checkpoint began");
+        // 1000 changes a shard, a checkpoint after at most 200: four or more each.
+        if visited >= 2.0 * 16.0 && checkpoints >= 4.0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "only {visited} leaves visited after 2000 writes");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {visited} leaves visited and {checkpoints} checkpoints written after 2000 writes"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let calls: Vec<_> = (0..2000)
