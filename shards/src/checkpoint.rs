@@ -178,15 +178,23 @@ impl Written<'_> {
                 }
                 continue;
             };
-            let written = picker.pick(slice, self.encoding, |leaf, bytes| {
-                let key = leaf_key(tree, leaf);
-                match bytes {
-                    Some(bytes) => ingestion.write(key, bytes),
-                    None => ingestion.write_tombstone(key),
-                }
-            });
-            if let Err(e) = written {
-                tables = self.failed(e.into());
+            let encoding = self.encoding;
+            // A panic here (fjall asserts the keys' order) must not lose the
+            // changed leaves an abandoned checkpoint gives back: the picker
+            // keeps them before it writes anything.
+            let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                picker.pick(slice, encoding, |leaf, bytes| {
+                    let key = leaf_key(tree, leaf);
+                    match bytes {
+                        Some(bytes) => ingestion.write(key, bytes),
+                        None => ingestion.write_tombstone(key),
+                    }
+                })
+            }));
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tables = self.failed(e.into()),
+                Err(_) => tables = self.failed(ShardError::Corrupt("writing a checkpoint's leaves panicked")),
             }
         }
         if let Some(tables) = tables.filter(|_| !abandoned.load(Ordering::Relaxed)) {
