@@ -165,17 +165,14 @@ impl Written<'_> {
             },
             Err(e) => self.failed(e.into()),
         };
-        for (tree, mut slice) in queue {
+        for (tree, slice) in queue {
             queued.fetch_sub(1, Ordering::Relaxed);
             if self.trees.last().is_none_or(|(last, _)| *last != tree) {
                 self.trees.push((tree, SlicePicker::default()));
             }
             let Some((_, picker)) = self.trees.last_mut() else { continue };
             let Some(ingestion) = tables.as_mut().filter(|_| !abandoned.load(Ordering::Relaxed)) else {
-                // Keep only what an abandoned checkpoint gives back.
-                if let Some(changed) = slice.take_changed() {
-                    picker.keep(changed);
-                }
+                picker.pass(slice); // keeps what an abandoned checkpoint gives back
                 continue;
             };
             let encoding = self.encoding;

@@ -55,7 +55,7 @@ use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
 use crate::overlay::{self, Overlay};
-use crate::tree::{self, CountTree, DirtyLeaves, LeafEncoding, LeafId, Repacked};
+use crate::tree::{self, CountTree, LeafEncoding, LeafId, Repacked, SlicePicker};
 use crate::window;
 use crate::FastHasher;
 
@@ -272,33 +272,6 @@ struct Checkpointing {
     /// leaf to sorted tables.
     trees: VecDeque<TreeId>,
     writer: LeafWriter,
-}
-
-/// A checkpoint taken at once ([`Shard::checkpoint`]): each tree's changed
-/// leaves, written in one batch.
-struct Checkpoint {
-    /// The leaves' keyspace, which they are written to.
-    keyspace: Keyspace,
-    /// Each tree's changed leaves, trees in key order.
-    trees: Vec<(TreeId, DirtyLeaves)>,
-    encoding: LeafEncoding,
-    through: u64,
-}
-
-impl Checkpoint {
-    /// Adds the leaves and their marker to `batch`.
-    fn add_to(mut self, batch: &mut fjall::OwnedWriteBatch) {
-        let encoding = self.encoding;
-        for (tree, dirty) in &mut self.trees {
-            for (leaf, bytes) in dirty.encoded(encoding) {
-                match bytes {
-                    Some(bytes) => batch.insert(&self.keyspace, leaf_key(*tree, leaf), bytes),
-                    None => batch.remove(&self.keyspace, leaf_key(*tree, leaf)),
-                }
-            }
-        }
-        batch.insert(&self.keyspace, LEAVES_THROUGH, self.through.to_be_bytes());
-    }
 }
 
 impl SealedBatch {
@@ -769,7 +742,7 @@ impl Shard {
     /// records and records the new format.
     fn migrate_log(&mut self) -> Result<(), ShardError> {
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
-        self.checkpoint_into(&mut batch).add_to(&mut batch);
+        self.checkpoint_into(&mut batch);
         batch.insert(&self.meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
         batch.commit()?;
         tracing::info!(path = %self.path.display(), "change log moved to the current format");
@@ -1252,29 +1225,31 @@ impl Shard {
         for tree in expiring {
             batch.insert(&self.meta, expiring_key(*tree), []);
         }
-        self.checkpoint_into(&mut batch).add_to(&mut batch);
+        self.checkpoint_into(&mut batch);
         batch.commit().map_err(|err| self.rolled_back(err.into()))
     }
 
-    /// Takes the changed leaves out of the trees at once, adds the deletion
-    /// of the log they make redundant and the runs' marker to `batch`, and
-    /// starts a new log. The leaves must be written before `batch`, and both
-    /// only once runs hold every change of that log: the log is the only
-    /// other place those changes are kept. A checkpoint being copied in
-    /// slices is dropped: this one includes everything it would have.
-    fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) -> Checkpoint {
+    /// Takes the changed leaves out of the trees at once and adds them, the
+    /// marker of the log they hold, the deletion of that log and the runs'
+    /// marker to `batch`, and starts a new log. `batch` may be written only
+    /// once runs hold every change of that log: the log is the only other
+    /// place those changes are kept. A checkpoint being copied in slices is
+    /// dropped: this one includes everything it would have.
+    fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
         self.abandon_checkpoint();
-        let mut trees: Vec<(TreeId, DirtyLeaves)> = self
-            .trees
-            .iter_mut()
-            .map(|(id, tree)| (*id, tree.take_dirty()))
-            .filter(|(_, leaves)| !leaves.is_empty())
-            .collect();
-        trees.sort_unstable_by_key(|(id, _)| id.prefix());
+        for (id, tree) in &mut self.trees {
+            let written = SlicePicker::default().pick(tree.take_dirty(), self.leaf_encoding, |leaf, bytes| {
+                match bytes {
+                    Some(bytes) => batch.insert(&self.leaves, leaf_key(*id, leaf), bytes),
+                    None => batch.remove(&self.leaves, leaf_key(*id, leaf)),
+                }
+                Ok::<(), std::convert::Infallible>(())
+            });
+            let Ok(()) = written;
+        }
+        batch.insert(&self.leaves, LEAVES_THROUGH, self.next_log.to_be_bytes());
         self.logged = 0;
-        let through = self.next_log;
-        self.close_log(batch, through);
-        Checkpoint { keyspace: self.leaves.clone(), trees, encoding: self.leaf_encoding, through }
+        self.close_log(batch, self.next_log);
     }
 
     /// Drops the checkpoint being copied, if any: the leaves it would have

@@ -294,7 +294,8 @@ impl CountTree {
     }
 
     /// Copies out the leaves changed since the last call, for another thread
-    /// to encode and write ([`DirtyLeaves::encoded`]).
+    /// to encode and write: a snapshot taken at once, as its only slice (a
+    /// [`SlicePicker`] picks the leaves to write out of it).
     ///
     /// A checkpoint takes nearly every leaf (random changes touch them all
     /// long before a checkpoint is due), and this runs on the shard's
@@ -305,7 +306,7 @@ impl CountTree {
     /// every leaf's entries into one buffer in a single walk in key order,
     /// prefetching ahead, and leaves picking out the changed ones (a hash
     /// lookup each), the encoding and the keys to the writing thread.
-    pub fn take_dirty(&mut self) -> DirtyLeaves {
+    pub fn take_dirty(&mut self) -> LeafSlice {
         debug_assert!(self.snapshot.is_none(), "a snapshot is being taken: abandon it first");
         self.take_dirty_by(self.mostly_changed())
     }
@@ -326,27 +327,41 @@ impl CountTree {
 
     /// [`CountTree::take_dirty`], copying every leaf or looking up the
     /// changed ones as told.
-    fn take_dirty_by(&mut self, copy_all: bool) -> DirtyLeaves {
-        let mut out = DirtyLeaves::default();
-        if self.dirty.is_empty() {
-            return out;
-        }
-        let dirty = self.take_dirty_set();
-        if copy_all {
-            out = DirtyLeaves::picking(dirty, self.total);
-            let mut ahead = VecDeque::with_capacity(COPY_PREFETCH_AHEAD + 1);
-            copy_leaves(&self.root, self.bits, 0, 0, &mut ahead, &mut out);
-            for (id, entries) in ahead {
-                out.push(id, entries);
-            }
+    fn take_dirty_by(&mut self, copy_all: bool) -> LeafSlice {
+        let changed = self.take_dirty_set();
+        let walked = if copy_all && !changed.is_empty() {
+            self.copy_every_leaf(changed.len())
         } else {
-            let mut ids: Vec<LeafId> = dirty.into_iter().collect();
-            ids.sort_unstable();
-            for id in ids {
-                match self.leaf_at(id) {
-                    Some(leaf) => out.push(id, &leaf.entries),
-                    None => out.gone.push(id),
-                }
+            self.copy_changed(&changed)
+        };
+        LeafSlice { changed: Some(changed), walked, ahead: Vec::new(), upto: None }
+    }
+
+    /// Copies every non-empty leaf, in key order, in one walk that asks
+    /// memory for the leaves ahead ([`copy_leaves`]); `leaves` is about how
+    /// many there are.
+    fn copy_every_leaf(&self, leaves: usize) -> LeafCopies {
+        let mut out = LeafCopies::default();
+        // At most an entry per player.
+        out.entries.reserve(usize::try_from(self.total).unwrap_or(0));
+        out.leaves.reserve(leaves);
+        let mut ahead = VecDeque::with_capacity(COPY_PREFETCH_AHEAD + 1);
+        copy_leaves(&self.root, self.bits, 0, 0, &mut ahead, &mut out);
+        for (id, entries) in ahead {
+            out.push(id, entries);
+        }
+        out
+    }
+
+    /// Copies the `changed` leaves that still exist and hold keys, in key
+    /// order, each looked up from the root.
+    fn copy_changed(&self, changed: &LeafSet) -> LeafCopies {
+        let mut ids: Vec<LeafId> = changed.iter().copied().collect();
+        ids.sort_unstable();
+        let mut out = LeafCopies::default();
+        for id in ids {
+            if let Some(leaf) = self.leaf_at(id).filter(|leaf| !leaf.entries.is_empty()) {
+                out.push(id, &leaf.entries);
             }
         }
         out
@@ -415,24 +430,16 @@ impl CountTree {
         if self.dirty.is_empty() {
             return;
         }
-        let copy_all = self.mostly_changed();
-        let changed = self.take_dirty_set();
-        let mut walked = LeafCopies::default();
-        let walk = if !copy_all {
-            let mut ids: Vec<LeafId> = changed.iter().copied().collect();
-            ids.sort_unstable();
-            for id in ids {
-                if let Some(leaf) = self.leaf_at(id).filter(|leaf| !leaf.entries.is_empty()) {
-                    walked.push(id, &leaf.entries);
-                }
-            }
-            None
-        } else {
-            // Every leaf is now of an older epoch: not yet copied.
-            self.epoch = self.epoch.wrapping_add(1);
-            Some(0)
-        };
-        self.snapshot = Some(Snapshot { changed: Some(changed), walked, ahead: BTreeMap::new(), walk });
+        if !self.mostly_changed() {
+            let LeafSlice { changed, walked, .. } = self.take_dirty_by(false);
+            self.snapshot = Some(Snapshot { changed, walked, ahead: BTreeMap::new(), walk: None });
+            return;
+        }
+        let changed = Some(self.take_dirty_set());
+        // Every leaf is now of an older epoch: not yet copied.
+        self.epoch = self.epoch.wrapping_add(1);
+        self.snapshot =
+            Some(Snapshot { changed, walked: LeafCopies::default(), ahead: BTreeMap::new(), walk: Some(0) });
     }
 
     /// Copies up to `budget` more leaves into the snapshot being taken;
@@ -476,9 +483,10 @@ impl CountTree {
             }
             None => std::mem::take(&mut snapshot.ahead),
         };
+        let room = snapshot.walked.empty_like();
         let slice = LeafSlice {
             changed: snapshot.changed.take(),
-            walked: std::mem::take(&mut snapshot.walked),
+            walked: std::mem::replace(&mut snapshot.walked, room),
             ahead: ahead.into_iter().collect(),
             upto: snapshot.walk,
         };
@@ -781,64 +789,12 @@ impl LeafCopies {
     fn iter(&self) -> impl Iterator<Item = (LeafId, &[Entry])> + '_ {
         self.leaves.iter().map(|(id, range)| (*id, &self.entries[range.clone()]))
     }
-}
 
-/// Changed leaves of one tree, copied out by [`CountTree::take_dirty`];
-/// written in key order.
-#[derive(Debug, Default)]
-pub struct DirtyLeaves {
-    /// Leaves that exist, in key order.
-    present: LeafCopies,
-    /// Leaves that no longer exist, in key order.
-    gone: Vec<LeafId>,
-    /// When every leaf was copied: the changed ones, still to be picked out
-    /// of `present` (the rest are gone).
-    unpicked: Option<LeafSet>,
-}
-
-impl DirtyLeaves {
-    /// Room for a copy of every leaf of a tree of `players`, from which
-    /// the `changed` ones are picked later (on the writing thread): at most
-    /// an entry per player, and about as many leaves as changed.
-    fn picking(changed: LeafSet, players: u64) -> Self {
-        let mut out = Self::default();
-        out.present.entries.reserve(usize::try_from(players).unwrap_or(0));
-        out.present.leaves.reserve(changed.len());
-        out.unpicked = Some(changed);
-        out
-    }
-
-    fn push(&mut self, id: LeafId, entries: &[Entry]) {
-        self.present.push(id, entries);
-    }
-
-    /// Keeps the changed leaves only (see `unpicked`). Runs on the thread
-    /// that writes the leaves, not the shard's.
-    fn pick(&mut self) {
-        if let Some(mut changed) = self.unpicked.take() {
-            self.present.leaves.retain(|(id, _)| changed.remove(id));
-            self.gone.extend(changed);
-            self.gone.sort_unstable();
-        }
-    }
-
-    /// Whether no leaf changed.
-    pub fn is_empty(&self) -> bool {
-        self.present.leaves.is_empty() && self.gone.is_empty() && self.unpicked.as_ref().is_none_or(HashSet::is_empty)
-    }
-
-    /// Each changed leaf in key order with its encoding, or `None` if the
-    /// leaf no longer exists.
-    pub fn encoded(&mut self, encoding: LeafEncoding) -> impl Iterator<Item = (LeafId, Option<Vec<u8>>)> + '_ {
-        self.pick();
-        let mut present =
-            self.present.iter().map(move |(id, entries)| (id, Some(encode_entries(entries, encoding)))).peekable();
-        let mut gone = self.gone.iter().map(|&id| (id, None)).peekable();
-        std::iter::from_fn(move || match (present.peek(), gone.peek()) {
-            (Some(p), Some(g)) if g.0 < p.0 => gone.next(),
-            (Some(_), _) => present.next(),
-            (None, _) => gone.next(),
-        })
+    /// Empty, with room for as much as this holds: the next slice of a
+    /// walk copies about as much, and grown from nothing its buffers were
+    /// reallocated a dozen times a slice on the shard's thread.
+    fn empty_like(&self) -> Self {
+        Self { leaves: Vec::with_capacity(self.leaves.len()), entries: Vec::with_capacity(self.entries.len()) }
     }
 }
 
@@ -867,7 +823,7 @@ impl LeafSlice {
     }
 
     /// The changed leaves it hands out, if it is the first slice.
-    pub fn take_changed(&mut self) -> Option<LeafSet> {
+    fn take_changed(&mut self) -> Option<LeafSet> {
         self.changed.take()
     }
 
@@ -935,8 +891,16 @@ impl SlicePicker {
         }
     }
 
+    /// Takes the next slice without writing anything: only the changed
+    /// leaves it may hand out are kept (for [`SlicePicker::into_changed`]).
+    pub fn pass(&mut self, mut slice: LeafSlice) {
+        if let Some(changed) = slice.take_changed() {
+            self.keep(changed);
+        }
+    }
+
     /// Takes the snapshot's changed leaves (from its first slice), sorted.
-    pub fn keep(&mut self, changed: LeafSet) {
+    fn keep(&mut self, changed: LeafSet) {
         self.changed = changed.into_iter().collect();
         self.changed.sort_unstable();
         self.next = 0;
@@ -963,7 +927,7 @@ fn copy_leaves<'a>(
     depth: u32,
     prefix: u128,
     ahead: &mut VecDeque<(LeafId, &'a [Entry])>,
-    out: &mut DirtyLeaves,
+    out: &mut LeafCopies,
 ) {
     match node {
         Node::Leaf(leaf) => {
@@ -1171,8 +1135,20 @@ mod tests {
     }
 
     /// Writes `leaves` (a checkpoint) to `disk`, in key order, once each.
-    fn store(disk: &mut BTreeMap<LeafId, Vec<u8>>, mut leaves: DirtyLeaves, encoding: LeafEncoding) {
-        let written: Vec<(LeafId, Option<Vec<u8>>)> = leaves.encoded(encoding).collect();
+    /// The leaves a checkpoint of `slice` (taken at once) writes, in order.
+    fn written(slice: LeafSlice, encoding: LeafEncoding) -> Vec<(LeafId, Option<Vec<u8>>)> {
+        let mut written = Vec::new();
+        SlicePicker::default()
+            .pick(slice, encoding, |id, bytes| {
+                written.push((id, bytes));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        written
+    }
+
+    fn store(disk: &mut BTreeMap<LeafId, Vec<u8>>, leaves: LeafSlice, encoding: LeafEncoding) {
+        let written = written(leaves, encoding);
         assert!(written.windows(2).all(|w| w[0].0 < w[1].0), "changed leaves in key order, once each");
         for (id, bytes) in written {
             match bytes {
@@ -1452,12 +1428,12 @@ mod tests {
         for k in 0..200u128 {
             tree.add(k << 100, 1);
         }
-        let written: Vec<_> = tree.take_dirty().encoded(LeafEncoding::Delta).collect();
-        assert!(written.iter().any(|(_, b)| b.is_some()));
+        let before = written(tree.take_dirty(), LeafEncoding::Delta);
+        assert!(before.iter().any(|(_, b)| b.is_some()));
         for k in 0..200u128 {
             tree.add(k << 100, -1);
         }
-        let after: Vec<_> = tree.take_dirty().encoded(LeafEncoding::Delta).collect();
+        let after = written(tree.take_dirty(), LeafEncoding::Delta);
         assert!(!after.is_empty());
         assert!(after.iter().all(|(_, b)| b.is_none()));
     }
