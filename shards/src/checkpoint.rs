@@ -75,8 +75,8 @@ impl LeafWriter {
                 if let Some(on_start) = on_start {
                     on_start();
                 }
-                let mut written = Written { keyspace: &keyspace, encoding, trees: Vec::new(), failure: None };
-                written.write_all(queue, marker, through, &queued, &abandoned)
+                let marker = (marker, through.to_be_bytes());
+                write_leaves(&keyspace, marker, encoding, queue, &queued, &abandoned)
             })?
         };
         Ok(Self { slices: Some(slices), queued, abandoned, thread: Some(thread) })
@@ -137,80 +137,59 @@ impl Drop for LeafWriter {
     }
 }
 
-/// The writer thread's state.
-struct Written<'k> {
-    keyspace: &'k Keyspace,
+/// The writer thread: appends every slice from `queue` to an ingestion
+/// into `keyspace`, after the `marker` key and value, until the queue
+/// closes, then finishes the ingestion unless abandoned. After a failure
+/// nothing more is written, but each tree's changed leaves are still kept.
+fn write_leaves(
+    keyspace: &Keyspace,
+    marker: (&[u8], [u8; 8]),
     encoding: LeafEncoding,
-    /// Each tree seen, in key order, with its picker (the last one's in use).
-    trees: Vec<(TreeId, SlicePicker)>,
-    failure: Option<ShardError>,
-}
-
-impl Written<'_> {
-    /// Writes every slice from `queue` until it closes, then finishes the
-    /// ingestion unless abandoned.
-    fn write_all(
-        &mut self,
-        queue: mpsc::Receiver<(TreeId, LeafSlice)>,
-        marker: &[u8],
-        through: u64,
-        queued: &AtomicUsize,
-        abandoned: &AtomicBool,
-    ) -> Outcome {
-        let keyspace = self.keyspace; // the tables borrow it, not `self`
-        let mut tables = match keyspace.start_ingestion() {
-            Ok(mut tables) => match tables.write(marker, through.to_be_bytes()) {
-                Ok(()) => Some(tables),
-                Err(e) => self.failed(e.into()),
-            },
-            Err(e) => self.failed(e.into()),
+    queue: mpsc::Receiver<(TreeId, LeafSlice)>,
+    queued: &AtomicUsize,
+    abandoned: &AtomicBool,
+) -> Outcome {
+    let mut failure: Option<ShardError> = None;
+    let started = keyspace.start_ingestion().and_then(|mut tables| tables.write(marker.0, marker.1).map(|()| tables));
+    let mut tables = started.map_err(|e| failure = Some(e.into())).ok();
+    // Each tree seen, in key order, with its picker (the last one's in use).
+    let mut trees: Vec<(TreeId, SlicePicker)> = Vec::new();
+    for (tree, slice) in queue {
+        queued.fetch_sub(1, Ordering::Relaxed);
+        if trees.last().is_none_or(|(last, _)| *last != tree) {
+            trees.push((tree, SlicePicker::default()));
+        }
+        let Some((_, picker)) = trees.last_mut() else { continue };
+        let Some(ingestion) = tables.as_mut().filter(|_| !abandoned.load(Ordering::Relaxed)) else {
+            picker.pass(slice); // keeps what an abandoned checkpoint gives back
+            continue;
         };
-        for (tree, slice) in queue {
-            queued.fetch_sub(1, Ordering::Relaxed);
-            if self.trees.last().is_none_or(|(last, _)| *last != tree) {
-                self.trees.push((tree, SlicePicker::default()));
-            }
-            let Some((_, picker)) = self.trees.last_mut() else { continue };
-            let Some(ingestion) = tables.as_mut().filter(|_| !abandoned.load(Ordering::Relaxed)) else {
-                picker.pass(slice); // keeps what an abandoned checkpoint gives back
-                continue;
-            };
-            let encoding = self.encoding;
-            // A panic here (fjall asserts the keys' order) must not lose the
-            // changed leaves an abandoned checkpoint gives back: the picker
-            // keeps them before it writes anything.
-            let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                picker.pick(slice, encoding, |leaf, bytes| {
-                    let key = leaf_key(tree, leaf);
-                    match bytes {
-                        Some(bytes) => ingestion.write(key, bytes),
-                        None => ingestion.write_tombstone(key),
-                    }
-                })
-            }));
-            match written {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tables = self.failed(e.into()),
-                Err(_) => tables = self.failed(ShardError::Corrupt("writing a checkpoint's leaves panicked")),
-            }
-        }
-        if let Some(tables) = tables.filter(|_| !abandoned.load(Ordering::Relaxed)) {
-            if let Err(e) = tables.finish() {
-                self.failed::<()>(e.into());
-            }
-        }
-        let changed = std::mem::take(&mut self.trees);
-        Outcome {
-            failure: self.failure.take(),
-            changed: changed.into_iter().map(|(tree, picker)| (tree, picker.into_changed())).collect(),
+        // A panic here (fjall asserts the keys' order) must not lose the
+        // changed leaves an abandoned checkpoint gives back: the picker
+        // keeps them before it writes anything.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            picker.pick(slice, encoding, |leaf, bytes| {
+                let key = leaf_key(tree, leaf);
+                match bytes {
+                    Some(bytes) => ingestion.write(key, bytes),
+                    None => ingestion.write_tombstone(key),
+                }
+            })
+        }));
+        let failed = match written {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.into(),
+            Err(_) => ShardError::Corrupt("writing a checkpoint's leaves panicked"),
+        };
+        failure.get_or_insert(failed);
+        tables = None;
+    }
+    if let Some(tables) = tables.filter(|_| !abandoned.load(Ordering::Relaxed)) {
+        if let Err(e) = tables.finish() {
+            failure.get_or_insert(e.into());
         }
     }
-
-    /// Keeps the first failure; nothing more is written after one.
-    fn failed<T>(&mut self, failure: ShardError) -> Option<T> {
-        self.failure.get_or_insert(failure);
-        None
-    }
+    Outcome { failure, changed: trees.into_iter().map(|(tree, picker)| (tree, picker.into_changed())).collect() }
 }
 
 /// A leaf's key: its tree's prefix, then its sub-range's start and depth.
