@@ -308,7 +308,7 @@ impl WrittenBatch {
     /// Whether [`WrittenBatch::write_runs`] has anything to do: runs to
     /// write, or a full memtable to seal.
     pub fn has_work(&self) -> bool {
-        self.runs.is_some() || self.memtables.largest() > self.memtables.limit
+        self.runs.is_some() || self.memtables.any_to_seal()
     }
 
     /// Whether the batch ends a checkpoint: [`WrittenBatch::write_runs`]
@@ -362,15 +362,69 @@ impl Memtables {
         self.keyspaces.iter().map(|keyspace| keyspace.tree.active_memtable().size()).max().unwrap_or(0)
     }
 
+    /// Whether `keyspace`'s memtable is to be sealed for flushing: once it
+    /// is full, unless the keyspace already has [`MAX_SEALED_MEMTABLES`]
+    /// waiting for fjall's worker and the memtable is still within
+    /// [`MEMTABLE_OVERRUN`] times the limit.
+    fn due(&self, keyspace: &Keyspace) -> bool {
+        let size = keyspace.tree.active_memtable().size();
+        size > self.limit
+            && (keyspace.tree.sealed_memtable_count() < MAX_SEALED_MEMTABLES
+                || size > self.limit.saturating_mul(MEMTABLE_OVERRUN))
+    }
+
+    fn any_to_seal(&self) -> bool {
+        self.keyspaces.iter().any(|keyspace| self.due(keyspace))
+    }
+
     fn rotate_full(&self) -> Result<(), ShardError> {
-        for keyspace in self.keyspaces.iter() {
-            if keyspace.tree.active_memtable().size() > self.limit {
-                keyspace.rotate_memtable()?;
-            }
+        for keyspace in self.keyspaces.iter().filter(|keyspace| self.due(keyspace)) {
+            keyspace.rotate_memtable()?;
         }
         Ok(())
     }
+
+    /// Sealed memtables, all keyspaces, waiting for fjall's worker to flush them.
+    fn sealed(&self) -> usize {
+        self.keyspaces.iter().map(|keyspace| keyspace.tree.sealed_memtable_count()).sum()
+    }
 }
+
+/// How a shard's storage keeps up with its background work, for operators:
+/// fjall's one worker per shard flushes memtables and compacts tables in
+/// turn, and while it is behind, memtables take memory and (past
+/// [`MAX_SEALED_MEMTABLES`]) grow beyond their size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StorageStats {
+    /// Bytes held in memtables, taking writes or sealed.
+    pub memtable_bytes: u64,
+    /// Sealed memtables waiting for the worker to flush them.
+    pub sealed_memtables: usize,
+    /// Time the worker has spent compacting since the shard opened.
+    pub compacting: Duration,
+}
+
+/// Sealed memtables of one keyspace waiting for fjall's worker beyond which
+/// a full memtable is kept taking writes rather than sealed.
+///
+/// fjall halts every write to a keyspace with four sealed memtables (it
+/// sleeps 100 ms at a time until its worker flushes one), and a shard's one
+/// worker flushes and compacts in turn. Behind a long compaction (at 10M
+/// players on 2 shards, one rewrites the ~130 MB of a shard's players or
+/// index at the lowest priority on busy cores: 3-8 s) the log's memtables
+/// piled up, and the committer, whose every batch writes the log, slept:
+/// a scheduler trace of one stall showed it waking every 100 ms for 12 s
+/// while every write waited for it. Two leaves room for the seals fjall
+/// itself asks for to shorten the journal.
+const MAX_SEALED_MEMTABLES: usize = 2;
+
+/// How far past [`ShardOptions::memtable_bytes`] a memtable may grow while
+/// its keyspace waits for flushes (see [`MAX_SEALED_MEMTABLES`]): the bound
+/// on the memory a worker that falls behind for good can cost. Past it the
+/// memtable is sealed anyway and fjall's halt holds writes back. At 10M
+/// players the log's memtable grows ~2 MB a second a shard under
+/// saturating writes, so 4 (32 MiB) outlasts the compactions seen.
+pub const MEMTABLE_OVERRUN: u64 = 4;
 
 /// Makes everything a shard has committed so far durable; see
 /// [`Shard::commit_unsynced`].
@@ -1180,9 +1234,20 @@ impl Shard {
     }
 
     /// Bytes in the fullest memtable still taking writes: stays near
-    /// [`ShardOptions::memtable_bytes`] as full ones are sealed for flushing.
+    /// [`ShardOptions::memtable_bytes`] as full ones are sealed for
+    /// flushing, and within [`MEMTABLE_OVERRUN`] times that while fjall's
+    /// worker is behind.
     pub fn largest_memtable_bytes(&self) -> u64 {
         self.memtables.largest()
+    }
+
+    /// See [`StorageStats`].
+    pub fn storage_stats(&self) -> StorageStats {
+        StorageStats {
+            memtable_bytes: self.db.write_buffer_size(),
+            sealed_memtables: self.memtables.sealed(),
+            compacting: self.db.time_compacting(),
+        }
     }
 
     /// Players whose changed records are held in memory until the next run
@@ -1806,6 +1871,61 @@ mod tests {
         let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1 };
         let board = Board { id: 1, name: "b".into(), config };
         (board, TreeId { board: 1, window: Window::All.code(), period: 0 })
+    }
+
+    /// While fjall's worker flushes nothing (here: there is none; in a
+    /// server, it is in a long compaction), a keyspace gets at most
+    /// [`MAX_SEALED_MEMTABLES`] sealed memtables and then keeps writing into
+    /// its active one, up to [`MEMTABLE_OVERRUN`] times the limit, instead
+    /// of reaching fjall's four and halting every write batch; past the
+    /// overrun it is sealed anyway, so memory stays bounded.
+    #[test]
+    fn a_busy_worker_grows_the_memtable_instead_of_halting_writes() {
+        const LIMIT: u64 = 64 << 10;
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path()).worker_threads_unchecked(0).open().unwrap();
+        let log = db.keyspace("log", || KeyspaceCreateOptions::default().max_memtable_size(u64::MAX)).unwrap();
+        let memtables = Memtables { keyspaces: [log.clone()].into(), limit: LIMIT };
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut most_sealed = 0;
+            let mut largest = 0;
+            let mut i = 0u64;
+            // Writes as the committer does (a batch, then sealing what is
+            // due) until just short of the overrun.
+            while log.tree.active_memtable().size() < LIMIT * MEMTABLE_OVERRUN - 1024 {
+                let mut batch = db.batch();
+                for _ in 0..16 {
+                    batch.insert(&log, i.to_be_bytes(), [7u8; 40]);
+                    i += 1;
+                }
+                batch.commit().unwrap(); // fjall would halt here at 4 sealed memtables
+                memtables.rotate_full().unwrap();
+                most_sealed = most_sealed.max(log.tree.sealed_memtable_count());
+                largest = largest.max(log.tree.active_memtable().size());
+            }
+            let before_overrun = log.tree.sealed_memtable_count();
+            while log.tree.sealed_memtable_count() == before_overrun {
+                let mut batch = db.batch();
+                for _ in 0..16 {
+                    batch.insert(&log, i.to_be_bytes(), [7u8; 40]);
+                    i += 1;
+                }
+                batch.commit().unwrap();
+                memtables.rotate_full().unwrap();
+                largest = largest.max(log.tree.active_memtable().size());
+            }
+            let _ = done.send((most_sealed, largest));
+        });
+        let (most_sealed, largest) = finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("writes halted: fjall's limit of sealed memtables was reached");
+        assert_eq!(most_sealed, MAX_SEALED_MEMTABLES, "memtables were sealed past the limit, or never");
+        assert!(largest > 2 * LIMIT, "the active memtable did not grow past a full one: {largest} bytes");
+        assert!(
+            largest <= LIMIT * MEMTABLE_OVERRUN + 16 * 1024,
+            "the active memtable grew past the overrun to {largest} bytes"
+        );
     }
 
     /// Data dirs made before the delta encoding record none: they keep

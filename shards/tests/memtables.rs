@@ -15,7 +15,9 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rankd_shards::{Board, BoardConfig, Durability, Mode, Order, Shard, ShardOptions, Ties, TreeId, Window};
+use rankd_shards::{
+    Board, BoardConfig, Durability, Mode, Order, Shard, ShardOptions, Ties, TreeId, Window, MEMTABLE_OVERRUN,
+};
 
 const PLAYERS: u64 = 300_000;
 const MEMTABLE: u64 = 256 << 10;
@@ -47,8 +49,13 @@ fn a_flood_of_small_batches_does_not_hang_storage() {
                 shard.write(&board, &format!("player-{i}"), i as i64, Mode::Set, i + 1)?;
                 if i % 2 == 1 {
                     shard.commit()?; // one small batch: the flood
+                                     // A memtable may outgrow its size while fjall's worker
+                                     // is behind, within the overrun.
                     let largest = shard.largest_memtable_bytes();
-                    assert!(largest < 2 * MEMTABLE, "a memtable grew to {largest} bytes: not rotated");
+                    assert!(
+                        largest < (MEMTABLE_OVERRUN + 1) * MEMTABLE,
+                        "a memtable grew to {largest} bytes: not rotated"
+                    );
                 }
             }
             shard.commit()?;
