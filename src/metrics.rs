@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crate::thread_cpu::ThreadCpu;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Counter, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every op the protocol has, in a fixed order (indexes [`Metrics::ops`]).
@@ -80,6 +80,12 @@ pub struct ShardMetrics {
     pub logged_changes: IntGauge,
     /// Checkpoints written.
     pub checkpoints: IntCounter,
+    /// Bytes in fjall's memtables, taking writes or sealed.
+    pub memtable_bytes: IntGauge,
+    /// Sealed memtables waiting for fjall's worker to flush them.
+    pub sealed_memtables: IntGauge,
+    /// Time fjall's worker spent compacting.
+    pub compaction_seconds: Counter,
     /// Player-record lookups the record cache answered.
     pub cache_hits: IntCounter,
     /// Player-record lookups that missed the record cache.
@@ -223,6 +229,24 @@ impl Metrics {
             "rankd_shard_checkpoints_total",
             "Checkpoints written: changed count-tree leaves stored, and the change log they hold deleted.",
         )?;
+        let memtable_bytes = shard_gauge(
+            "rankd_shard_memtable_bytes",
+            "Bytes held in the shard's fjall memtables, taking writes or sealed and waiting to be flushed. A memtable \
+             is sealed at 8 MiB while the worker keeps up, and grows past that while it is behind.",
+        )?;
+        let sealed_memtables = shard_gauge(
+            "rankd_shard_sealed_memtables",
+            "Sealed memtables waiting for fjall's worker to flush them (it flushes and compacts in turn). From 2 in \
+             a keyspace its full memtable keeps taking writes and grows; at 4 fjall would halt its writes.",
+        )?;
+        let compaction_seconds = CounterVec::new(
+            Opts::new(
+                "rankd_shard_compaction_seconds_total",
+                "Time fjall's worker spent compacting the shard's tables. A rate near 1 means it compacts without \
+                 pause and flushes wait behind compactions.",
+            ),
+            &["shard"],
+        )?;
         let cache_hits = shard_counter(
             "rankd_shard_record_cache_hits_total",
             "Player-record lookups (writes and ranks) answered by the in-memory record cache.",
@@ -262,6 +286,9 @@ impl Metrics {
                     unwritten_runs: unwritten_runs.with_label_values(&l),
                     logged_changes: logged_changes.with_label_values(&l),
                     checkpoints: checkpoints.with_label_values(&l),
+                    memtable_bytes: memtable_bytes.with_label_values(&l),
+                    sealed_memtables: sealed_memtables.with_label_values(&l),
+                    compaction_seconds: compaction_seconds.with_label_values(&l),
                     cache_hits: cache_hits.with_label_values(&l),
                     cache_misses: cache_misses.with_label_values(&l),
                     writes_applied: writes.with_label_values(&l),
@@ -325,6 +352,9 @@ impl Metrics {
             Box::new(unwritten_runs),
             Box::new(logged_changes),
             Box::new(checkpoints),
+            Box::new(memtable_bytes),
+            Box::new(sealed_memtables),
+            Box::new(compaction_seconds),
             Box::new(cache_hits),
             Box::new(cache_misses),
             Box::new(writes),

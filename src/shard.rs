@@ -455,6 +455,8 @@ pub struct ShardActor {
     clock: Clock,
     /// When expired periods were last looked for (Unix seconds).
     last_expiry_check: i64,
+    /// fjall's compaction time when last published (see `observe_storage`).
+    compacting_seen: Duration,
     /// While degraded: when to try reopening the storage next.
     retry_recovery_at: Instant,
     /// Where the storage lives, to reopen it after a failed attempt.
@@ -504,6 +506,7 @@ impl ShardActor {
         Self {
             clock,
             last_expiry_check: i64::MIN,
+            compacting_seen: Duration::ZERO,
             retry_recovery_at: Instant::now(),
             location: shard.location(),
             reported_dense: None,
@@ -594,6 +597,7 @@ impl ShardActor {
     /// the committer first if there is any: sustained writes must not starve
     /// expiry); while degraded, try to reopen the storage instead.
     fn maintain(&mut self) {
+        self.observe_storage();
         if self.degraded.is_some() {
             // The committer and runs threads hold the storage open while
             // they have a batch; if they do, `CommitDone` calls again.
@@ -630,6 +634,18 @@ impl ShardActor {
             Ok(_) => {}
             Err(e) => tracing::warn!(shard = self.index, error = %e, "deleting expired periods failed; will retry"),
         }
+    }
+
+    /// Publishes how the shard's storage keeps up (see [`rankd_shards::StorageStats`]).
+    fn observe_storage(&mut self) {
+        let Some(shard) = &self.shard else { return };
+        let stats = shard.storage_stats();
+        let metrics = &self.metrics.shards[self.index];
+        metrics.memtable_bytes.set(i64::try_from(stats.memtable_bytes).unwrap_or(i64::MAX));
+        metrics.sealed_memtables.set(i64::try_from(stats.sealed_memtables).unwrap_or(i64::MAX));
+        // fjall counts from zero again after a reopen: that interval is lost, not negative.
+        metrics.compaction_seconds.inc_by(stats.compacting.saturating_sub(self.compacting_seen).as_secs_f64());
+        self.compacting_seen = stats.compacting;
     }
 
     /// Queues the next repacking step if a pass is under way (a round's

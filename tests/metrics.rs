@@ -133,6 +133,23 @@ async fn checkpoints_start_leaf_repacking_and_ranks_stay_exact() {
         let rank = reply.as_map().and_then(|m| m.iter().find(|(k, _)| k.as_str() == Some("rank"))).map(|(_, v)| v);
         assert_eq!(rank.and_then(|v| v.as_u64()), Some(above + 1), "p{i}: {reply:?}");
     }
+    // Each shard's storage gauges are published once a second: its
+    // memtables hold the log of those writes (far below the 8 MiB at which
+    // one is sealed), and its compaction time has a series.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (_, text) = http_get(&server.metrics_addr, "/metrics");
+        let memtables = |shard: &str| sample(&text, "rankd_shard_memtable_bytes", &[shard]);
+        let (first, second) = (memtables(r#"shard="0""#), memtables(r#"shard="1""#));
+        assert!(first < 8e6 && second < 8e6, "memtables of {first} and {second} bytes after 2000 writes");
+        if first > 0.0 && second > 0.0 {
+            assert_eq!(sample(&text, "rankd_shard_sealed_memtables", &[]), 0.0, "a memtable was sealed");
+            assert!(text.lines().any(|l| l.starts_with(r#"rankd_shard_compaction_seconds_total{shard="1"}"#)));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "memtable bytes not published: {first}, {second}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// The runs thread runs at a low priority, so a busy shard can starve it;
