@@ -1888,32 +1888,26 @@ mod tests {
         let memtables = Memtables { keyspaces: [log.clone()].into(), limit: LIMIT };
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut most_sealed = 0;
-            let mut largest = 0;
-            let mut i = 0u64;
-            // Writes as the committer does (a batch, then sealing what is
-            // due) until just short of the overrun.
-            while log.tree.active_memtable().size() < LIMIT * MEMTABLE_OVERRUN - 1024 {
+            let (mut most_sealed, mut largest, mut next_key) = (0, 0, 0u64);
+            // Writes as the committer does: a batch, then sealing what is due.
+            let mut write_batch = || {
                 let mut batch = db.batch();
-                for _ in 0..16 {
-                    batch.insert(&log, i.to_be_bytes(), [7u8; 40]);
-                    i += 1;
+                for key in next_key..next_key + 16 {
+                    batch.insert(&log, key.to_be_bytes(), [7u8; 40]);
                 }
+                next_key += 16;
                 batch.commit().unwrap(); // fjall would halt here at 4 sealed memtables
                 memtables.rotate_full().unwrap();
-                most_sealed = most_sealed.max(log.tree.sealed_memtable_count());
                 largest = largest.max(log.tree.active_memtable().size());
+            };
+            while log.tree.active_memtable().size() < LIMIT * MEMTABLE_OVERRUN - 1024 {
+                write_batch();
+                most_sealed = most_sealed.max(log.tree.sealed_memtable_count());
             }
+            // Past the overrun, the memtable is sealed.
             let before_overrun = log.tree.sealed_memtable_count();
             while log.tree.sealed_memtable_count() == before_overrun {
-                let mut batch = db.batch();
-                for _ in 0..16 {
-                    batch.insert(&log, i.to_be_bytes(), [7u8; 40]);
-                    i += 1;
-                }
-                batch.commit().unwrap();
-                memtables.rotate_full().unwrap();
-                largest = largest.max(log.tree.active_memtable().size());
+                write_batch();
             }
             let _ = done.send((most_sealed, largest));
         });
