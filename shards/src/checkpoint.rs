@@ -154,14 +154,14 @@ fn write_leaves(
     let mut tables = started.map_err(|e| failure = Some(e.into())).ok();
     // Each tree seen, in key order, with its picker (the last one's in use).
     let mut trees: Vec<(TreeId, SlicePicker)> = Vec::new();
-    for (tree, slice) in queue {
+    for (tree, mut slice) in queue {
         queued.fetch_sub(1, Ordering::Relaxed);
         if trees.last().is_none_or(|(last, _)| *last != tree) {
             trees.push((tree, SlicePicker::default()));
         }
         let Some((_, picker)) = trees.last_mut() else { continue };
         let Some(ingestion) = tables.as_mut().filter(|_| !abandoned.load(Ordering::Relaxed)) else {
-            picker.pass(slice); // keeps what an abandoned checkpoint gives back
+            picker.pass(&mut slice); // keeps what an abandoned checkpoint gives back
             continue;
         };
         // A panic here (fjall asserts the keys' order) must not lose the

@@ -25,6 +25,10 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 /// Leaves changed since the last checkpoint; every `add` inserts here.
 type LeafSet = HashSet<LeafId, crate::FastHasher>;
 
+/// A snapshot's copies of leaves made as they were about to change (copy on
+/// write), in key order.
+type CopiesOnWrite = BTreeMap<LeafId, Box<[Entry]>>;
+
 /// A leaf bursts into an inner node once it holds more distinct keys than
 /// this. Small enough that the linear sum inside a leaf stays cheap, large
 /// enough that inner nodes (which cost `branching` counters) stay rare.
@@ -189,7 +193,7 @@ struct Snapshot {
     /// Leaves copied when about to change, ahead of the walk (copy on
     /// write), until the walk passes them: then they are in key order with
     /// the walked ones.
-    ahead: BTreeMap<LeafId, Box<[Entry]>>,
+    ahead: CopiesOnWrite,
     /// Where the walk copying the leaves goes on: leaves whose sub-range
     /// starts before it were copied (or made since). `None`: done.
     walk: Option<u128>,
@@ -334,7 +338,7 @@ impl CountTree {
         } else {
             self.copy_changed(&changed)
         };
-        LeafSlice { changed: Some(changed), walked, ahead: Vec::new(), upto: None }
+        LeafSlice { changed: Some(changed), walked, ahead: CopiesOnWrite::new(), upto: None }
     }
 
     /// Copies every non-empty leaf, in key order, in one walk that asks
@@ -432,14 +436,14 @@ impl CountTree {
         }
         if !self.mostly_changed() {
             let LeafSlice { changed, walked, .. } = self.take_dirty_by(false);
-            self.snapshot = Some(Snapshot { changed, walked, ahead: BTreeMap::new(), walk: None });
+            self.snapshot = Some(Snapshot { changed, walked, ahead: CopiesOnWrite::new(), walk: None });
             return;
         }
         let changed = Some(self.take_dirty_set());
         // Every leaf is now of an older epoch: not yet copied.
         self.epoch = self.epoch.wrapping_add(1);
         self.snapshot =
-            Some(Snapshot { changed, walked: LeafCopies::default(), ahead: BTreeMap::new(), walk: Some(0) });
+            Some(Snapshot { changed, walked: LeafCopies::default(), ahead: CopiesOnWrite::new(), walk: Some(0) });
     }
 
     /// Copies up to `budget` more leaves into the snapshot being taken;
@@ -487,7 +491,7 @@ impl CountTree {
         let slice = LeafSlice {
             changed: snapshot.changed.take(),
             walked: std::mem::replace(&mut snapshot.walked, room),
-            ahead: ahead.into_iter().collect(),
+            ahead,
             upto: snapshot.walk,
         };
         if slice.upto.is_none() {
@@ -644,7 +648,7 @@ struct Changes<'a> {
     epoch: u32,
     /// Where a leaf goes, as it was, before its first change while a
     /// snapshot is being copied.
-    snapshot: Option<&'a mut BTreeMap<LeafId, Box<[Entry]>>>,
+    snapshot: Option<&'a mut CopiesOnWrite>,
 }
 
 fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes: &mut Changes<'_>) {
@@ -808,8 +812,8 @@ impl LeafCopies {
 pub struct LeafSlice {
     changed: Option<LeafSet>,
     walked: LeafCopies,
-    /// Copied on write, in key order; none is among `walked`.
-    ahead: Vec<(LeafId, Box<[Entry]>)>,
+    /// Copied on write; none is among `walked`.
+    ahead: CopiesOnWrite,
     /// Leaves whose sub-range starts here or after come in later slices;
     /// `None`: the last slice.
     upto: Option<u128>,
@@ -820,11 +824,6 @@ impl LeafSlice {
     /// slice still tells the writer the snapshot's end).
     pub fn is_idle(&self) -> bool {
         self.changed.is_none() && self.walked.leaves.is_empty() && self.ahead.is_empty() && self.upto.is_some()
-    }
-
-    /// The changed leaves it hands out, if it is the first slice.
-    fn take_changed(&mut self) -> Option<LeafSet> {
-        self.changed.take()
     }
 
     /// The copies, walked and copied on write merged, in key order.
@@ -860,9 +859,7 @@ impl SlicePicker {
         encoding: LeafEncoding,
         mut write: impl FnMut(LeafId, Option<Vec<u8>>) -> Result<(), E>,
     ) -> Result<(), E> {
-        if let Some(changed) = slice.take_changed() {
-            self.keep(changed);
-        }
+        self.pass(&mut slice);
         let rest = &self.changed[self.next..];
         let end = self.next + slice.upto.map_or(rest.len(), |upto| rest.partition_point(|id| id.prefix < upto));
         let mut changed = self.changed[self.next..end].iter().copied().peekable();
@@ -892,18 +889,14 @@ impl SlicePicker {
     }
 
     /// Takes the next slice without writing anything: only the changed
-    /// leaves it may hand out are kept (for [`SlicePicker::into_changed`]).
-    pub fn pass(&mut self, mut slice: LeafSlice) {
-        if let Some(changed) = slice.take_changed() {
-            self.keep(changed);
+    /// leaves it hands out, if it is the first, are kept, sorted (for
+    /// [`SlicePicker::pick`] and [`SlicePicker::into_changed`]).
+    pub fn pass(&mut self, slice: &mut LeafSlice) {
+        if let Some(changed) = slice.changed.take() {
+            self.changed = changed.into_iter().collect();
+            self.changed.sort_unstable();
+            self.next = 0;
         }
-    }
-
-    /// Takes the snapshot's changed leaves (from its first slice), sorted.
-    fn keep(&mut self, changed: LeafSet) {
-        self.changed = changed.into_iter().collect();
-        self.changed.sort_unstable();
-        self.next = 0;
     }
 
     /// The snapshot's changed leaves: what an abandoned snapshot gives back
@@ -1134,21 +1127,29 @@ mod tests {
         ]
     }
 
-    /// Writes `leaves` (a checkpoint) to `disk`, in key order, once each.
-    /// The leaves a checkpoint of `slice` (taken at once) writes, in order.
-    fn written(slice: LeafSlice, encoding: LeafEncoding) -> Vec<(LeafId, Option<Vec<u8>>)> {
-        let mut written = Vec::new();
-        SlicePicker::default()
+    /// A leaf a checkpoint writes: its encoding, or `None` to delete it.
+    type Written = (LeafId, Option<Vec<u8>>);
+
+    /// Appends to `out` the leaves `picker` writes for `slice`, the next
+    /// slice of its snapshot.
+    fn pick_into(picker: &mut SlicePicker, slice: LeafSlice, encoding: LeafEncoding, out: &mut Vec<Written>) {
+        picker
             .pick(slice, encoding, |id, bytes| {
-                written.push((id, bytes));
+                out.push((id, bytes));
                 Ok::<(), ()>(())
             })
             .unwrap();
-        written
     }
 
-    fn store(disk: &mut BTreeMap<LeafId, Vec<u8>>, leaves: LeafSlice, encoding: LeafEncoding) {
-        let written = written(leaves, encoding);
+    /// The leaves a checkpoint of `slice` (taken at once) writes, in order.
+    fn written(slice: LeafSlice, encoding: LeafEncoding) -> Vec<Written> {
+        let mut out = Vec::new();
+        pick_into(&mut SlicePicker::default(), slice, encoding, &mut out);
+        out
+    }
+
+    /// Writes a checkpoint's `written` leaves to `disk`: in key order, once each.
+    fn store_written(disk: &mut BTreeMap<LeafId, Vec<u8>>, written: Vec<Written>) {
         assert!(written.windows(2).all(|w| w[0].0 < w[1].0), "changed leaves in key order, once each");
         for (id, bytes) in written {
             match bytes {
@@ -1156,6 +1157,11 @@ mod tests {
                 None => disk.remove(&id),
             };
         }
+    }
+
+    /// Writes a checkpoint of `leaves` (taken at once) to `disk`.
+    fn store(disk: &mut BTreeMap<LeafId, Vec<u8>>, leaves: LeafSlice, encoding: LeafEncoding) {
+        store_written(disk, written(leaves, encoding));
     }
 
     fn loaded(disk: &BTreeMap<LeafId, Vec<u8>>, branching: u32, encoding: LeafEncoding) -> CountTree {
@@ -1252,7 +1258,7 @@ mod tests {
                 tree.begin_snapshot();
                 let at_begin = oracle.entries();
                 let mut picker = SlicePicker::default();
-                let mut written: Vec<(LeafId, Option<Vec<u8>>)> = Vec::new();
+                let mut written: Vec<Written> = Vec::new();
                 let mut slices = 0;
                 let mut abandoned = false;
                 loop {
@@ -1263,10 +1269,7 @@ mod tests {
                     tree.continue_snapshot(budget);
                     let Some(slice) = tree.take_slice() else { break };
                     let last = slice.upto.is_none();
-                    picker.pick(slice, encoding, |id, bytes| {
-                        written.push((id, bytes));
-                        Ok::<(), ()>(())
-                    }).unwrap();
+                    pick_into(&mut picker, slice, encoding, &mut written);
                     slices += 1;
                     if last {
                         break;
@@ -1286,12 +1289,7 @@ mod tests {
                     continue;
                 }
                 prop_assert!(!tree.is_copying_snapshot());
-                for (id, bytes) in written {
-                    match bytes {
-                        Some(b) => disk.insert(id, b),
-                        None => disk.remove(&id),
-                    };
-                }
+                store_written(&mut disk, written);
                 let stored = loaded(&disk, branching, encoding);
                 stored.check().map_err(TestCaseError::fail)?;
                 prop_assert_eq!(stored.entries(), at_begin);
