@@ -500,10 +500,27 @@ const MAX_JOURNAL_BYTES: u64 = 64 << 20;
 /// Below 20, where fjall starts stalling writes.
 const POINT_WRITE_L0_MERGE: u8 = 12;
 
+/// Table size fjall's compactions aim for in the players' and the index's
+/// keyspaces (fjall's default: 64 MiB). A compaction holds the hashes of
+/// every key of the table it is writing (8 bytes each, for the table's
+/// bloom filter) until the table is done, in a vector grown by doubling: at
+/// 10M players on 2 shards, with 64 MiB tables, one grew to 32 MiB (a
+/// 48 MiB moment while it was copied), and the server's resident memory,
+/// sampled ten times a second under writes, peaked at 628 and 725 MiB
+/// against 573 and 587 MiB with 16 MiB tables (largest hash vector 2 MiB).
+/// Level 1 then starts at 16 MiB times [`POINT_WRITE_L0_MERGE`], 192 MiB,
+/// above a 5M-player shard's keyspace. fjall stores it with the keyspace:
+/// data dirs keep what they were made with.
+const POINT_WRITE_TABLE_BYTES: u64 = 16 << 20;
+
 /// Compaction for the keyspaces written one small random key per write.
 /// fjall stores it with the keyspace: data dirs keep what they were made with.
 fn point_write_compaction() -> Arc<fjall::compaction::Leveled> {
-    Arc::new(fjall::compaction::Leveled::default().with_l0_threshold(POINT_WRITE_L0_MERGE))
+    Arc::new(
+        fjall::compaction::Leveled::default()
+            .with_l0_threshold(POINT_WRITE_L0_MERGE)
+            .with_table_target_size(POINT_WRITE_TABLE_BYTES),
+    )
 }
 
 /// Level-0 tables that make fjall merge the leaves' keyspace into level 1.
