@@ -6,7 +6,7 @@
 #
 # 1. prefill PLAYERS players;  2. 20 s of saturating sets;
 # 3. unpipelined ranks (-c 1 -d 1) for 15 s while 4x8 writers run, sampling
-#    the server's resident memory and its allocator's live bytes each second;
+#    the server's resident memory (10 Hz) and its allocator's live bytes (1 Hz);
 #    then 15 s more while the writers offer a fixed RATE sets/s instead of
 #    all they can (default 4000, `rankd bench --rate`);
 # 4. SIGTERM, restart, time to "listening", resident memory right after;
@@ -56,15 +56,26 @@ rank_under_writes() {
     sleep 3
     bench -w rank -c 1 -d 1 --duration 15 &
     local ranks=$!
-    : >"$work/mem"
-    while kill -0 "$ranks" 2>/dev/null; do echo "$(rss_mib) $(live_mib)" >>"$work/mem"; sleep 1; done
+    # Resident ten times a second (peaks last a fraction of a second: sampled
+    # once a second, they were missed), allocator live bytes once a second
+    # (a scrape costs the server more than reading /proc).
+    : >"$work/rss"
+    : >"$work/live"
+    local tick=0
+    while kill -0 "$ranks" 2>/dev/null; do
+        rss_mib >>"$work/rss"
+        if (( tick++ % 10 == 0 )); then live_mib >>"$work/live"; fi
+        sleep 0.1
+    done
     wait "$ranks"
     wait "$writers"
     python3 -c 'import json,sys; print("writers: %.0f sets/s" % json.load(open(sys.argv[1]))["ops_per_sec"])' "$work/writers.json"
-    awk -v p="$players" 'NR == 1 {lo = hi = $1; llo = lhi = $2}
-        {if ($1 < lo) lo = $1; if ($1 > hi) hi = $1; if ($2 < llo) llo = $2; if ($2 > lhi) lhi = $2}
-        END {printf "resident while serving: %d-%d MiB (%.0f-%.0f B/player); allocator live %d-%d MiB\n",
-             lo, hi, lo * 1048576 / p, hi * 1048576 / p, llo, lhi}' "$work/mem"
+    local live
+    live=$(sort -n "$work/live" | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%d-%d", lo, hi}')
+    sort -n "$work/rss" | awk -v p="$players" -v live="$live" '{v[NR] = $1}
+        END {p99 = int(NR * 0.99); if (p99 < 1) p99 = 1
+             printf "resident while serving (10 Hz): %d-%d MiB, median %d, p99 %d (%.0f-%.0f B/player); allocator live %s MiB\n",
+             v[1], v[NR], v[int((NR + 1) / 2)], v[p99], v[1] * 1048576 / p, v[NR] * 1048576 / p, live}'
 }
 echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers run"
 rank_under_writes
