@@ -453,8 +453,9 @@ pub struct ShardActor {
     slow_disk: SlowDisk,
     /// Decides which period of each window a round's writes land in.
     clock: Clock,
-    /// When expired periods were last looked for (Unix seconds).
-    last_expiry_check: i64,
+    /// The Unix second of the last once-a-second maintenance (storage
+    /// gauges published, expired periods looked for).
+    last_tick: i64,
     /// fjall's compaction time when last published (see `observe_storage`).
     compacting_seen: Duration,
     /// While degraded: when to try reopening the storage next.
@@ -505,7 +506,7 @@ impl ShardActor {
     ) -> Self {
         Self {
             clock,
-            last_expiry_check: i64::MIN,
+            last_tick: i64::MIN,
             compacting_seen: Duration::ZERO,
             retry_recovery_at: Instant::now(),
             location: shard.location(),
@@ -592,25 +593,27 @@ impl ShardActor {
         }
     }
 
-    /// Between rounds: once a second, look for periods that fell out of their
-    /// board's `keep` and delete a bounded slice of expired data (waiting for
-    /// the committer first if there is any: sustained writes must not starve
-    /// expiry); while degraded, try to reopen the storage instead.
+    /// Between rounds: while degraded, try to reopen the storage. Once a
+    /// second (not every round: rounds run thousands of times a second),
+    /// publish the storage gauges and, unless degraded, look for periods
+    /// that fell out of their board's `keep` and delete a bounded slice of
+    /// expired data (waiting for the committer first if there is any:
+    /// sustained writes must not starve expiry).
     fn maintain(&mut self) {
-        self.observe_storage();
-        if self.degraded.is_some() {
-            // The committer and runs threads hold the storage open while
-            // they have a batch; if they do, `CommitDone` calls again.
-            if self.unfinished == 0 && Instant::now() >= self.retry_recovery_at {
-                self.try_recover();
-            }
-            return;
+        // The committer and runs threads hold the storage open while they
+        // have a batch; if they do, `CommitDone` calls again.
+        if self.degraded.is_some() && self.unfinished == 0 && Instant::now() >= self.retry_recovery_at {
+            self.try_recover();
         }
         let now = self.clock.now();
-        if now == self.last_expiry_check {
+        if now == self.last_tick {
             return;
         }
-        self.last_expiry_check = now;
+        self.last_tick = now;
+        self.observe_storage();
+        if self.degraded.is_some() {
+            return;
+        }
         let has_expired = self.shard.as_mut().is_some_and(|shard| {
             shard.set_time(now);
             shard.has_expired()

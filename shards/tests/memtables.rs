@@ -48,9 +48,10 @@ fn a_flood_of_small_batches_does_not_hang_storage() {
             for i in 0..PLAYERS {
                 shard.write(&board, &format!("player-{i}"), i as i64, Mode::Set, i + 1)?;
                 if i % 2 == 1 {
-                    shard.commit()?; // one small batch: the flood
-                                     // A memtable may outgrow its size while fjall's worker
-                                     // is behind, within the overrun.
+                    // One small batch: the flood.
+                    shard.commit()?;
+                    // A memtable may outgrow its size while fjall's worker is
+                    // behind, within the overrun.
                     let largest = shard.largest_memtable_bytes();
                     assert!(
                         largest < (MEMTABLE_OVERRUN + 1) * MEMTABLE,
