@@ -28,7 +28,7 @@
 //!   maintenance (dropping a board, expiry, shutdown) waits for both to be
 //!   idle.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use rankd_shards::key::{rank_key, score_key};
 use rankd_shards::{
     Board, DenseChange, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard,
-    ShardError, Ties, TreeId, WrittenBatch,
+    ShardError, Ties, TreeId, UpcomingWrite, WrittenBatch,
 };
 use tokio::sync::oneshot;
 
@@ -483,6 +483,13 @@ const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 /// otherwise grow them without bound. Normally fewer than one is waiting.
 const MAX_UNWRITTEN_RUNS: usize = 4;
 
+/// Commands a round looks ahead at a time, prefetching what their writes
+/// will touch (`Shard::prefetch_writes`). At 1M players under pipelined
+/// `set` (rounds of ~170 writes), looking 16 ahead took the shard thread
+/// from 3.6-3.8 to 2.8 us a write. Each write's two leaves are up to ~1.3 KB
+/// each: 16 writes' worth stays well inside a core's L2.
+const LOOK_AHEAD: usize = 16;
+
 /// Keys of expired periods deleted per maintenance step: small enough that
 /// a rollover never holds a round up for long.
 const EXPIRY_BUDGET: usize = 4096;
@@ -544,13 +551,26 @@ impl ShardActor {
         if let Some(shard) = &mut self.shard {
             shard.set_time(now);
         }
-        let queue = std::mem::take(&mut self.queue);
+        let mut queue: VecDeque<_> = std::mem::take(&mut self.queue).into();
         let observe = self.metrics.hot_path;
         if observe {
             self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
         }
         let mut applying = Duration::ZERO;
-        for (command, reply) in queue {
+        // Every LOOK_AHEAD commands, the writes among the next LOOK_AHEAD are
+        // prefetched (see `Shard::prefetch_writes`); the group must be
+        // small enough that what it loads is still cached when it is used.
+        let mut until_look_ahead = 0;
+        while let Some((command, reply)) = queue.pop_front() {
+            if until_look_ahead == 0 {
+                let started = observe.then(Instant::now);
+                self.look_ahead(std::iter::once(&command).chain(queue.iter().map(|(next, _)| next)).take(LOOK_AHEAD));
+                if let Some(started) = started {
+                    applying += started.elapsed();
+                }
+                until_look_ahead = LOOK_AHEAD;
+            }
+            until_look_ahead -= 1;
             if command.needs_committed_state() {
                 if observe {
                     self.count_cache_lookups(); // settling answers held replies
@@ -581,6 +601,17 @@ impl ShardActor {
         }
         self.commit_pending(false);
         self.maintain();
+    }
+
+    /// Prefetches what the writes among `commands` will touch.
+    fn look_ahead<'a>(&self, commands: impl Iterator<Item = &'a Command>) {
+        let Some(shard) = &self.shard else { return };
+        shard.prefetch_writes(commands.filter_map(|command| match command {
+            Command::Write { board, player, score, mode, seq } => {
+                Some(UpcomingWrite { board, player, score: *score, mode: *mode, seq: *seq })
+            }
+            _ => None,
+        }));
     }
 
     /// Adds the record-cache lookups since the last call to the metrics.

@@ -164,6 +164,12 @@ impl RecordCache {
         found.map(|r| (r.seq != ABSENT).then_some(*r))
     }
 
+    /// Like [`RecordCache::get`], uncounted: a look ahead, not a lookup.
+    pub(crate) fn peek(&self, key: u128) -> Option<Option<Record>> {
+        let found = self.table_of(key).and_then(|i| self.tables[i].records.get(&key));
+        found.map(|r| (r.seq != ABSENT).then_some(*r))
+    }
+
     /// The lookups counted since the last call, and starts counting anew.
     pub(crate) fn take_lookups(&mut self) -> Lookups {
         self.lookups.take()

@@ -18,7 +18,7 @@ use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tie
 use rankd_shards::tree::BRANCHINGS;
 use rankd_shards::{
     Board, BoardConfig, DenseChange, DenseIndex, Direction, Durability, Mode, Order, Record, SealedBatch, Shard,
-    ShardError, ShardOptions, Ties, TreeId, Window,
+    ShardError, ShardOptions, Ties, TreeId, UpcomingWrite, Window,
 };
 
 /// Named players: updates keep hitting the same few, and the names probe the
@@ -436,6 +436,8 @@ impl Run {
         let name = self.names[player].clone();
         let board = self.live.slots[slot].board.clone();
         let expected = oracle_write(&mut self.live.slots[slot], &name, score, mode, seq);
+        // As the server does: a look ahead that must change nothing.
+        self.shard().prefetch_writes([UpcomingWrite { board: &board, player: &name, score, mode, seq }]);
         let got = self.shard().write(&board, &name, score, mode, seq);
         match (expected, got) {
             (Ok(want), Ok(stored)) => {
