@@ -484,10 +484,9 @@ const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 const MAX_UNWRITTEN_RUNS: usize = 4;
 
 /// Commands a round looks ahead at a time, prefetching what their writes
-/// will touch (`Shard::prefetch_writes`). At 1M players under pipelined
-/// `set` (rounds of ~170 writes), looking 16 ahead took the shard thread
-/// from 3.6-3.8 to 2.8 us a write. Each write's two leaves are up to ~1.3 KB
-/// each: 16 writes' worth stays well inside a core's L2.
+/// will touch (`Shard::prefetch_writes`, which gives the figures). Each
+/// write's two leaves are up to ~1.3 KB: 16 writes' worth stays well
+/// inside a core's L2 until it is used.
 const LOOK_AHEAD: usize = 16;
 
 /// Keys of expired periods deleted per maintenance step: small enough that
@@ -558,8 +557,7 @@ impl ShardActor {
         }
         let mut applying = Duration::ZERO;
         // Every LOOK_AHEAD commands, the writes among the next LOOK_AHEAD are
-        // prefetched (see `Shard::prefetch_writes`); the group must be
-        // small enough that what it loads is still cached when it is used.
+        // prefetched.
         let mut until_look_ahead = 0;
         while let Some((command, reply)) = queue.pop_front() {
             if until_look_ahead == 0 {

@@ -152,16 +152,17 @@ impl RecordCache {
         None
     }
 
-    /// `Some(record)` if cached (`Some(None)`: known absent).
+    /// `Some(record)` if cached (`Some(None)`: known absent), counted as a
+    /// hit or a miss.
     pub(crate) fn get(&self, key: u128) -> Option<Option<Record>> {
-        let found = self.table_of(key).and_then(|i| self.tables[i].records.get(&key));
+        let found = self.peek(key);
         let mut lookups = self.lookups.get();
         match found {
             Some(_) => lookups.hits += 1,
             None => lookups.misses += 1,
         }
         self.lookups.set(lookups);
-        found.map(|r| (r.seq != ABSENT).then_some(*r))
+        found
     }
 
     /// Like [`RecordCache::get`], uncounted: a look ahead, not a lookup.

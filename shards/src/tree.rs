@@ -273,18 +273,7 @@ impl CountTree {
     /// change removes one key and adds another, in leaves far apart: asking
     /// for the second leaf first overlaps the two waits.
     pub fn prefetch(&self, key: u128) {
-        let mut node = &self.root;
-        let mut depth = 0u32;
-        loop {
-            match node {
-                Node::Leaf(leaf) => return prefetch_entries(&leaf.entries),
-                Node::Inner(slots) => match &slots[digit(key, depth, self.bits)].child {
-                    Some(child) => node = child,
-                    None => return,
-                },
-            }
-            depth += 1;
-        }
+        self.prefetch_many(std::slice::from_ref(&key));
     }
 
     /// Starts loading the leaves that hold `keys` into the CPU cache, the
@@ -295,9 +284,7 @@ impl CountTree {
         const GROUP: usize = 16;
         for group in keys.chunks(GROUP) {
             let mut nodes: [Option<&Node>; GROUP] = [None; GROUP];
-            for node in nodes.iter_mut().take(group.len()) {
-                *node = Some(&self.root);
-            }
+            nodes[..group.len()].fill(Some(&self.root));
             let mut depth = 0u32;
             loop {
                 let mut walking = false;
