@@ -13,6 +13,11 @@
 //! - `shard_commit/<durability>/<batch>`: staging a batch of 1k or 10k `set`s
 //!   for random players of a prefilled board in a real `Shard` (fjall in a
 //!   temporary directory), then `commit()`.
+//! - `shard_scaling/<S>`: S shards, each on its own thread, each staging
+//!   1k `set`s and committing them with an fsync, at once; the board's
+//!   players are split among the shards (by index, as a router would by
+//!   hash). What the server's shard sweep cannot show on a small machine:
+//!   how the engine alone scales when each shard has a core.
 //!
 //! Sizes: the env var `RANKD_BENCH_PLAYERS` is a comma list of tree sizes
 //! (default `1000000,10000000`; `_` and `k`/`M` suffixes are accepted, e.g.
@@ -30,8 +35,9 @@
 //! `cargo bench --bench engine -- shard_commit` does not build 10M-player trees.
 
 use std::hint::black_box;
+use std::time::Instant;
 
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rankd_shards::key::{score_key, tiebreak, tree_key};
@@ -237,12 +243,16 @@ struct ShardFixture {
 
 impl ShardFixture {
     fn new(players: usize, durability: Durability) -> Self {
+        Self::with_names((0..players).map(|i| format!("player-{i:08}")).collect(), durability, 0)
+    }
+
+    /// A shard prefilled with `names`; `stream` varies its random moves.
+    fn with_names(names: Vec<String>, durability: Durability, stream: u64) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let options = ShardOptions { durability, ..ShardOptions::default() };
         let mut shard = Shard::open(dir.path(), options).expect("open shard");
         let board = Board { id: 1, name: "bench".to_string(), config: BoardConfig::default() };
-        let names: Vec<String> = (0..players).map(|i| format!("player-{i:08}")).collect();
-        let mut rng = StdRng::seed_from_u64(SEED ^ 0x5a4d);
+        let mut rng = StdRng::seed_from_u64(SEED ^ 0x5a4d ^ stream);
         let mut seq = 0;
         for chunk in names.chunks(10_000) {
             for name in chunk {
@@ -252,6 +262,20 @@ impl ShardFixture {
             shard.commit().expect("prefill commit");
         }
         Self { shard, board, names, seq, rng, _dir: dir }
+    }
+
+    /// Random moves for one batch, drawn outside the timed code.
+    fn draw(&mut self, batch: usize) -> Vec<(usize, i64)> {
+        (0..batch).map(|_| (self.rng.gen_range(0..self.names.len()), self.rng.gen_range(0..1_000_000))).collect()
+    }
+
+    /// Stages `writes` and commits them as one batch.
+    fn apply(&mut self, writes: Vec<(usize, i64)>) {
+        for (player, score) in writes {
+            self.seq += 1;
+            self.shard.write(&self.board, &self.names[player], score, Mode::Set, self.seq).expect("write");
+        }
+        self.shard.commit().expect("commit");
     }
 }
 
@@ -270,23 +294,65 @@ fn shard_commit(c: &mut Criterion) {
         let fixture = &mut fixtures[usize::from(durability == Durability::Sync)];
         group.throughput(Throughput::Elements(batch as u64));
         group.bench_function(BenchmarkId::new(name, label(batch)), |b| {
-            let ShardFixture { shard, board, names, seq, rng, .. } =
-                fixture.get_or_insert_with(|| ShardFixture::new(players, durability));
-            b.iter_batched(
-                || (0..batch).map(|_| (rng.gen_range(0..names.len()), rng.gen_range(0..1_000_000))).collect::<Vec<_>>(),
-                |writes| {
-                    for (player, score) in writes {
-                        *seq += 1;
-                        shard.write(board, &names[player], score, Mode::Set, *seq).expect("write");
-                    }
-                    shard.commit().expect("commit")
-                },
-                BatchSize::PerIteration,
-            );
+            let fixture = fixture.get_or_insert_with(|| ShardFixture::new(players, durability));
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        let writes = fixture.draw(batch);
+                        let started = Instant::now();
+                        fixture.apply(writes);
+                        started.elapsed()
+                    })
+                    .sum()
+            });
         });
     }
     group.finish();
 }
 
-criterion_group!(benches, tree, tree_branching, shard_commit);
+/// Shard counts of the scaling group: one, and one per core up to four.
+fn shard_counts() -> Vec<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut counts = vec![1, 2, 4];
+    counts.retain(|&s| s == 1 || s <= cores);
+    counts
+}
+
+fn shard_scaling(c: &mut Criterion) {
+    const BATCH: usize = 1_000;
+    let players = SHARD_PLAYERS.min(player_counts()[0]);
+    let mut group = c.benchmark_group("shard_scaling");
+    group.sampling_mode(SamplingMode::Flat).sample_size(10);
+    for shards in shard_counts() {
+        group.throughput(Throughput::Elements((shards * BATCH) as u64));
+        let mut fixtures: Option<Vec<ShardFixture>> = None;
+        group.bench_function(BenchmarkId::from_parameter(shards), |b| {
+            let fixtures = fixtures.get_or_insert_with(|| {
+                (0..shards)
+                    .map(|shard| {
+                        let names = (shard..players).step_by(shards).map(|i| format!("player-{i:08}")).collect();
+                        ShardFixture::with_names(names, Durability::Sync, shard as u64)
+                    })
+                    .collect()
+            });
+            // Each shard runs its `iters` batches on its own thread, free
+            // of the others (a barrier per batch would make every shard
+            // wait for the slowest, e.g. one writing runs), as in a server.
+            b.iter_custom(|iters| {
+                let batches: Vec<Vec<_>> =
+                    fixtures.iter_mut().map(|fixture| (0..iters).map(|_| fixture.draw(BATCH)).collect()).collect();
+                let started = Instant::now();
+                std::thread::scope(|scope| {
+                    for (fixture, batches) in fixtures.iter_mut().zip(batches) {
+                        scope.spawn(move || batches.into_iter().for_each(|writes| fixture.apply(writes)));
+                    }
+                });
+                started.elapsed()
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tree, tree_branching, shard_commit, shard_scaling);
 criterion_main!(benches);
