@@ -216,9 +216,16 @@ where
         }
     }
     if text {
+        // The reference's label sits above its right end: a line in the
+        // upper half would put it under an upper legend.
+        let legend = match panel.reference {
+            Some(r) if r > y_top / 2.0 => SeriesLabelPosition::LowerRight,
+            _ if panel.legend_left => SeriesLabelPosition::UpperLeft,
+            _ => SeriesLabelPosition::UpperRight,
+        };
         chart
             .configure_series_labels()
-            .position(if panel.legend_left { SeriesLabelPosition::UpperLeft } else { SeriesLabelPosition::UpperRight })
+            .position(legend)
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK.mix(0.5))
             .label_font((FAMILY, 14))
