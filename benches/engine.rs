@@ -13,11 +13,12 @@
 //! - `shard_commit/<durability>/<batch>`: staging a batch of 1k or 10k `set`s
 //!   for random players of a prefilled board in a real `Shard` (fjall in a
 //!   temporary directory), then `commit()`.
-//! - `shard_scaling/<S>`: S shards, each on its own thread, each staging
-//!   1k `set`s and committing them with an fsync, at once; the board's
-//!   players are split among the shards (by index, as a router would by
-//!   hash). What the server's shard sweep cannot show on a small machine:
-//!   how the engine alone scales when each shard has a core.
+//! - `shard_scaling/<S>`: S shards, each on its own thread staging 1k
+//!   `set`s and committing them with an fsync, over and over, free of the
+//!   others; the board's players are split among the shards (by index, as
+//!   a router would by hash). What the server's shard sweep cannot show on
+//!   a small machine: how the engine alone scales when each shard has a
+//!   core.
 //!
 //! Sizes: the env var `RANKD_BENCH_PLAYERS` is a comma list of tree sizes
 //! (default `1000000,10000000`; `_` and `k`/`M` suffixes are accepted, e.g.
