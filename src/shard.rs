@@ -28,7 +28,7 @@
 //!   maintenance (dropping a board, expiry, shutdown) waits for both to be
 //!   idle.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -550,7 +550,7 @@ impl ShardActor {
         if let Some(shard) = &mut self.shard {
             shard.set_time(now);
         }
-        let mut queue: VecDeque<_> = std::mem::take(&mut self.queue).into();
+        let queue = std::mem::take(&mut self.queue);
         let observe = self.metrics.hot_path;
         if observe {
             self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
@@ -559,10 +559,12 @@ impl ShardActor {
         // Every LOOK_AHEAD commands, the writes among the next LOOK_AHEAD are
         // prefetched.
         let mut until_look_ahead = 0;
-        while let Some((command, reply)) = queue.pop_front() {
+        let mut items = queue.into_iter();
+        while let Some((command, reply)) = items.next() {
             if until_look_ahead == 0 {
                 let started = observe.then(Instant::now);
-                self.look_ahead(std::iter::once(&command).chain(queue.iter().map(|(next, _)| next)).take(LOOK_AHEAD));
+                let upcoming = items.as_slice().iter().map(|(next, _)| next);
+                self.look_ahead(std::iter::once(&command).chain(upcoming).take(LOOK_AHEAD));
                 if let Some(started) = started {
                     applying += started.elapsed();
                 }

@@ -1131,7 +1131,7 @@ fn decode_delta_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         push_decoded(&mut entries, (u128::from(high) << 64) | u128::from(low), count)?;
         previous_high = high;
     }
-    Ok(Leaf { entries, epoch: 0, marked: 0 })
+    Ok(Leaf { entries, ..Leaf::default() })
 }
 
 fn decode_fixed_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
@@ -1145,7 +1145,7 @@ fn decode_fixed_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         let count = u64::from_be_bytes(count.try_into().map_err(|_| CorruptLeaf("count"))?);
         push_decoded(&mut entries, key, count)?;
     }
-    Ok(Leaf { entries, epoch: 0, marked: 0 })
+    Ok(Leaf { entries, ..Leaf::default() })
 }
 
 /// Appends a decoded entry, in either encoding, if the leaf stays one the
@@ -1577,7 +1577,7 @@ mod tests {
         let mut keys: Vec<u128> =
             (0..40u128).map(|i| (0x1234_5000_0000_0000 + i * 0x1_0000_0000) << 64 | (i * 250_000)).collect();
         keys.sort_unstable();
-        let leaf = Leaf { entries: keys.iter().map(|k| Entry::new(*k, 1)).collect(), epoch: 0, marked: 0 };
+        let leaf = Leaf { entries: keys.iter().map(|k| Entry::new(*k, 1)).collect(), ..Leaf::default() };
         let (fixed, delta) =
             (encode_entries(&leaf.entries, LeafEncoding::Fixed), encode_entries(&leaf.entries, LeafEncoding::Delta));
         assert_eq!(fixed.len(), 40 * 24);
