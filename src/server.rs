@@ -27,7 +27,7 @@ use crate::layout;
 use crate::metrics::{self, Metrics};
 use crate::priority;
 use crate::router::{Router, RouterState};
-use crate::shard::{replace_dense_share, Command, DenseRegistry, ShardActor, ShardLink, SlowDisk};
+use crate::shard::{replace_dense_share, Command, DenseRegistry, ReplyRelay, ShardActor, ShardLink, SlowDisk};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -133,10 +133,13 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
     system.block_on(async move {
         let mut arbiters = Vec::new();
         let mut links = Vec::new();
+        let (relay, deliver) = ReplyRelay::new();
+        actix_rt::spawn(deliver);
         for (index, shard) in shards.into_iter().enumerate() {
             let arbiter = Arbiter::new();
             let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index, clock)
-                .with_slow_disk(SlowDisk { commit: config.debug_commit_delay, runs: config.debug_runs_delay });
+                .with_slow_disk(SlowDisk { commit: config.debug_commit_delay, runs: config.debug_runs_delay })
+                .with_reply_relay(relay.clone());
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
             let depth = metrics.shards[index].mailbox_depth.clone();
             links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue });
