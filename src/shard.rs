@@ -602,19 +602,19 @@ impl ShardActor {
         if observe {
             self.metrics.shards[self.index].batch_size.observe(queue.len() as f64);
         }
+        // Time spent applying: the whole round but its waits for the
+        // committer (`settle`). Read per command, the clock was ~3% of this
+        // thread's samples.
         let mut applying = Duration::ZERO;
+        let mut since = observe.then(Instant::now);
         // Every LOOK_AHEAD commands, the writes among the next LOOK_AHEAD are
         // prefetched.
         let mut until_look_ahead = 0;
         let mut items = queue.into_iter();
         while let Some((command, reply)) = items.next() {
             if until_look_ahead == 0 {
-                let started = observe.then(Instant::now);
                 let upcoming = items.as_slice().iter().map(|(next, _)| next);
                 self.look_ahead(std::iter::once(&command).chain(upcoming).take(LOOK_AHEAD));
-                if let Some(started) = started {
-                    applying += started.elapsed();
-                }
                 until_look_ahead = LOOK_AHEAD;
             }
             until_look_ahead -= 1;
@@ -622,14 +622,12 @@ impl ShardActor {
                 if observe {
                     self.count_cache_lookups(); // settling answers held replies
                 }
+                applying += since.map_or(Duration::ZERO, |since| since.elapsed());
                 self.settle();
+                since = observe.then(Instant::now);
             }
             let after_sync = command.answers_after_sync();
-            let started = observe.then(Instant::now);
             let answer = self.execute(command);
-            if let Some(started) = started {
-                applying += started.elapsed();
-            }
             if after_sync {
                 self.pending.push((reply, answer));
             } else {
@@ -642,7 +640,8 @@ impl ShardActor {
                 let _ = reply.send(answer);
             }
         }
-        if observe {
+        if let Some(since) = since {
+            applying += since.elapsed();
             self.metrics.shards[self.index].apply_seconds.observe(applying.as_secs_f64());
             self.count_cache_lookups();
         }
