@@ -18,7 +18,7 @@ use std::time::Instant;
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use futures::future::try_join_all;
 use rankd_shards::key::{list_position, list_position_of_tree_key, rank_key, score_key, tree_key};
-use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Ties, TreeId, Window};
+use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Mode, Ties, TreeId, Window};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -392,6 +392,13 @@ impl Router {
         shard_of(player, self.shards.len())
     }
 
+    /// Routes a `set` to its player's shard.
+    fn route_set(&mut self, board: String, player: String, score: i64, mode: Mode, outbox: &mut Outbox) -> Pending {
+        let board = self.board_for_write(&board);
+        let seq = self.next_seq();
+        outbox.ask(self.owner(&player), Command::Write { board, player, score, mode, seq })
+    }
+
     /// Routes one op: its first-round shard commands go into `outbox`, and
     /// the returned future finishes the op once they are answered.
     fn dispatch(&mut self, op: Op, outbox: &mut Outbox) -> ResponseFuture<Result<Reply, Error>> {
@@ -450,10 +457,7 @@ impl Router {
                 })
             }
             Op::Set { board, player, score, mode } => {
-                let board = self.board_for_write(&board);
-                let seq = self.next_seq();
-                let pending = outbox.ask(self.owner(&player), Command::Write { board, player, score, mode, seq });
-                Box::pin(async move { Ok(Reply::Score(answer(pending).await?.into_score()?)) })
+                Box::pin(new_score(self.route_set(board, player, score, mode, outbox)))
             }
             Op::SetMany { board, entries, mode } => {
                 let board = self.board_for_write(&board);
@@ -553,10 +557,48 @@ impl Handler<Dispatch> for Router {
 
     fn handle(&mut self, Dispatch(ops): Dispatch, _: &mut Self::Context) -> Self::Result {
         let mut outbox = Outbox::new(self.shards.len());
-        let replies: Vec<_> = ops.into_iter().map(|op| self.dispatch(op, &mut outbox)).collect();
+        let mut slots = Vec::with_capacity(ops.len());
+        let mut later = Vec::new();
+        for op in ops {
+            slots.push(match op {
+                Op::Set { board, player, score, mode } => {
+                    Slot::Score(self.route_set(board, player, score, mode, &mut outbox))
+                }
+                op => {
+                    later.push(self.dispatch(op, &mut outbox));
+                    Slot::Later
+                }
+            });
+        }
         outbox.send(&self.shards);
-        Box::pin(futures::future::join_all(replies))
+        Box::pin(async move {
+            // Concurrently: a multi-step read sends its next round only when polled.
+            let mut later = futures::future::join_all(later).await.into_iter();
+            let mut replies = Vec::with_capacity(slots.len());
+            for slot in slots {
+                replies.push(match slot {
+                    Slot::Score(pending) => new_score(pending).await,
+                    Slot::Later => later.next().unwrap_or_else(|| Err(Error::Internal("a reply went missing".into()))),
+                });
+            }
+            replies
+        })
     }
+}
+
+/// Where one op of a batch gets its reply.
+enum Slot {
+    /// A `set`: its shard's one answer, awaited in place. Sets make up
+    /// write-heavy batches, and a future of their own each (boxed, then
+    /// tracked by `join_all`) was two allocations and a task per request.
+    Score(Pending),
+    /// From the batch's futures, in order.
+    Later,
+}
+
+/// A `set`'s reply: the score it left.
+async fn new_score(pending: Pending) -> Result<Reply, Error> {
+    Ok(Reply::Score(answer(pending).await?.into_score()?))
 }
 
 fn board_info(board: &Board, count: u64) -> BoardInfo {
