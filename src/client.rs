@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use rmpv::Value;
+use rmpv::{Value, ValueRef};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
-use crate::protocol::frame::write_frame;
+use crate::protocol::frame::write_frame_with;
 use crate::protocol::{BoardInfo, Entry, FrameReader, RankInfo};
 
 /// Replies can be as large as requests; the server's default `max_frame`.
@@ -53,7 +53,7 @@ pub struct Call {
 impl Call {
     /// A request for `op`.
     pub fn new(op: &'static str) -> Self {
-        Self { op, fields: Vec::new() }
+        Self { op, fields: Vec::with_capacity(4) }
     }
 
     /// Adds a field.
@@ -62,15 +62,22 @@ impl Call {
         self
     }
 
+    /// Appends the framed request: written field by field, as building an
+    /// `rmpv` map first cloned every value and allocated every key (the
+    /// load generator's largest cost after the kernel's).
     fn encode(&self, id: u64, out: &mut Vec<u8>) {
-        let mut map = Vec::with_capacity(self.fields.len() + 2);
-        map.push((Value::from("id"), Value::from(id)));
-        map.push((Value::from("op"), Value::from(self.op)));
-        map.extend(self.fields.iter().map(|(k, v)| (Value::from(*k), v.clone())));
-        let mut body = Vec::with_capacity(64);
+        let fields = u32::try_from(self.fields.len() + 2).unwrap_or(u32::MAX);
         // Writing into a Vec cannot fail.
-        let _ = rmpv::encode::write_value(&mut body, &Value::Map(map));
-        write_frame(out, &body);
+        write_frame_with(out, |out| {
+            rmp::encode::write_map_len(out, fields).is_ok()
+                && rmp::encode::write_str(out, "id").is_ok()
+                && rmp::encode::write_uint(out, id).is_ok()
+                && rmp::encode::write_str(out, "op").is_ok()
+                && rmp::encode::write_str(out, self.op).is_ok()
+                && self.fields.iter().all(|(name, value)| {
+                    rmp::encode::write_str(out, name).is_ok() && rmpv::encode::write_value(out, value).is_ok()
+                })
+        });
     }
 }
 
@@ -243,15 +250,20 @@ pub fn set_call(board: &str, player: &str, score: i64, mode: &str) -> Call {
     Call::new("set").with("board", board).with("player", player).with("score", score).with("mode", mode)
 }
 
+/// Reads one reply, borrowing from `body` (an owned `rmpv` tree allocated
+/// every map key) and owning only the result handed back.
 fn decode_reply(body: &[u8], expected_id: u64) -> Result<Result<Value, ClientError>, ClientError> {
     let reply =
-        rmpv::decode::read_value(&mut &body[..]).map_err(|e| ClientError::Protocol(format!("bad reply: {e}")))?;
+        rmpv::decode::read_value_ref(&mut &body[..]).map_err(|e| ClientError::Protocol(format!("bad reply: {e}")))?;
     let field = |name: &str| match &reply {
-        Value::Map(pairs) => pairs.iter().find(|(k, _)| k.as_str() == Some(name)).map(|(_, v)| v.clone()),
+        ValueRef::Map(pairs) => {
+            pairs.iter().find(|(k, _)| matches!(k, ValueRef::String(s) if s.as_str() == Some(name))).map(|(_, v)| v)
+        }
         _ => None,
     };
     let id = field("id").and_then(|v| v.as_u64()).ok_or_else(|| ClientError::Protocol("reply without id".into()))?;
     if let Some(err) = field("err") {
+        let err = err.to_owned();
         let text = |k: &str| err[k].as_str().unwrap_or_default().to_string();
         // id 0 answers a frame the server could not read an id from.
         if id != expected_id && id != 0 {
@@ -262,7 +274,7 @@ fn decode_reply(body: &[u8], expected_id: u64) -> Result<Result<Value, ClientErr
     if id != expected_id {
         return Err(ClientError::Protocol(format!("reply id {id}, expected {expected_id}")));
     }
-    field("ok").map(Ok).ok_or_else(|| ClientError::Protocol("reply has neither ok nor err".into()))
+    field("ok").map(|ok| Ok(ok.to_owned())).ok_or_else(|| ClientError::Protocol("reply has neither ok nor err".into()))
 }
 
 fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientError> {

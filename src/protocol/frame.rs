@@ -84,8 +84,25 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
 /// Appends one frame holding `body` to `out`.
 pub fn write_frame(out: &mut Vec<u8>, body: &[u8]) {
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(body);
+    write_frame_with(out, |out| {
+        out.extend_from_slice(body);
+        true
+    });
+}
+
+/// Appends one frame whose body `write_body` appends to `out` (returning
+/// whether it could): the length goes in afterwards, so the body is written
+/// in place rather than built apart and copied. A body that could not be
+/// written leaves `out` as it was.
+pub fn write_frame_with(out: &mut Vec<u8>, write_body: impl FnOnce(&mut Vec<u8>) -> bool) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    if !write_body(out) {
+        out.truncate(start);
+        return;
+    }
+    let len = u32::try_from(out.len() - start - 4).unwrap_or(u32::MAX);
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::protocol::frame::write_frame_with;
 
 /// A successful result, shaped as `protocol.md` lists it per op.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -97,15 +98,8 @@ pub fn encode_error(out: &mut Vec<u8>, id: u64, error: &Error) {
 }
 
 fn framed<T: Serialize>(out: &mut Vec<u8>, value: &T) {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
     // Serializing these plain structs into a Vec cannot fail.
-    if rmp_serde::encode::write_named(out, value).is_err() {
-        out.truncate(start);
-        return;
-    }
-    let len = (out.len() - start - 4) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    write_frame_with(out, |out| rmp_serde::encode::write_named(out, value).is_ok());
 }
 
 #[cfg(test)]
