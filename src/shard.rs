@@ -1214,6 +1214,44 @@ mod tests {
         TreeId { board, window: 0, period: 0 }
     }
 
+    fn scores(answers: &[i64]) -> (Vec<Held>, Vec<oneshot::Receiver<Result<Answer, Error>>>) {
+        answers
+            .iter()
+            .map(|&score| {
+                let (reply, answer) = oneshot::channel();
+                ((reply, Ok(Answer::Score(score))), answer)
+            })
+            .unzip()
+    }
+
+    async fn received(answers: Vec<oneshot::Receiver<Result<Answer, Error>>>) -> Vec<i64> {
+        let mut out = Vec::new();
+        for answer in answers {
+            match answer.await {
+                Ok(Ok(Answer::Score(score))) => out.push(score),
+                other => panic!("expected a score, got {other:?}"),
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn relayed_answers_arrive_once_delivered_and_without_a_delivering_task() {
+        let (relay, deliver) = ReplyRelay::new();
+        let (held, mut answers) = scores(&[1, 2, 3]);
+        relay.relay(held);
+        // Nothing is sent until the delivering task runs.
+        assert!(answers[0].try_recv().is_err());
+        tokio::spawn(deliver);
+        assert_eq!(received(answers).await, [1, 2, 3]);
+
+        let (relay, deliver) = ReplyRelay::new();
+        drop(deliver);
+        let (held, answers) = scores(&[4, 5]);
+        relay.relay(held); // the task is gone: sent from here
+        assert_eq!(received(answers).await, [4, 5]);
+    }
+
     #[test]
     fn replacing_a_share_touches_each_tree_once() {
         let registry: DenseRegistry = Arc::default();
