@@ -18,7 +18,7 @@ use std::time::Instant;
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use futures::future::try_join_all;
 use rankd_shards::key::{list_position, list_position_of_tree_key, rank_key, score_key, tree_key};
-use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Mode, Ties, TreeId, Window};
+use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Ties, TreeId, Window};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -392,17 +392,10 @@ impl Router {
         shard_of(player, self.shards.len())
     }
 
-    /// Routes a `set` to its player's shard.
-    fn route_set(&mut self, board: String, player: String, score: i64, mode: Mode, outbox: &mut Outbox) -> Pending {
-        let board = self.board_for_write(&board);
-        let seq = self.next_seq();
-        outbox.ask(self.owner(&player), Command::Write { board, player, score, mode, seq })
-    }
-
     /// Routes one op: its first-round shard commands go into `outbox`, and
-    /// the returned future finishes the op once they are answered.
-    fn dispatch(&mut self, op: Op, outbox: &mut Outbox) -> ResponseFuture<Result<Reply, Error>> {
-        let ready = |r: Result<Reply, Error>| -> ResponseFuture<Result<Reply, Error>> { Box::pin(async move { r }) };
+    /// what it returns says how the op's reply will come.
+    fn dispatch(&mut self, op: Op, outbox: &mut Outbox) -> Routed {
+        let ready = Routed::Ready;
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
             Op::Auth { .. } => ready(Ok(Reply::Bool(true))),
@@ -416,21 +409,21 @@ impl Router {
                 }
                 let board = self.new_board(&board, config);
                 let pending = outbox.ask_all(|| Command::EnsureBoard { board: board.clone() });
-                Box::pin(async move {
+                Routed::Later(Box::pin(async move {
                     try_join_all(pending.into_iter().map(answer)).await?;
                     Ok(Reply::Bool(true))
-                })
+                }))
             }
             Op::DropBoard { board } => {
                 let Some(board) = self.boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
                 let id = board.id;
                 let pending = outbox.ask_all(|| Command::DropBoard { board_id: id });
                 let dense = self.dense.clone();
-                Box::pin(async move {
+                Routed::Later(Box::pin(async move {
                     try_join_all(pending.into_iter().map(answer)).await?;
                     dense.lock().retain(|tree, _| tree.board != id);
                     Ok(Reply::Bool(true))
-                })
+                }))
             }
             Op::Boards => {
                 let now = self.clock.now();
@@ -444,7 +437,7 @@ impl Router {
                     })
                     .collect();
                 let (started, fanout) = (Instant::now(), self.metrics.fanout("boards").cloned());
-                Box::pin(async move {
+                Routed::Later(Box::pin(async move {
                     let mut out = Vec::with_capacity(boards.len());
                     for (board, pending) in boards.iter().zip(counts) {
                         let (_, count) = summed_counts(pending, 0).await?;
@@ -454,10 +447,12 @@ impl Router {
                         h.observe(started.elapsed().as_secs_f64());
                     }
                     Ok(Reply::Boards(out))
-                })
+                }))
             }
             Op::Set { board, player, score, mode } => {
-                Box::pin(new_score(self.route_set(board, player, score, mode, outbox)))
+                let board = self.board_for_write(&board);
+                let seq = self.next_seq();
+                Routed::Score(outbox.ask(self.owner(&player), Command::Write { board, player, score, mode, seq }))
             }
             Op::SetMany { board, entries, mode } => {
                 let board = self.board_for_write(&board);
@@ -478,7 +473,7 @@ impl Router {
                         pending.push(outbox.ask(shard, Command::WriteMany { board: board.clone(), entries, mode }));
                     }
                 }
-                Box::pin(async move {
+                Routed::Later(Box::pin(async move {
                     let mut out = vec![0i64; total];
                     for (idx, answers) in
                         positions.into_iter().zip(try_join_all(pending.into_iter().map(answer)).await?)
@@ -488,22 +483,22 @@ impl Router {
                         }
                     }
                     Ok(Reply::Scores(out))
-                })
+                }))
             }
             Op::Get { board, player, view } => match self.read("get", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::MaybeScore(None))),
                 Ok(Some(read)) => {
                     let pending = outbox.ask(self.owner(&player), Command::Get { tree: read.tree, player });
-                    Box::pin(
-                        async move { Ok(Reply::MaybeScore(answer(pending).await?.into_record()?.map(|r| r.score))) },
-                    )
+                    Routed::Later(Box::pin(async move {
+                        Ok(Reply::MaybeScore(answer(pending).await?.into_record()?.map(|r| r.score)))
+                    }))
                 }
             },
             Op::Remove { board, player } => {
                 let Some(board) = self.boards.get(&board).cloned() else { return ready(Ok(Reply::Bool(false))) };
                 let pending = outbox.ask(self.owner(&player), Command::Remove { board, player });
-                Box::pin(async move { Ok(Reply::Bool(answer(pending).await?.into_bool()?)) })
+                Routed::Later(Box::pin(async move { Ok(Reply::Bool(answer(pending).await?.into_bool()?)) }))
             }
             Op::Count { board, view } => match self.read("count", &board, view) {
                 Err(e) => ready(Err(e)),
@@ -512,11 +507,11 @@ impl Router {
                     let tree = read.tree;
                     let (started, pending) =
                         (Instant::now(), outbox.ask_all(|| Command::CountBefore { tree, keys: Vec::new() }));
-                    Box::pin(async move {
+                    Routed::Later(Box::pin(async move {
                         let count = summed_counts(pending, 0).await?.1;
                         read.observe_round(started);
                         Ok(Reply::Count(count))
-                    })
+                    }))
                 }
             },
             Op::Rank { board, player, view } => match self.read("rank", &board, view) {
@@ -526,18 +521,18 @@ impl Router {
                     let owner = self.owner(&player);
                     let (tree, ties, order) = (read.tree, read.ties(), read.board.config.order);
                     let found = outbox.ask(owner, Command::Rank { tree, player, ties, order });
-                    Box::pin(read.rank(owner, found))
+                    Routed::Later(Box::pin(read.rank(owner, found)))
                 }
             },
             Op::RankOfScore { board, score, view } => match self.read("rank_of_score", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(1))),
-                Ok(Some(read)) => read.rank_of_score(score, outbox),
+                Ok(Some(read)) => Routed::Later(read.rank_of_score(score, outbox)),
             },
             Op::Top { board, limit, offset, view } => match self.read("top", &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
-                Ok(Some(read)) => Box::pin(read.top(limit, offset)),
+                Ok(Some(read)) => Routed::Later(Box::pin(read.top(limit, offset))),
             },
             Op::Around { board, player, before, after, view } => match self.read("around", &board, view) {
                 Err(e) => ready(Err(e)),
@@ -545,7 +540,7 @@ impl Router {
                 Ok(Some(read)) => {
                     let found =
                         outbox.ask(self.owner(&player), Command::Get { tree: read.tree, player: player.clone() });
-                    Box::pin(read.around(found, player, before, after))
+                    Routed::Later(Box::pin(read.around(found, player, before, after)))
                 }
             },
         }
@@ -557,28 +552,32 @@ impl Handler<Dispatch> for Router {
 
     fn handle(&mut self, Dispatch(ops): Dispatch, _: &mut Self::Context) -> Self::Result {
         let mut outbox = Outbox::new(self.shards.len());
-        let mut slots = Vec::with_capacity(ops.len());
-        let mut later = Vec::new();
-        for op in ops {
-            slots.push(match op {
-                Op::Set { board, player, score, mode } => {
-                    Slot::Score(self.route_set(board, player, score, mode, &mut outbox))
-                }
-                op => {
-                    later.push(self.dispatch(op, &mut outbox));
-                    Slot::Later
-                }
-            });
-        }
+        let routed: Vec<Routed> = ops.into_iter().map(|op| self.dispatch(op, &mut outbox)).collect();
         outbox.send(&self.shards);
         Box::pin(async move {
-            // Concurrently: a multi-step read sends its next round only when polled.
+            // The ops' own futures are polled together (a multi-step read
+            // sends its next round only when polled); the others wait in
+            // their slots.
+            let mut later = Vec::new();
+            let slots: Vec<Option<Routed>> = routed
+                .into_iter()
+                .map(|routed| match routed {
+                    Routed::Later(future) => {
+                        later.push(future);
+                        None
+                    }
+                    other => Some(other),
+                })
+                .collect();
             let mut later = futures::future::join_all(later).await.into_iter();
             let mut replies = Vec::with_capacity(slots.len());
             for slot in slots {
                 replies.push(match slot {
-                    Slot::Score(pending) => new_score(pending).await,
-                    Slot::Later => later.next().unwrap_or_else(|| Err(Error::Internal("a reply went missing".into()))),
+                    Some(Routed::Ready(reply)) => reply,
+                    Some(Routed::Score(pending)) => new_score(pending).await,
+                    Some(Routed::Later(_)) | None => {
+                        later.next().unwrap_or_else(|| Err(Error::Internal("a reply went missing".into())))
+                    }
                 });
             }
             replies
@@ -586,14 +585,16 @@ impl Handler<Dispatch> for Router {
     }
 }
 
-/// Where one op of a batch gets its reply.
-enum Slot {
+/// How routing left one op of a batch.
+enum Routed {
+    /// Answered while routing, without a shard.
+    Ready(Result<Reply, Error>),
     /// A `set`: its shard's one answer, awaited in place. Sets make up
     /// write-heavy batches, and a future of their own each (boxed, then
     /// tracked by `join_all`) was two allocations and a task per request.
     Score(Pending),
-    /// From the batch's futures, in order.
-    Later,
+    /// Anything more: a future of its own.
+    Later(ResponseFuture<Result<Reply, Error>>),
 }
 
 /// A `set`'s reply: the score it left.
