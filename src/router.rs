@@ -555,27 +555,20 @@ impl Handler<Dispatch> for Router {
         let routed: Vec<Routed> = ops.into_iter().map(|op| self.dispatch(op, &mut outbox)).collect();
         outbox.send(&self.shards);
         Box::pin(async move {
+            let mut routed = routed;
             // The ops' own futures are polled together (a multi-step read
-            // sends its next round only when polled); the others wait in
-            // their slots.
-            let mut later = Vec::new();
-            let slots: Vec<Option<Routed>> = routed
-                .into_iter()
-                .map(|routed| match routed {
-                    Routed::Later(future) => {
-                        later.push(future);
-                        None
-                    }
-                    other => Some(other),
-                })
-                .collect();
-            let mut later = futures::future::join_all(later).await.into_iter();
-            let mut replies = Vec::with_capacity(slots.len());
-            for slot in slots {
-                replies.push(match slot {
-                    Some(Routed::Ready(reply)) => reply,
-                    Some(Routed::Score(pending)) => new_score(pending).await,
-                    Some(Routed::Later(_)) | None => {
+            // sends its next round only when polled), in place.
+            let own = routed.iter_mut().filter_map(|routed| match routed {
+                Routed::Later(future) => Some(future),
+                _ => None,
+            });
+            let mut later = futures::future::join_all(own).await.into_iter();
+            let mut replies = Vec::with_capacity(routed.len());
+            for routed in routed {
+                replies.push(match routed {
+                    Routed::Ready(reply) => reply,
+                    Routed::Score(pending) => new_score(pending).await,
+                    Routed::Later(_) => {
                         later.next().unwrap_or_else(|| Err(Error::Internal("a reply went missing".into())))
                     }
                 });

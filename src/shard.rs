@@ -1125,9 +1125,7 @@ fn commit_group(
         metrics.commit_errors.inc();
         metrics.degraded.set(1);
     }
-    for replies in held {
-        answer_all(replies, failure.as_deref(), metrics, relay);
-    }
+    answer_all(held.into_iter().flatten(), failure.as_deref(), metrics, relay);
     let runs = match failure {
         None => written.into_iter().filter(WrittenBatch::has_work).collect(),
         Some(_) => Vec::new(),
@@ -1139,18 +1137,20 @@ fn commit_group(
     Answered { jobs: count, generation, runs }
 }
 
-/// Sends held answers and lowers the shard's queue depth by as many.
+/// Sends held answers (through `relay`, if given, in one hand-off) and
+/// lowers the shard's queue depth by as many.
 fn answer_all(
-    replies: Vec<Held>,
+    replies: impl IntoIterator<Item = Held>,
     failure: Option<&str>,
     metrics: &crate::metrics::ShardMetrics,
     relay: Option<&ReplyRelay>,
 ) {
-    metrics.mailbox_depth.sub(replies.len() as i64);
-    let answers = replies.into_iter().map(|(reply, answer)| (reply, unless_failed(answer, failure)));
+    let answers: Vec<Held> =
+        replies.into_iter().map(|(reply, answer)| (reply, unless_failed(answer, failure))).collect();
+    metrics.mailbox_depth.sub(answers.len() as i64);
     match relay {
-        Some(relay) => relay.relay(answers.collect()),
-        None => answers.for_each(send_answer),
+        Some(relay) => relay.relay(answers),
+        None => answers.into_iter().for_each(send_answer),
     }
 }
 
