@@ -285,12 +285,10 @@ impl Overlay {
     /// the count trees are rebuilt from.
     pub(crate) fn write_runs(&self, players: &Keyspace, index: &Keyspace) -> Result<(), ShardError> {
         if !self.players.is_empty() {
-            let mut sorted: Vec<(&Vec<u8>, &Option<Record>)> = self.players.iter().collect();
-            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            ingest_sorted(
-                players,
-                sorted.into_iter().map(|(key, record)| (key.as_slice(), record.map(Record::encode))),
-            )?;
+            let mut sorted: Vec<(KeyHead, &[u8], Option<Record>)> =
+                self.players.iter().map(|(key, record)| (KeyHead::of(key), key.as_slice(), *record)).collect();
+            sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+            ingest_sorted(players, sorted.into_iter().map(|(_, key, record)| (key, record.map(Record::encode))))?;
         }
         if !self.index.is_empty() {
             // Trees in order, and positions in order within each: tree
@@ -304,6 +302,28 @@ impl Overlay {
             ingest_sorted(index, entries)?;
         }
         Ok(())
+    }
+}
+
+/// A key's first 32 bytes as two big-endian integers, zero-padded: a sort
+/// key that orders a run's player keys without calling `memcmp`. Sorting
+/// them as byte slices was ~16% of the runs thread's samples (a libc
+/// `memcmp` per comparison, ~16 comparisons a key); the common tree prefix
+/// and a name fit in 32 bytes, so heads settle nearly every comparison
+/// (runs thread 1.34 -> 1.24 us a write at 1M players). Padding can
+/// only make different keys compare equal, never reverse them, so equal
+/// heads fall back to comparing the whole keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct KeyHead(u128, u128);
+
+impl KeyHead {
+    fn of(key: &[u8]) -> Self {
+        let (mut high, mut low) = ([0u8; 16], [0u8; 16]);
+        let (first, rest) = key.split_at(key.len().min(16));
+        high[..first.len()].copy_from_slice(first);
+        let second = &rest[..rest.len().min(16)];
+        low[..second.len()].copy_from_slice(second);
+        Self(u128::from_be_bytes(high), u128::from_be_bytes(low))
     }
 }
 
@@ -427,6 +447,21 @@ mod tests {
                 sorted.dedup_by(|a, b| a.0 == b.0);
                 prop_assert_eq!(changes, sorted);
             }
+        }
+
+        /// Ordering keys by their heads, then by their bytes, is ordering
+        /// them by their bytes: for short keys that pad with zeros, keys
+        /// that share 32 bytes and differ after, and everything between.
+        #[test]
+        fn key_heads_order_like_their_keys(
+            keys in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![Just(0u8), Just(1), Just(0xFF)], 0..40), 0..24),
+        ) {
+            let mut by_head = keys.clone();
+            by_head.sort_by(|a, b| KeyHead::of(a).cmp(&KeyHead::of(b)).then_with(|| a.cmp(b)));
+            let mut by_bytes = keys;
+            by_bytes.sort();
+            prop_assert_eq!(by_head, by_bytes);
         }
 
         /// A position falls below any bound, however short, exactly when its
