@@ -131,7 +131,7 @@ fn sweep_writes_csv_and_png() {
     assert_eq!(
         lines[0],
         "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores,\
-         machine_idle_cores",
+         machine_idle_cores,scaling",
         "{csv}"
     );
     assert_eq!(lines.len(), 3, "two data rows:\n{csv}\nstdout:\n{}", String::from_utf8_lossy(&out.stdout));
@@ -147,6 +147,11 @@ fn sweep_writes_csv_and_png() {
         // And the machine's idle cores (zero when a run was CPU-bound).
         assert!(fields[10].parse::<f64>().is_ok_and(|x| x >= 0.0), "no idle figure: {csv}");
     }
+    // Scaling: each run's throughput over linear growth from one shard's.
+    let field = |row: usize, column: usize| lines[row].split(',').nth(column).unwrap().parse::<f64>().unwrap();
+    assert_eq!(field(1, 11), 1.0, "{csv}");
+    let linear = 2.0 * field(1, 2);
+    assert!((field(2, 11) - field(2, 2) / linear).abs() < 0.01, "{csv}");
     let png = std::fs::read(dir.path().join("tmp/sweep.png")).expect("sweep.png");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "sweep.png is not a PNG");
 }

@@ -1,8 +1,9 @@
-//! `sweep.png`: throughput, p99 latency and, when the runs measured it, the
-//! server's CPU per operation against shard count, with Redis as a
-//! horizontal reference line. Text needs a TrueType font, loaded at run
-//! time (DejaVu Sans, or `RANKD_CHART_FONT`); without one the chart is drawn
-//! without any text rather than not at all.
+//! `sweep.png`: throughput, p99 latency, the server's CPU per operation
+//! (when the runs measured it) and, when they tried several shard counts,
+//! how close throughput came to growing in proportion to them, all against
+//! shard count, with Redis as a horizontal reference line. Text needs a
+//! TrueType font, loaded at run time (DejaVu Sans, or `RANKD_CHART_FONT`);
+//! without one the chart is drawn without any text rather than not at all.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -15,6 +16,11 @@ pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
 const FAMILY: &str = "sans-serif";
 const RANKD_COLOR: RGBColor = RGBColor(31, 119, 180);
 const REDIS_COLOR: RGBColor = RGBColor(214, 39, 40);
+const TARGET_COLOR: RGBColor = RGBColor(90, 90, 90);
+
+/// Scaling the sweep's chart marks as the aim: S shards giving at least
+/// 0.8 times S times one shard's throughput.
+const SCALING_TARGET: f64 = 0.8;
 
 /// What the chart shows of one run (rankd's, or the Redis reference).
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +40,8 @@ pub struct Point {
     pub shards: usize,
     /// What the run measured.
     pub run: Figures,
+    /// Throughput over linear scaling from the sweep's fewest shards.
+    pub scaling: f64,
 }
 
 /// Registers the font once; whether text can be drawn.
@@ -53,8 +61,9 @@ fn font_ready() -> bool {
     })
 }
 
-/// Draws the chart to `path` (PNG): 1000x600, or 1000x900 with a CPU panel
-/// when every rankd run has its CPU figure.
+/// Draws the chart to `path` (PNG), 1000 wide and 300 high a panel:
+/// throughput and p99, then CPU when every rankd run has its CPU figure,
+/// then scaling when the runs had more than one shard count.
 pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<Figures>) -> Result<(), String> {
     draw_with(path, title, points, redis, font_ready())
 }
@@ -62,10 +71,24 @@ pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<Figures>) 
 struct Panel<'a> {
     y_desc: &'a str,
     points: Vec<(i32, f64)>,
-    reference: Option<f64>,
+    reference: Option<Reference>,
     /// Formats a value, given the axis top (for the number of decimals).
     format: fn(f64, f64) -> String,
     legend_left: bool,
+}
+
+/// A horizontal line across a panel: Redis's figure, or an aim.
+#[derive(Clone, Copy)]
+struct Reference {
+    value: f64,
+    label: &'static str,
+    color: RGBColor,
+}
+
+impl Reference {
+    fn redis(value: f64) -> Self {
+        Self { value, label: "redis", color: REDIS_COLOR }
+    }
 }
 
 fn format_rate(v: f64, _top: f64) -> String {
@@ -80,6 +103,10 @@ fn format_rate(v: f64, _top: f64) -> String {
 
 fn format_us(v: f64, _top: f64) -> String {
     format!("{v:.1}")
+}
+
+fn format_ratio(v: f64, _top: f64) -> String {
+    format!("{v:.2}")
 }
 
 fn format_ms(v: f64, top: f64) -> String {
@@ -104,37 +131,48 @@ pub(crate) fn draw_with(
     text: bool,
 ) -> Result<(), String> {
     let cpu: Option<Vec<(i32, f64)>> = points.iter().map(|p| Some((p.shards as i32, p.run.server_cpu_us?))).collect();
-    let panels = if cpu.is_some() { 3 } else { 2 };
-    let root = BitMapBackend::new(path, (1000, 300 * panels)).into_drawing_area();
+    let several_shard_counts = points.iter().any(|p| p.shards != points[0].shards);
+    let panels = 2 + usize::from(cpu.is_some()) + usize::from(several_shard_counts);
+    let root = BitMapBackend::new(path, (1000, 300 * panels as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let body = if text { root.titled(title, (FAMILY, 22)).map_err(err)? } else { root.margin(10, 0, 0, 0) };
-    let areas = body.split_evenly((panels as usize, 1));
+    let areas = body.split_evenly((panels, 1));
     let x_max = points.iter().map(|p| p.shards).max().unwrap_or(1) as i32 + 1;
     let throughput = Panel {
         y_desc: "throughput (ops/s)",
         points: points.iter().map(|p| (p.shards as i32, p.run.ops_per_sec)).collect(),
-        reference: redis.map(|r| r.ops_per_sec),
+        reference: redis.map(|r| Reference::redis(r.ops_per_sec)),
         format: format_rate,
         legend_left: true,
     };
     let latency = Panel {
         y_desc: "p99 latency (ms)",
         points: points.iter().map(|p| (p.shards as i32, p.run.p99_us as f64 / 1000.0)).collect(),
-        reference: redis.map(|r| r.p99_us as f64 / 1000.0),
+        reference: redis.map(|r| Reference::redis(r.p99_us as f64 / 1000.0)),
         format: format_ms,
         legend_left: false,
     };
-    draw_panel(&areas[0], &throughput, x_max, text)?;
-    draw_panel(&areas[1], &latency, x_max, text)?;
+    let mut panels = vec![throughput, latency];
     if let Some(cpu) = cpu {
-        let cpu = Panel {
+        panels.push(Panel {
             y_desc: "server CPU per op (us)",
             points: cpu,
-            reference: redis.and_then(|r| r.server_cpu_us),
+            reference: redis.and_then(|r| r.server_cpu_us).map(Reference::redis),
             format: format_us,
             legend_left: false,
-        };
-        draw_panel(&areas[2], &cpu, x_max, text)?;
+        });
+    }
+    if several_shard_counts {
+        panels.push(Panel {
+            y_desc: "throughput / linear",
+            points: points.iter().map(|p| (p.shards as i32, p.scaling)).collect(),
+            reference: Some(Reference { value: SCALING_TARGET, label: "target", color: TARGET_COLOR }),
+            format: format_ratio,
+            legend_left: false,
+        });
+    }
+    for (area, panel) in areas.iter().zip(&panels) {
+        draw_panel(area, panel, x_max, text)?;
     }
     root.present().map_err(err)
 }
@@ -148,7 +186,8 @@ fn draw_panel<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let y_top = panel.points.iter().map(|p| p.1).chain(panel.reference).fold(0.0, f64::max).max(1e-6) * 1.25;
+    let y_top =
+        panel.points.iter().map(|p| p.1).chain(panel.reference.map(|r| r.value)).fold(0.0, f64::max).max(1e-6) * 1.25;
     let mut builder = ChartBuilder::on(area);
     builder.margin(12);
     if text {
@@ -197,20 +236,17 @@ where
             )
             .map_err(err)?;
     }
-    if let Some(r) = panel.reference {
-        let line =
-            chart.draw_series(LineSeries::new([(0, r), (x_max, r)], REDIS_COLOR.stroke_width(2))).map_err(err)?;
+    if let Some(Reference { value: r, label, color }) = panel.reference {
+        let line = chart.draw_series(LineSeries::new([(0, r), (x_max, r)], color.stroke_width(2))).map_err(err)?;
         if text {
-            line.label("redis")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], REDIS_COLOR.stroke_width(2)));
+            line.label(label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+            let caption = format!("{label} {}", format(r, r));
+            // Right-aligned at the line's end, ~8 px a character.
+            let left = -(caption.len() as i32 * 8 + 10);
             chart
                 .draw_series(std::iter::once(
                     EmptyElement::at((x_max, r))
-                        + Text::new(
-                            format!("redis {}", format(r, r)),
-                            (-110, -20),
-                            (FAMILY, 15).into_font().color(&REDIS_COLOR),
-                        ),
+                        + Text::new(caption, (left, -20), (FAMILY, 15).into_font().color(&color)),
                 ))
                 .map_err(err)?;
         }
@@ -219,7 +255,7 @@ where
         // The reference's label sits above its right end: a line in the
         // upper half would put it under an upper legend.
         let legend = match panel.reference {
-            Some(r) if r > y_top / 2.0 => SeriesLabelPosition::LowerRight,
+            Some(r) if r.value > y_top / 2.0 => SeriesLabelPosition::LowerRight,
             _ if panel.legend_left => SeriesLabelPosition::UpperLeft,
             _ => SeriesLabelPosition::UpperRight,
         };
@@ -245,12 +281,18 @@ mod tests {
         let point = |shards, ops_per_sec, p99_us, server_cpu_us| Point {
             shards,
             run: Figures { ops_per_sec, p99_us, server_cpu_us },
+            scaling: ops_per_sec / (10_000.0 * shards as f64),
         };
         let redis = Figures { ops_per_sec: 25_000.0, p99_us: 4000, server_cpu_us: Some(9.0) };
-        // Without CPU figures two panels, with them three.
-        for (cpu, height) in [(None, 600), (Some(11.0), 900)] {
+        // Throughput and p99; CPU when measured; scaling when the shard
+        // counts differ.
+        let several =
+            |cpu| vec![point(1, 10_000.0, 9000, cpu), point(2, 18_000.0, 7000, cpu), point(4, 30_000.0, 6000, cpu)];
+        let one = |cpu| vec![point(2, 18_000.0, 7000, cpu)];
+        for (points, height) in
+            [(one(None), 600), (one(Some(11.0)), 900), (several(None), 900), (several(Some(11.0)), 1200)]
+        {
             let path = dir.path().join("sweep.png");
-            let points = [point(1, 10_000.0, 9000, cpu), point(2, 18_000.0, 7000, cpu), point(4, 30_000.0, 6000, cpu)];
             draw_with(&path, "title", &points, Some(redis), false).unwrap();
             let bytes = std::fs::read(&path).unwrap();
             assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");

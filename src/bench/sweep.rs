@@ -37,9 +37,31 @@ pub struct SweepArgs {
 /// The CSV header of `sweep.csv`.
 pub const SWEEP_CSV_HEADER: &str =
     "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores,\
-     machine_idle_cores";
+     machine_idle_cores,scaling";
 
-fn sweep_row(shards: Option<usize>, report: &Report) -> String {
+/// How close each run came to linear scaling: its throughput over what the
+/// run with the fewest shards would give if throughput grew in proportion
+/// to shards (1.0: linear; 0.5: twice the shards, the same throughput).
+/// This is the figure a shard-count experiment asks about, so the CSV and
+/// the chart carry it rather than leaving every reader to divide.
+/// Takes each run's shard count and throughput.
+fn scaling(runs: &[(usize, f64)]) -> Vec<f64> {
+    let Some(&(base_shards, base_ops)) = runs.iter().min_by_key(|(shards, _)| *shards) else {
+        return Vec::new();
+    };
+    runs.iter()
+        .map(|&(shards, ops_per_sec)| {
+            let linear = base_ops * shards as f64 / base_shards as f64;
+            if linear > 0.0 {
+                ops_per_sec / linear
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+fn sweep_row(shards: Option<usize>, report: &Report, scaling: Option<f64>) -> String {
     [
         shards.map(|s| s.to_string()).unwrap_or_default(),
         format!("{:?}", report.workload).to_lowercase(),
@@ -52,6 +74,7 @@ fn sweep_row(shards: Option<usize>, report: &Report) -> String {
         report.server_cpu_us_per_op().map(|us| format!("{us:.2}")).unwrap_or_default(),
         report.client_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
         report.machine_idle_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
+        scaling.map(|x| format!("{x:.2}")).unwrap_or_default(),
     ]
     .join(",")
 }
@@ -104,21 +127,26 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         None => None,
     };
 
+    let scaling = scaling(&runs.iter().map(|(shards, r)| (*shards, r.ops_per_sec)).collect::<Vec<_>>());
     let mut csv = String::from(SWEEP_CSV_HEADER);
     csv.push('\n');
-    for (shards, report) in &runs {
-        csv.push_str(&sweep_row(Some(*shards), report));
+    for ((shards, report), scaling) in runs.iter().zip(&scaling) {
+        csv.push_str(&sweep_row(Some(*shards), report, Some(*scaling)));
         csv.push('\n');
     }
     if let Some(report) = &redis_report {
-        csv.push_str(&sweep_row(None, report));
+        csv.push_str(&sweep_row(None, report, None));
         csv.push('\n');
     }
     let csv_path = args.out_dir.join("sweep.csv");
     std::fs::write(&csv_path, &csv)?;
 
     let json = serde_json::json!({
-        "rankd": runs.iter().map(|(shards, r)| serde_json::json!({"shards": shards, "report": r})).collect::<Vec<_>>(),
+        "rankd": runs
+            .iter()
+            .zip(&scaling)
+            .map(|((shards, r), scaling)| serde_json::json!({"shards": shards, "scaling": scaling, "report": r}))
+            .collect::<Vec<_>>(),
         "redis": redis_report,
     });
     let json = serde_json::to_string_pretty(&json).map_err(|e| BenchError::Other(e.to_string()))?;
@@ -129,7 +157,11 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         p99_us: r.p99_us,
         server_cpu_us: r.server_cpu_us_per_op(),
     };
-    let points: Vec<Point> = runs.iter().map(|(shards, r)| Point { shards: *shards, run: figures(r) }).collect();
+    let points: Vec<Point> = runs
+        .iter()
+        .zip(&scaling)
+        .map(|((shards, r), scaling)| Point { shards: *shards, run: figures(r), scaling: *scaling })
+        .collect();
     let reference = redis_report.as_ref().map(figures);
     let load = &args.load;
     let mode = match load.workload {
@@ -240,5 +272,19 @@ impl Drop for ServeProcess {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_is_throughput_over_linear_from_the_fewest_shards() {
+        // In any order; the base is the run with the fewest shards.
+        assert_eq!(scaling(&[(4, 300.0), (2, 200.0), (8, 200.0)]), vec![0.75, 1.0, 0.25]);
+        assert_eq!(scaling(&[(1, 150.0), (2, 150.0)]), vec![1.0, 0.5]);
+        assert_eq!(scaling(&[(1, 0.0), (2, 10.0)]), vec![0.0, 0.0]);
+        assert!(scaling(&[]).is_empty());
     }
 }
