@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use rankd_shards::key::{rank_key, score_key};
 use rankd_shards::{
     Board, DenseChange, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard,
-    ShardError, Ties, TreeId, UpcomingWrite, WrittenBatch,
+    ShardError, Ties, TreeId, Upcoming, UpcomingWrite, WrittenBatch,
 };
 use tokio::sync::oneshot;
 
@@ -523,8 +523,8 @@ const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 /// otherwise grow them without bound. Normally fewer than one is waiting.
 const MAX_UNWRITTEN_RUNS: usize = 4;
 
-/// Commands a round looks ahead at a time, prefetching what their writes
-/// will touch (`Shard::prefetch_writes`, which gives the figures). Each
+/// Commands a round looks ahead at a time, prefetching what they will
+/// touch (`Shard::prefetch`, which gives the figures). Each
 /// write's two leaves are up to ~1.3 KB: 16 writes' worth stays well
 /// inside a core's L2 until it is used.
 const LOOK_AHEAD: usize = 16;
@@ -649,13 +649,18 @@ impl ShardActor {
         self.maintain();
     }
 
-    /// Prefetches what the writes among `commands` will touch.
+    /// Prefetches what the writes, ranks and counts among `commands` will
+    /// touch.
     fn look_ahead<'a>(&self, commands: impl Iterator<Item = &'a Command>) {
         let Some(shard) = &self.shard else { return };
-        shard.prefetch_writes(commands.filter_map(|command| match command {
+        shard.prefetch(commands.filter_map(|command| match command {
             Command::Write { board, player, score, mode, seq } => {
-                Some(UpcomingWrite { board, player, score: *score, mode: *mode, seq: *seq })
+                Some(Upcoming::Write(UpcomingWrite { board, player, score: *score, mode: *mode, seq: *seq }))
             }
+            Command::Rank { tree, player, ties, order } => {
+                Some(Upcoming::Rank { tree: *tree, player, ties: *ties, order: *order })
+            }
+            Command::CountBefore { tree, keys } => Some(Upcoming::CountBefore { tree: *tree, keys }),
             _ => None,
         }));
     }

@@ -34,7 +34,7 @@ pub use error::ShardError;
 pub use key::TreeId;
 pub use shard::{
     cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Lookups, Record,
-    SealedBatch, Shard, ShardOptions, StorageStats, UpcomingWrite, WrittenBatch, MEMTABLE_OVERRUN,
+    SealedBatch, Shard, ShardOptions, StorageStats, Upcoming, UpcomingWrite, WrittenBatch, MEMTABLE_OVERRUN,
 };
 pub use tree::{CountTree, Repacked};
 

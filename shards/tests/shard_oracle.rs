@@ -18,7 +18,7 @@ use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tie
 use rankd_shards::tree::BRANCHINGS;
 use rankd_shards::{
     Board, BoardConfig, DenseChange, DenseIndex, Direction, Durability, Mode, Order, Record, SealedBatch, Shard,
-    ShardError, ShardOptions, Ties, TreeId, UpcomingWrite, Window,
+    ShardError, ShardOptions, Ties, TreeId, Upcoming, UpcomingWrite, Window,
 };
 
 /// Named players: updates keep hitting the same few, and the names probe the
@@ -123,6 +123,15 @@ const PROBES: [i64; 11] = [i64::MIN, i64::MIN + 1, -3, -1, 0, 1, 2, 3, 50, i64::
 fn check_memory<'a>(shard: &Shard, ob: &OBoard, gets: impl IntoIterator<Item = &'a str>) -> Result<(), TestCaseError> {
     let cfg = &ob.board.config;
     let tree = tid(ob.board.id);
+    let gets: Vec<&str> = gets.into_iter().collect();
+    // As the server does before ranks and counts: a look ahead that must
+    // change nothing, for players present or not.
+    let probe_keys: Vec<u128> = PROBES.iter().map(|&score| tree_key(score_key(score, cfg.order), 0)).collect();
+    shard.prefetch(
+        gets.iter()
+            .map(|&player| Upcoming::Rank { tree, player, ties: cfg.ties, order: cfg.order })
+            .chain([Upcoming::CountBefore { tree, keys: &probe_keys }]),
+    );
     for name in gets {
         prop_assert_eq!(
             ok(shard.get(tree, name))?,
@@ -437,7 +446,7 @@ impl Run {
         let board = self.live.slots[slot].board.clone();
         let expected = oracle_write(&mut self.live.slots[slot], &name, score, mode, seq);
         // As the server does: a look ahead that must change nothing.
-        self.shard().prefetch_writes([UpcomingWrite { board: &board, player: &name, score, mode, seq }]);
+        self.shard().prefetch([Upcoming::Write(UpcomingWrite { board: &board, player: &name, score, mode, seq })]);
         let got = self.shard().write(&board, &name, score, mode, seq);
         match (expected, got) {
             (Ok(want), Ok(stored)) => {

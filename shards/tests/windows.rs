@@ -24,7 +24,7 @@ use rankd_shards::tree::BRANCHINGS;
 use rankd_shards::window;
 use rankd_shards::{
     Board, BoardConfig, Direction, Durability, Mode, Order, Record, Shard, ShardError, ShardOptions, Ties, TreeId,
-    UpcomingWrite, Window,
+    Upcoming, UpcomingWrite, Window,
 };
 
 const DAY: i64 = 86_400;
@@ -613,7 +613,7 @@ impl Run {
         let board = self.live[slot].board.clone();
         let expected = self.live[slot].write(now, &name, score, mode, seq);
         // As the server does: a look ahead that must change nothing.
-        self.shard().prefetch_writes([UpcomingWrite { board: &board, player: &name, score, mode, seq }]);
+        self.shard().prefetch([Upcoming::Write(UpcomingWrite { board: &board, player: &name, score, mode, seq })]);
         let got = self.shard().write(&board, &name, score, mode, seq);
         match (expected, got) {
             (Ok(want), Ok(stored)) => {
