@@ -39,12 +39,12 @@ pub const SWEEP_CSV_HEADER: &str =
     "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores,\
      machine_idle_cores,scaling";
 
-/// How close each run came to linear scaling: its throughput over what the
-/// run with the fewest shards would give if throughput grew in proportion
-/// to shards (1.0: linear; 0.5: twice the shards, the same throughput).
-/// This is the figure a shard-count experiment asks about, so the CSV and
-/// the chart carry it rather than leaving every reader to divide.
-/// Takes each run's shard count and throughput.
+/// How close each run, given as its shard count and throughput, came to
+/// linear scaling: its throughput over what the run with the fewest shards
+/// would give if throughput grew in proportion to shards (1.0: linear; 0.5:
+/// twice the shards, the same throughput). This is the figure a
+/// shard-count experiment asks about, so the CSV and the chart carry it
+/// rather than leaving every reader to divide.
 fn scaling(runs: &[(usize, f64)]) -> Vec<f64> {
     let Some(&(base_shards, base_ops)) = runs.iter().min_by_key(|(shards, _)| *shards) else {
         return Vec::new();
