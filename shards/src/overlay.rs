@@ -47,13 +47,17 @@ pub(crate) struct Overlay {
 /// How many recent index changes a tree's overlay gathers before merging
 /// them into its settled ones, for overlays written every `run_every`
 /// players. A run holds up to two index changes a player (the old entry's
-/// removal, the new one), so merging every `run_every / 4` moves a change
-/// ~4 times on average. Capped so that the recent map stays small enough to
-/// be cheap to insert into. Timed alone (65 536 writes of two changes each,
-/// one tree): one map for everything 680-920 ns a write, merging every 4096
-/// 420-560 ns, every 16 384 380-520 ns.
+/// removal, the new one), so merging every `run_every / 4` would move a
+/// change ~4 times on average. Capped so that the recent map stays small
+/// enough to be cheap to insert into. Timed alone (65 536 writes of two
+/// changes each, one tree): one map for everything 680-920 ns a write,
+/// merging every 4096 420-560 ns, every 16 384 380-520 ns. In the server,
+/// whose count trees and record cache share the CPU caches with the map,
+/// 4096 was the better cap: at the default run size the shard thread took
+/// 3.06 us a write against 3.37 with 16 384 (means of five alternating
+/// pairs, 1M players, 8 x 64 `set`; the pairs' spread was 0.5 us).
 fn index_merge_every(run_every: usize) -> usize {
-    (run_every / 4).clamp(2, 16_384)
+    (run_every / 4).clamp(2, 4_096)
 }
 
 /// The score-index changes of one tree, by list position (the key after the
