@@ -132,11 +132,11 @@ pub(crate) fn draw_with(
 ) -> Result<(), String> {
     let cpu: Option<Vec<(i32, f64)>> = points.iter().map(|p| Some((p.shards as i32, p.run.server_cpu_us?))).collect();
     let several_shard_counts = points.iter().any(|p| p.shards != points[0].shards);
-    let panels = 2 + usize::from(cpu.is_some()) + usize::from(several_shard_counts);
-    let root = BitMapBackend::new(path, (1000, 300 * panels as u32)).into_drawing_area();
+    let panel_count = 2 + usize::from(cpu.is_some()) + usize::from(several_shard_counts);
+    let root = BitMapBackend::new(path, (1000, 300 * panel_count as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let body = if text { root.titled(title, (FAMILY, 22)).map_err(err)? } else { root.margin(10, 0, 0, 0) };
-    let areas = body.split_evenly((panels, 1));
+    let areas = body.split_evenly((panel_count, 1));
     let x_max = points.iter().map(|p| p.shards).max().unwrap_or(1) as i32 + 1;
     let throughput = Panel {
         y_desc: "throughput (ops/s)",
