@@ -34,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, Context, Handler, Message};
 use parking_lot::Mutex;
-use rankd_shards::key::{rank_key, score_key};
 use rankd_shards::{
     Board, DenseChange, DenseIndex, Direction, DurabilityHandle, ListEntry, Mode, Order, Record, SealedBatch, Shard,
     ShardError, Ties, TreeId, Upcoming, UpcomingWrite, WrittenBatch,
@@ -912,8 +911,7 @@ impl ShardActor {
             Command::Get { tree, player } => Answer::Record(shard.get(tree, &player)?),
             Command::Rank { tree, player, ties, order } => match shard.get(tree, &player)? {
                 Some(record) => {
-                    let key = rank_key(ties, score_key(record.score, order), record.seq);
-                    let before = shard.count_before_key(tree, key);
+                    let before = shard.count_before_key(tree, record.rank_key(ties, order));
                     Answer::Ranked { record: Some(record), before, total: shard.count(tree) }
                 }
                 None => Answer::Ranked { record: None, before: 0, total: 0 },

@@ -158,6 +158,12 @@ impl Record {
         out
     }
 
+    /// The key whose count before it is the player's rank on this shard:
+    /// what a `rank` counts, and what the look ahead before it walks to.
+    pub fn rank_key(self, ties: Ties, order: Order) -> u128 {
+        key::rank_key(ties, key::score_key(self.score, order), self.seq)
+    }
+
     fn decode(bytes: &[u8]) -> Result<Self, ShardError> {
         let (score, seq) = bytes.split_first_chunk::<8>().ok_or(ShardError::Corrupt("player record"))?;
         let seq: [u8; 8] = seq.try_into().map_err(|_| ShardError::Corrupt("player record"))?;
@@ -1030,7 +1036,7 @@ impl Shard {
                     }
                 }
                 Upcoming::Rank { ties, order, .. } => {
-                    keys.extend(old.map(|old| key::rank_key(ties, key::score_key(old.score, order), old.seq)));
+                    keys.extend(old.map(|old| old.rank_key(ties, order)));
                 }
                 Upcoming::CountBefore { .. } => {}
             }
@@ -1768,7 +1774,7 @@ pub enum Upcoming<'a> {
     /// A write about to be staged with [`Shard::write`].
     Write(UpcomingWrite<'a>),
     /// A player's rank: [`Shard::get`], then [`Shard::count_before_key`] at
-    /// their [`key::rank_key`].
+    /// their [`Record::rank_key`].
     Rank {
         /// The tree ranked in.
         tree: TreeId,
