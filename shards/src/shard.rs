@@ -1894,7 +1894,9 @@ impl GatheredCounts {
         self.changes.len() >= Self::MAX_HELD
     }
 
-    /// Applies every gathered change to `trees`, in tree and key order.
+    /// Applies every gathered change to `trees`, in tree and key order. A
+    /// tree the changes touch exists afterwards even where they cancel out,
+    /// as it does when they are applied in log order.
     fn apply(&mut self, trees: &mut HashMap<TreeId, CountTree, FastHasher>, branching: u32) {
         self.changes.sort_unstable_by_key(|&(tree, key, _)| (tree, key));
         let mut changes = self.changes.drain(..).peekable();
@@ -1902,8 +1904,9 @@ impl GatheredCounts {
             while let Some((_, _, more)) = changes.next_if(|&(t, k, _)| (t, k) == (tree, key)) {
                 delta += more;
             }
+            let counts = count_tree(trees, tree, branching);
             if delta != 0 {
-                count_tree(trees, tree, branching).add(key, delta);
+                counts.add(key, delta);
             }
         }
     }
