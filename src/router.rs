@@ -18,14 +18,14 @@ use std::time::Instant;
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use futures::future::try_join_all;
 use rankd_shards::key::{list_position, list_position_of_tree_key, rank_key, score_key, tree_key};
-use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Ties, TreeId, Window};
+use rankd_shards::{window, Board, BoardConfig, Direction, ListEntry, Record, Ties, TreeId, Window};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::protocol::{BoardInfo, Entry, Op, RankInfo, Reply, View};
-use crate::shard::{Answer, Command, DenseRegistry, ShardItem, ShardLink};
+use crate::shard::{Answer, Command, DenseRegistry, Forward, ShardItem, ShardLink};
 
 /// The shard a player lives on. See the module docs; stable across versions.
 pub fn shard_of(player: &str, shards: usize) -> usize {
@@ -91,6 +91,17 @@ impl Outbox {
         let (reply, answer) = oneshot::channel();
         self.per_shard[shard].push((command, reply));
         answer
+    }
+
+    /// Whether this batch holds nothing yet for any shard but `shard`. Then
+    /// a command to `shard` may send on to the others itself (a rank's
+    /// [`Forward`]) and still reach each of them after every earlier request
+    /// of its connection: those of earlier batches were sent before this
+    /// batch, and this one has none for them. (Later requests of the batch
+    /// may land before it, as they may before a second round the router
+    /// sends: a read concurrent with writes may reflect them.)
+    fn holds_only_for(&self, shard: usize) -> bool {
+        self.per_shard.iter().enumerate().all(|(i, items)| i == shard || items.is_empty())
     }
 
     fn ask_all(&mut self, command: impl Fn() -> Command) -> Vec<Pending> {
@@ -286,8 +297,33 @@ impl Read {
         let sk = score_key(record.score, self.board.config.order);
         let key = rank_key(self.ties(), sk, record.seq);
         let (theirs, total) = self.counts_except(vec![key], Some(owner)).await?;
-        let rank = 1 + if self.ties() == Ties::Dense { self.distinct_before(sk) } else { own_before + theirs[0] };
-        Ok(Reply::Rank(Some(RankInfo { rank, score: record.score, count: own_total + total })))
+        Ok(self.rank_reply(record, own_before + theirs[0], own_total + total))
+    }
+
+    /// Finishes a rank whose owner asked the other shards itself
+    /// ([`Forward`]), their answers arriving on `theirs`.
+    async fn rank_forwarded(self, found: Pending, theirs: Vec<Pending>) -> Result<Reply, Error> {
+        // Theirs first: the owner answers after it has forwarded, so by the
+        // time theirs are in its answer is too, and awaiting it first would
+        // wake this thread once for it and once more for theirs. Without a
+        // record the owner drops their channels and its answer says why.
+        let started = Instant::now();
+        let counts = summed_counts(theirs, 1).await;
+        let (record, own_before, own_total) = answer(found).await?.into_ranked()?;
+        let Some(record) = record else {
+            return Ok(Reply::Rank(None));
+        };
+        let (theirs, total) = counts?;
+        self.observe_round(started);
+        Ok(self.rank_reply(record, own_before + theirs[0], own_total + total))
+    }
+
+    /// A rank's reply from its record and the players before it and in
+    /// total, summed over the shards.
+    fn rank_reply(&self, record: Record, before: u64, count: u64) -> Reply {
+        let sk = score_key(record.score, self.board.config.order);
+        let rank = 1 + if self.ties() == Ties::Dense { self.distinct_before(sk) } else { before };
+        Reply::Rank(Some(RankInfo { rank, score: record.score, count }))
     }
 
     fn rank_of_score(self, score: i64, outbox: &mut Outbox) -> ResponseFuture<Result<Reply, Error>> {
@@ -390,6 +426,19 @@ impl Router {
 
     fn owner(&self, player: &str) -> usize {
         shard_of(player, self.shards.len())
+    }
+
+    /// A [`Forward`] to every shard but `owner`, and where their counts will
+    /// arrive.
+    fn forward_to_all_but(&self, owner: usize) -> (Forward, Vec<Pending>) {
+        let (to, theirs) = (self.shards.iter().enumerate())
+            .filter(|(i, _)| *i != owner)
+            .map(|(_, link)| {
+                let (reply, answer) = oneshot::channel();
+                ((link.clone(), reply), answer)
+            })
+            .unzip();
+        (Forward(to), theirs)
     }
 
     /// Routes one op: its first-round shard commands go into `outbox`, and
@@ -520,8 +569,15 @@ impl Router {
                 Ok(Some(read)) => {
                     let owner = self.owner(&player);
                     let (tree, ties, order) = (read.tree, read.ties(), read.board.config.order);
-                    let found = outbox.ask(owner, Command::Rank { tree, player, ties, order });
-                    Routed::Later(Box::pin(read.rank(owner, found)))
+                    if outbox.holds_only_for(owner) {
+                        let (forward, theirs) = self.forward_to_all_but(owner);
+                        let found = outbox.ask(owner, Command::Rank { tree, player, ties, order, forward });
+                        Routed::Later(Box::pin(read.rank_forwarded(found, theirs)))
+                    } else {
+                        let forward = Forward::default();
+                        let found = outbox.ask(owner, Command::Rank { tree, player, ties, order, forward });
+                        Routed::Later(Box::pin(read.rank(owner, found)))
+                    }
                 }
             },
             Op::RankOfScore { board, score, view } => match self.read("rank_of_score", &board, view) {

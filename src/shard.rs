@@ -68,8 +68,10 @@ pub enum Command {
     /// A player's record and, on this shard, the players ranked before them
     /// and in total; replies [`Answer::Ranked`]. The owner's half of a rank
     /// in the round that finds the score: on one shard the whole rank is one
-    /// message, on S shards the second round goes to the other S-1.
-    Rank { tree: TreeId, player: String, ties: Ties, order: Order },
+    /// message. On S shards the other S-1 count too, asked by the owner
+    /// itself when `forward` names them (see [`Forward`]), else by the
+    /// router once this answer is back.
+    Rank { tree: TreeId, player: String, ties: Ties, order: Order, forward: Forward },
     /// Players before each key and in total; replies [`Answer::Counts`].
     CountBefore { tree: TreeId, keys: Vec<u128> },
     /// A slice of the list order; replies [`Answer::List`].
@@ -130,6 +132,32 @@ pub enum Answer {
 /// A command with the channel its answer goes back on (after the commit of
 /// the round it is applied in).
 pub type ShardItem = (Command, oneshot::Sender<Result<Answer, Error>>);
+
+/// The other shards a rank's owner asks for their counts before the
+/// player's rank key, each with the channel the router awaits that count
+/// on (`CountBefore`'s answer). The owner sends them on as soon as it has
+/// the record: one hop, owner to the other shard, where asking through the
+/// router took two (owner to router, router to the other shard), each a
+/// thread wake-up, and on a busy machine a wait for a core. Without a
+/// record (or when its lookup fails) the channels are dropped, and the
+/// router takes the owner's answer. Empty: the router asks them itself.
+#[derive(Default)]
+pub struct Forward(pub Vec<(ShardLink, oneshot::Sender<Result<Answer, Error>>)>);
+
+impl Forward {
+    /// Asks each shard for its count before `key` in `tree`.
+    fn send(self, tree: TreeId, key: u128) {
+        for (link, reply) in self.0 {
+            link.send(vec![(Command::CountBefore { tree, keys: vec![key] }, reply)]);
+        }
+    }
+}
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Forward(to {} shards)", self.0.len())
+    }
+}
 
 /// One mailbox message: the commands a router batch has for this shard, in
 /// order. Batching them makes a pipeline cost one mailbox push per shard.
@@ -656,7 +684,7 @@ impl ShardActor {
             Command::Write { board, player, score, mode, seq } => {
                 Some(Upcoming::Write(UpcomingWrite { board, player, score: *score, mode: *mode, seq: *seq }))
             }
-            Command::Rank { tree, player, ties, order } => {
+            Command::Rank { tree, player, ties, order, .. } => {
                 Some(Upcoming::Rank { tree: *tree, player, ties: *ties, order: *order })
             }
             Command::CountBefore { tree, keys } => Some(Upcoming::CountBefore { tree: *tree, keys }),
@@ -909,9 +937,11 @@ impl ShardActor {
             }
             Command::DropBoard { board_id } => Answer::Bool(shard.drop_board(board_id)?),
             Command::Get { tree, player } => Answer::Record(shard.get(tree, &player)?),
-            Command::Rank { tree, player, ties, order } => match shard.get(tree, &player)? {
+            Command::Rank { tree, player, ties, order, forward } => match shard.get(tree, &player)? {
                 Some(record) => {
-                    let before = shard.count_before_key(tree, record.rank_key(ties, order));
+                    let key = record.rank_key(ties, order);
+                    forward.send(tree, key); // first, so the others count while this one does
+                    let before = shard.count_before_key(tree, key);
                     Answer::Ranked { record: Some(record), before, total: shard.count(tree) }
                 }
                 None => Answer::Ranked { record: None, before: 0, total: 0 },

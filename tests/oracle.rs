@@ -196,6 +196,18 @@ async fn check_board(client: &mut Client, name: &str, board: &OracleBoard, rng: 
         };
         assert_eq!(value_entries(&next()), expected, "{context}: around {p:?} -{before} +{after}");
     }
+    // Ranks sent one at a time: alone in their batch, the owner shard asks
+    // the others itself (the pipelined ones above follow a count that went
+    // to every shard, so the router asks them).
+    for _ in 0..4 {
+        let p = &names[rng.gen_range(0..names.len())];
+        let expected = sorted.iter().position(|e| &e.0 == p).map(|i| RankInfo {
+            rank: board.rank_at(&sorted, i),
+            score: sorted[i].1,
+            count: n,
+        });
+        assert_eq!(client.rank(name, p).await.expect("rank"), expected, "{context}: lone rank {p:?}");
+    }
 }
 
 async fn run_against_oracle(shards: usize, seed: u64, flags: &[&str]) {
@@ -359,6 +371,39 @@ async fn deep_offsets_are_exact_on_a_large_board() {
         let start = offset as usize;
         let end = (start + 25).min(sorted.len());
         assert_eq!(got, oracle.entries(&sorted, start..end), "offset {offset}");
+    }
+}
+
+/// A rank sees every write sent before it on its connection, whichever
+/// shard holds the write: pipelined in one batch (the router asks the other
+/// shards after the owner) and sent right behind it (the owner may ask them
+/// itself, its batch holding nothing else).
+#[tokio::test]
+async fn a_rank_sees_the_writes_sent_before_it() {
+    let shards = 4;
+    let server = common::Server::start(shards);
+    let mut client = server.client().await;
+    let ranked = "ranked";
+    let owner = rankd::router::shard_of(ranked, shards);
+    let others: Vec<String> =
+        (0..).map(|i| format!("rival-{i}")).filter(|p| rankd::router::shard_of(p, shards) != owner).take(40).collect();
+    client.set("b", ranked, 1_000_000, "set").await.unwrap();
+    for (i, rival) in others.iter().enumerate() {
+        let beaten = i as u64 + 1; // rivals so far, each set above `ranked`
+        let calls = [
+            rankd::client::set_call("b", rival, 2_000_000, "set"),
+            Call::new("rank").with("board", "b").with("player", ranked),
+        ];
+        let replies = client.pipeline(&calls).await.unwrap();
+        let rank: RankInfo = rmpv::ext::from_value(replies[1].as_ref().unwrap().clone()).unwrap();
+        assert_eq!(
+            rank.rank,
+            beaten + 1,
+            "pipelined behind a write to shard {}",
+            rankd::router::shard_of(rival, shards)
+        );
+        let lone = client.rank("b", ranked).await.unwrap().unwrap();
+        assert_eq!((lone.rank, lone.count), (beaten + 1, beaten + 1), "sent alone after the write's answer");
     }
 }
 
