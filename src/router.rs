@@ -304,17 +304,19 @@ impl Read {
     /// ([`Forward`]), their answers arriving on `theirs`.
     async fn rank_forwarded(self, found: Pending, theirs: Vec<Pending>) -> Result<Reply, Error> {
         // Theirs first: the owner answers after it has forwarded, so by the
-        // time theirs are in its answer is too, and awaiting it first would
+        // time theirs are in, its answer is too, and awaiting it first would
         // wake this thread once for it and once more for theirs. Without a
         // record the owner drops their channels and its answer says why.
-        let started = Instant::now();
+        let (started, fanned_out) = (Instant::now(), !theirs.is_empty());
         let counts = summed_counts(theirs, 1).await;
         let (record, own_before, own_total) = answer(found).await?.into_ranked()?;
         let Some(record) = record else {
             return Ok(Reply::Rank(None));
         };
         let (theirs, total) = counts?;
-        self.observe_round(started);
+        if fanned_out {
+            self.observe_round(started); // a round across shards; none on one shard
+        }
         Ok(self.rank_reply(record, own_before + theirs[0], own_total + total))
     }
 
