@@ -294,8 +294,7 @@ impl Read {
         let Some(record) = record else {
             return Ok(Reply::Rank(None));
         };
-        let sk = score_key(record.score, self.board.config.order);
-        let key = rank_key(self.ties(), sk, record.seq);
+        let key = record.rank_key(self.ties(), self.board.config.order);
         let (theirs, total) = self.counts_except(vec![key], Some(owner)).await?;
         Ok(self.rank_reply(record, own_before + theirs[0], own_total + total))
     }
@@ -571,15 +570,15 @@ impl Router {
                 Ok(Some(read)) => {
                     let owner = self.owner(&player);
                     let (tree, ties, order) = (read.tree, read.ties(), read.board.config.order);
-                    if outbox.holds_only_for(owner) {
-                        let (forward, theirs) = self.forward_to_all_but(owner);
-                        let found = outbox.ask(owner, Command::Rank { tree, player, ties, order, forward });
-                        Routed::Later(Box::pin(read.rank_forwarded(found, theirs)))
+                    let forwarding = outbox.holds_only_for(owner);
+                    let (forward, theirs) =
+                        if forwarding { self.forward_to_all_but(owner) } else { (Forward::default(), Vec::new()) };
+                    let found = outbox.ask(owner, Command::Rank { tree, player, ties, order, forward });
+                    Routed::Later(if forwarding {
+                        Box::pin(read.rank_forwarded(found, theirs))
                     } else {
-                        let forward = Forward::default();
-                        let found = outbox.ask(owner, Command::Rank { tree, player, ties, order, forward });
-                        Routed::Later(Box::pin(read.rank(owner, found)))
-                    }
+                        Box::pin(read.rank(owner, found))
+                    })
                 }
             },
             Op::RankOfScore { board, score, view } => match self.read("rank_of_score", &board, view) {

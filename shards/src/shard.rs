@@ -164,6 +164,12 @@ impl Record {
         key::rank_key(ties, key::score_key(self.score, order), self.seq)
     }
 
+    /// The key `player`, holding this record, has in the count tree: what
+    /// a write adds and removes, and what the look ahead before it walks to.
+    pub(crate) fn tree_key(self, player: &str, ties: Ties, order: Order) -> u128 {
+        key::tree_key(key::score_key(self.score, order), key::tiebreak(ties, player, self.seq))
+    }
+
     fn decode(bytes: &[u8]) -> Result<Self, ShardError> {
         let (score, seq) = bytes.split_first_chunk::<8>().ok_or(ShardError::Corrupt("player record"))?;
         let seq: [u8; 8] = seq.try_into().map_err(|_| ShardError::Corrupt("player record"))?;
@@ -1023,16 +1029,10 @@ impl Shard {
             let keys = tree_paths(&mut paths, tree);
             match command {
                 Upcoming::Write(write) => {
-                    let config = &write.board.config;
-                    let key_of = |score, seq| {
-                        key::tree_key(
-                            key::score_key(score, config.order),
-                            key::tiebreak(config.ties, write.player, seq),
-                        )
-                    };
-                    keys.extend(old.map(|old| key_of(old.score, old.seq)));
-                    if let Ok(new) = combined(write.mode, config.order, old, write.score) {
-                        keys.push(key_of(new, write.seq));
+                    let (ties, order) = (write.board.config.ties, write.board.config.order);
+                    keys.extend(old.map(|old| old.tree_key(write.player, ties, order)));
+                    if let Ok(score) = combined(write.mode, order, old, write.score) {
+                        keys.push(Record { score, seq: write.seq }.tree_key(write.player, ties, order));
                     }
                 }
                 Upcoming::Rank { ties, order, .. } => {
@@ -1721,7 +1721,7 @@ impl Shard {
                 if key::score_key(record.score, order) != sk || (ties == Ties::Ordinal && record.seq != seq) {
                     return Err(inconsistent(id, format!("index and record of {player:?} disagree")));
                 }
-                keys.push(key::tree_key(sk, key::tiebreak(ties, player, record.seq)));
+                keys.push(record.tree_key(player, ties, order));
             }
             // Stored records the overlay does not replace, and the overlay's own.
             let mut players = 0;
@@ -1929,10 +1929,7 @@ fn apply_change(
     let mut dense = DenseChange { tree, removed: None, added: None };
     // Each record's score key and tree key, made once.
     let steps = [(old, -1i64), (new, 1)].map(|(record, delta)| {
-        record.map(|record| {
-            let sk = key::score_key(record.score, order);
-            (record, sk, key::tree_key(sk, key::tiebreak(ties, player, record.seq)), delta)
-        })
+        record.map(|record| (record, key::score_key(record.score, order), record.tree_key(player, ties, order), delta))
     });
     if let (TreeCounts::Apply(count_tree), [Some(_), Some((_, _, new_key, _))]) = (&counts, steps) {
         count_tree.prefetch(new_key);
