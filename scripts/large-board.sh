@@ -8,7 +8,8 @@
 # 3. unpipelined ranks (-c 1 -d 1) for 15 s while 4x8 writers run, sampling
 #    the server's resident memory (10 Hz) and its allocator's live bytes (1 Hz);
 #    then 15 s more while the writers offer a fixed RATE sets/s instead of
-#    all they can (default 4000, `rankd bench --rate`);
+#    all they can (default 4000, `rankd bench --rate`; a list such as
+#    RATE="4000 8000 16000" measures each in turn: where the tail bends);
 # 4. SIGTERM, restart, time to "listening", resident memory right after;
 # 5. kill -9 after KILL_AFTER (default 120) seconds of saturating writes,
 #    restart, time to "listening" (long enough for the journal to grow as it
@@ -79,9 +80,10 @@ rank_under_writes() {
 }
 echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers run"
 rank_under_writes
-rate=${RATE:-4000}
-echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers offer $rate sets/s"
-rank_under_writes --rate "$rate"
+for rate in ${RATE:-4000}; do
+    echo "== rank (-c 1 -d 1, 15 s) while 4x8 writers offer $rate sets/s"
+    rank_under_writes --rate "$rate"
+done
 echo "== restart after SIGTERM"
 kill "$pid"; wait "$pid" || true
 start
