@@ -75,6 +75,17 @@ fn bench_against_rankd_writes_json_and_csv() {
     let (busy, idle, seconds) = (machine("machine_busy_seconds"), machine("machine_idle_seconds"), machine("seconds"));
     assert!(busy > 0.0 && idle >= 0.0 && busy + idle >= 0.5 * seconds, "{report}");
     assert!(report["target"].as_str().unwrap().starts_with("rankd://"), "{report}");
+    // The server's own latency counts exactly the run's requests (the
+    // prefill's were before its first scrape), by op.
+    let latency = report["server_latency"].as_object().unwrap_or_else(|| panic!("server_latency: {report}"));
+    let requests: u64 = latency.values().map(|op| op["requests"].as_u64().unwrap()).sum();
+    assert_eq!(requests, report["ops"].as_u64().unwrap(), "{report}");
+    assert!(latency.contains_key("set") && latency.contains_key("rank"), "mixed runs sets and ranks: {report}");
+    for (op, figures) in latency {
+        let (p50, p99, slow) =
+            (figures["p50_us"].as_f64().unwrap(), figures["p99_us"].as_f64().unwrap(), figures["over_1ms"].as_f64());
+        assert!(0.0 < p50 && p50 <= p99 && slow.is_some_and(|s| (0.0..=1.0).contains(&s)), "{op}: {figures}");
+    }
     for field in ["p50_us", "p99_us", "p999_us", "max_us", "ops_per_sec"] {
         assert!(report[field].is_number(), "{field} missing: {report}");
     }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::server_latency::Histograms;
 use super::BenchError;
 
 /// How long a scrape of the metrics endpoint may take.
@@ -27,6 +28,21 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest metrics page read (rankd's is a few tens of KiB).
 const MAX_PAGE: u64 = 4 << 20;
+
+/// What a server's own counters say at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ServerSample {
+    pub cpu: ServerCpu,
+    /// Empty when the server does not say (Redis).
+    pub latency: Histograms,
+}
+
+impl ServerSample {
+    /// What was used and observed from `earlier` to `self`.
+    pub fn since(&self, earlier: &ServerSample) -> ServerSample {
+        ServerSample { cpu: self.cpu.since(&earlier.cpu), latency: self.latency.since(&earlier.latency) }
+    }
+}
 
 /// CPU seconds a server has used so far, in all and by thread.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -48,8 +64,9 @@ impl ServerCpu {
     }
 }
 
-/// CPU seconds the rankd serving metrics at `addr` (`host:port`) has used.
-pub(crate) async fn scrape_cpu_seconds(addr: &str) -> Result<ServerCpu, BenchError> {
+/// What the rankd serving metrics at `addr` (`host:port`) says now: its
+/// CPU seconds by thread, and its request-latency histograms.
+pub(crate) async fn scrape_rankd(addr: &str) -> Result<ServerSample, BenchError> {
     let failed = |why: String| BenchError::Other(format!("metrics at {addr}: {why}"));
     let page = tokio::time::timeout(SCRAPE_TIMEOUT, async {
         let mut stream = TcpStream::connect(addr).await?;
@@ -62,7 +79,9 @@ pub(crate) async fn scrape_cpu_seconds(addr: &str) -> Result<ServerCpu, BenchErr
     .await
     .map_err(|_| failed(format!("no answer within {SCRAPE_TIMEOUT:?}")))?
     .map_err(|e| failed(e.to_string()))?;
-    cpu_seconds_in(&String::from_utf8_lossy(&page)).ok_or_else(|| failed("no rankd_thread_cpu_seconds_total".into()))
+    let page = String::from_utf8_lossy(&page);
+    let cpu = cpu_seconds_in(&page).ok_or_else(|| failed("no rankd_thread_cpu_seconds_total".into()))?;
+    Ok(ServerSample { cpu, latency: Histograms::in_page(&page) })
 }
 
 /// The series of `rankd_thread_cpu_seconds_total` in a Prometheus text page.

@@ -15,6 +15,7 @@
 mod chart;
 mod cpu;
 pub mod resp;
+mod server_latency;
 mod sweep;
 mod target;
 
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::ClientError;
 
+pub use server_latency::OpLatency;
 pub use sweep::SweepArgs;
 pub use target::Target;
 
@@ -297,6 +299,10 @@ pub struct Report {
     /// The same by server thread (rankd only): which one was busiest.
     #[serde(default)]
     pub server_cpu_by_thread: std::collections::BTreeMap<String, f64>,
+    /// Latency by op as the server measured it, without the way there and
+    /// back (rankd given `--server-metrics`; see [`server_latency`]).
+    #[serde(default)]
+    pub server_latency: std::collections::BTreeMap<String, OpLatency>,
     /// CPU seconds this load generator used during the measurement.
     #[serde(default)]
     pub client_cpu_seconds: Option<f64>,
@@ -531,7 +537,7 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
     let bar = progress_bar(load, bar_len, "{prefix} [{elapsed_precise}] [{bar:30}] {msg}");
     bar.set_prefix(format!("{:?}", load.workload).to_lowercase());
     // A metrics address that does not answer fails the run before it starts.
-    let server_cpu_before = setup.server_cpu(load.server_metrics.as_deref()).await?;
+    let server_before = setup.server_sample(load.server_metrics.as_deref()).await?;
     let client_cpu_before = cpu::own_cpu_seconds();
     let machine_cpu_before = cpu::machine_cpu_seconds();
     let started = Instant::now();
@@ -566,8 +572,8 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
     let seconds = started.elapsed().as_secs_f64();
     let client_cpu_seconds = cpu::own_cpu_seconds().zip(client_cpu_before).map(|(after, before)| after - before);
     let machine_cpu = cpu::machine_cpu_seconds().zip(machine_cpu_before).map(|(after, before)| after.since(before));
-    let server_cpu = match server_cpu_before {
-        Some(before) => setup.server_cpu(load.server_metrics.as_deref()).await?.map(|after| after.since(&before)),
+    let server = match server_before {
+        Some(before) => setup.server_sample(load.server_metrics.as_deref()).await?.map(|after| after.since(&before)),
         None => None,
     };
     stop.store(true, Ordering::Relaxed);
@@ -600,8 +606,9 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
         p999_us: histogram.value_at_quantile(0.999),
         max_us: histogram.max(),
         notes: setup.notes(load.workload),
-        server_cpu_seconds: server_cpu.as_ref().map(|cpu| cpu.total),
-        server_cpu_by_thread: server_cpu.map(|cpu| cpu.by_thread).unwrap_or_default(),
+        server_cpu_seconds: server.as_ref().map(|s| s.cpu.total),
+        server_latency: server.as_ref().map(|s| s.latency.summary()).unwrap_or_default(),
+        server_cpu_by_thread: server.map(|s| s.cpu.by_thread).unwrap_or_default(),
         client_cpu_seconds,
         machine_busy_seconds: machine_cpu.map(|cpu| cpu.busy),
         machine_idle_seconds: machine_cpu.map(|cpu| cpu.idle),
@@ -775,6 +782,15 @@ pub fn print(report: &Report) {
         let threads = if threads.is_empty() { String::new() } else { format!(" (by thread: {})", threads.join(", ")) };
         println!("  server CPU: {cores:.2} cores, {per_op:.2} us per operation{threads}");
     }
+    for (op, latency) in &report.server_latency {
+        println!(
+            "  server latency ({op}): {} requests, p50 ~{:.0} us, p99 ~{:.0} us, {:.2}% over 1 ms",
+            latency.requests,
+            latency.p50_us,
+            latency.p99_us,
+            latency.over_1ms * 100.0
+        );
+    }
     if let Some(cores) = report.client_cores() {
         println!("  load generator CPU: {cores:.2} cores");
     }
@@ -877,6 +893,7 @@ mod tests {
             notes: vec![],
             server_cpu_seconds: Some(0.5),
             server_cpu_by_thread: Default::default(),
+            server_latency: Default::default(),
             client_cpu_seconds: None,
             machine_busy_seconds: Some(1.5),
             machine_idle_seconds: Some(0.25),

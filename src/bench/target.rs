@@ -14,6 +14,7 @@
 
 use rmpv::Value;
 
+use super::cpu::{ServerCpu, ServerSample};
 use super::resp::{self, Connection, Reply};
 use super::{player, BenchError, Op, Workload, WriteMode};
 use crate::client::{set_call, Call, Client};
@@ -166,19 +167,24 @@ impl Setup {
         notes
     }
 
-    /// CPU seconds the server has used so far: Redis says itself (`INFO
-    /// cpu`); rankd's come from its metrics endpoint at `metrics`, if given.
-    pub async fn server_cpu(&self, metrics: Option<&str>) -> Result<Option<super::cpu::ServerCpu>, BenchError> {
+    /// What the server's counters say now: Redis its CPU seconds (`INFO
+    /// cpu`); rankd its CPU and request latency, from its metrics endpoint
+    /// at `metrics`, if given.
+    pub async fn server_sample(&self, metrics: Option<&str>) -> Result<Option<ServerSample>, BenchError> {
         match self {
             Setup::Rankd { .. } => match metrics {
-                Some(addr) => Ok(Some(super::cpu::scrape_cpu_seconds(addr).await?)),
+                Some(addr) => Ok(Some(super::cpu::scrape_rankd(addr).await?)),
                 None => Ok(None),
             },
             Setup::Redis { addr, db, .. } => {
                 let info = redis_connect(addr, *db).await?.command(&[b"INFO", b"cpu"]).await?;
                 Ok(match info {
-                    Reply::Bulk(text) => super::cpu::redis_cpu_seconds(&String::from_utf8_lossy(&text))
-                        .map(|total| super::cpu::ServerCpu { total, by_thread: Default::default() }),
+                    Reply::Bulk(text) => {
+                        super::cpu::redis_cpu_seconds(&String::from_utf8_lossy(&text)).map(|total| ServerSample {
+                            cpu: ServerCpu { total, by_thread: Default::default() },
+                            latency: Default::default(),
+                        })
+                    }
                     _ => None,
                 })
             }
