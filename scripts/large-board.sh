@@ -6,7 +6,8 @@
 #
 # 1. prefill PLAYERS players;  2. 20 s of saturating sets;
 # 3. unpipelined ranks (-c 1 -d 1) for 15 s while 4x8 writers run, sampling
-#    the server's resident memory (10 Hz) and its allocator's live bytes (1 Hz);
+#    the server's resident memory (10 Hz) and its allocator's live bytes (1 Hz),
+#    with the server's own latency beside the client's;
 #    then 15 s more while the writers offer a fixed RATE sets/s instead of
 #    all they can (default 4000, `rankd bench --rate`; a list such as
 #    RATE="4000 8000 16000" measures each in turn: where the tail bends);
@@ -55,7 +56,7 @@ rank_under_writes() {
     bench -w set -c 4 -d 8 --duration 22 --json "$work/writers.json" "$@" >/dev/null &
     local writers=$!
     sleep 3
-    bench -w rank -c 1 -d 1 --duration 15 &
+    bench -w rank -c 1 -d 1 --duration 15 --server-metrics "127.0.0.1:$metrics" &
     local ranks=$!
     # Resident ten times a second (peaks last a fraction of a second: sampled
     # once a second, they were missed), allocator live bytes once a second
