@@ -8,6 +8,10 @@
 //! endpoint (by thread, so a run also says which thread was busiest),
 //! Redis's from `INFO cpu`, the generator's from `/proc/self/stat`.
 //!
+//! The same scrape of rankd's metrics page also gives its request-latency
+//! histograms ([`ServerSample`]; see [`super::server_latency`]): one page
+//! per moment, so CPU and latency cover the same interval.
+//!
 //! And the whole machine's, from `/proc/stat`: whether a run used every
 //! core or left some idle says whether it was CPU-bound at all (a server
 //! waiting on fsync latency leaves cores idle; one out of CPU does not),
