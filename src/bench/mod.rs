@@ -300,7 +300,7 @@ pub struct Report {
     #[serde(default)]
     pub server_cpu_by_thread: std::collections::BTreeMap<String, f64>,
     /// Latency by op as the server measured it, without the way there and
-    /// back (rankd given `--server-metrics`; see [`server_latency`]).
+    /// back (rankd given `--server-metrics`; see `bench/server_latency.rs`).
     #[serde(default)]
     pub server_latency: std::collections::BTreeMap<String, OpLatency>,
     /// CPU seconds this load generator used during the measurement.
