@@ -50,13 +50,12 @@ impl Histograms {
             let label = |name: &str| {
                 labels.split(',').find_map(|pair| pair.strip_prefix(name)?.strip_prefix("=\"")?.strip_suffix('"'))
             };
-            let (Some(op), Some(bound), Ok(count)) = (label("op"), label("le"), value.trim().parse::<f64>()) else {
+            // Rust's float parsing reads Prometheus's `+Inf` as infinity.
+            let bound = label("le").and_then(|le| le.parse::<f64>().ok());
+            let (Some(op), Some(bound), Ok(count)) = (label("op"), bound, value.trim().parse()) else {
                 continue;
             };
-            let bound = if bound == "+Inf" { f64::INFINITY } else { bound.parse().unwrap_or(f64::NAN) };
-            if !bound.is_nan() {
-                ops.entry(op.to_string()).or_default().push((bound, count));
-            }
+            ops.entry(op.to_string()).or_default().push((bound, count));
         }
         for buckets in ops.values_mut() {
             buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
