@@ -30,9 +30,13 @@ pub const FANOUT_OPS: [&str; 6] = ["boards", "count", "rank", "rank_of_score", "
 pub const OUTCOMES: [&str; 9] =
     ["ok", "bad_frame", "bad_request", "unknown_op", "too_large", "conflict", "unauthorized", "overloaded", "internal"];
 
+/// The request-latency histogram's name; `rankd bench` reads it back
+/// (`src/bench/server_latency.rs`).
+pub(crate) const REQUEST_DURATION: &str = "rankd_request_duration_seconds";
+
 /// Latency buckets from 25 µs to 10 s: rank reads sit at the bottom, durable
 /// batches (fsync) in the middle, pathologies at the top.
-const LATENCY_BUCKETS: [f64; 16] =
+pub(crate) const LATENCY_BUCKETS: [f64; 16] =
     [25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 10.0];
 
 /// Requests per batch.
@@ -161,11 +165,8 @@ impl Metrics {
             &["op", "outcome"],
         )?;
         let duration = HistogramVec::new(
-            HistogramOpts::new(
-                "rankd_request_duration_seconds",
-                "Time from decoding a request to having its reply, by op.",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
+            HistogramOpts::new(REQUEST_DURATION, "Time from decoding a request to having its reply, by op.")
+                .buckets(LATENCY_BUCKETS.to_vec()),
             &["op"],
         )?;
         let op = |name: &str| -> OpMetrics {

@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The series name of the histogram's buckets.
-const BUCKETS: &str = "rankd_request_duration_seconds_bucket{";
+use crate::metrics::REQUEST_DURATION;
 
-/// The bound, in seconds, whose share beyond it is reported.
+/// The bound, in seconds, whose share beyond it is reported: one of the
+/// server's buckets (`metrics::LATENCY_BUCKETS`), so the share is exact.
 const SLOW_SECONDS: f64 = 1e-3;
 
 /// Each op's cumulative buckets: `(upper bound in seconds, requests at or
@@ -44,7 +44,8 @@ impl Histograms {
     pub fn in_page(page: &str) -> Self {
         let mut ops: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for line in page.lines() {
-            let Some((labels, value)) = line.strip_prefix(BUCKETS).and_then(|rest| rest.split_once("} ")) else {
+            let buckets = line.strip_prefix(REQUEST_DURATION).and_then(|rest| rest.strip_prefix("_bucket{"));
+            let Some((labels, value)) = buckets.and_then(|rest| rest.split_once("} ")) else {
                 continue;
             };
             let label = |name: &str| {
@@ -162,5 +163,6 @@ mod tests {
         assert_eq!(quantile(&slow, 0.99), 0.002, "beyond the last bound, the last bound");
         assert_eq!(summarise(&[(0.002, 5.0), (f64::INFINITY, 5.0)]), None, "no 1 ms bound");
         assert_eq!(Histograms::in_page("rankd_ready 1\n"), Histograms::default());
+        assert!(crate::metrics::LATENCY_BUCKETS.contains(&SLOW_SECONDS), "the 1 ms share would be lost");
     }
 }
