@@ -90,7 +90,7 @@ fn worth_moving(ptr: *const u8) -> bool {
     (used as u128) * (out.class_regions as u128) < (class_used as u128) * (out.regions as u128)
 }
 
-/// Picks the allocations worth moving ([`worth_moving`]) for a caller that
+/// Picks the allocations worth moving (`worth_moving`) for a caller that
 /// moves each one it is told to, at once: from the first pick until the
 /// packer is dropped, the calling thread's allocation cache is off, so the
 /// copies come from the allocator's shared slabs (the fuller ones first) and

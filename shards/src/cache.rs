@@ -41,7 +41,7 @@ const fn records_in(slots: u64) -> u64 {
 }
 
 /// How many records a cache of `bytes` holds without any table outgrowing
-/// its share: the slots that fit, as a sum of at most [`MAX_TABLES`] powers
+/// its share: the slots that fit, as a sum of at most `MAX_TABLES` powers
 /// of two (each at least 8 slots, hashbrown's smallest), filled to 7/8.
 pub fn cached_players_for(bytes: u64) -> usize {
     let mut slots_left = bytes / SLOT_BYTES;

@@ -12,16 +12,16 @@
 //! players and score index each reach storage in bulk, later, and the log
 //! covers each until it has:
 //!
-//! - player records and index entries collect in an [`Overlay`] that reads
+//! - player records and index entries collect in an `Overlay` that reads
 //!   consult first; every [`ShardOptions::run_every`] players it is written
-//!   as one sorted run per keyspace ([`crate::overlay`]), after the log
+//!   as one sorted run per keyspace (`overlay.rs`), after the log
 //!   records it covers are durable, and a marker records how far the runs
 //!   reach;
 //! - count trees change in memory; once the log is long enough (see
 //!   `Shard::checkpoint_due`) a snapshot of the changed leaves is taken,
 //!   copied a slice per sealed batch with copy-on-write for leaves about to
 //!   change (`CountTree::begin_snapshot`), each slice written straight
-//!   into tables as it is copied ([`crate::checkpoint`]), with a marker of
+//!   into tables as it is copied (`checkpoint.rs`), with a marker of
 //!   the log they include; once all are copied and a run of everything
 //!   before them is written, the tables join the keyspace at once and the
 //!   log records they make redundant are deleted.
@@ -86,7 +86,7 @@ pub struct ShardOptions {
     /// several times that in skiplist nodes for small keys, and a smaller
     /// memtable is also faster to search.
     pub memtable_bytes: u64,
-    /// Player records kept in memory (see [`RecordCache`]); 0 disables.
+    /// Player records kept in memory (see `RecordCache` in `cache.rs`); 0 disables.
     /// [`cached_players_for`] turns a memory budget into this.
     pub cached_players: usize,
     /// fjall flush/compaction threads for this shard. One: with more, fjall
@@ -95,7 +95,7 @@ pub struct ShardOptions {
     /// server's CPU; the shard's writer is single-threaded anyway.
     pub worker_threads: usize,
     /// Players with changed records that make the overlay be written as a
-    /// run (see [`crate::overlay`]). Fewer means less memory and a shorter
+    /// run (see `overlay.rs`). Fewer means less memory and a shorter
     /// rebuild after a crash; more means fewer, larger runs for fjall to
     /// merge.
     pub run_every: usize,
@@ -107,7 +107,7 @@ pub struct ShardOptions {
     /// reach their checkpoints together: when a checkpoint still held a
     /// copy of nearly every leaf until it was written (~100 MB a shard at
     /// 10M players on 2 shards; now each slice is written as it is copied,
-    /// see [`crate::checkpoint`]), both copies at once took the server from
+    /// see `checkpoint.rs`), both copies at once took the server from
     /// ~460 to ~710 MiB allocated, one at a time to ~585; apart, their
     /// writers also do not compete for the CPU. Shard `i` of `n` given
     /// `i / n` starts out that far ahead, and shards under an even load
@@ -405,7 +405,7 @@ impl Memtables {
 /// How a shard's storage keeps up with its background work, for operators:
 /// fjall's one worker per shard flushes memtables and compacts tables in
 /// turn, and while it is behind, memtables take memory and (past
-/// [`MAX_SEALED_MEMTABLES`]) grow beyond their size.
+/// `MAX_SEALED_MEMTABLES`) grow beyond their size.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StorageStats {
     /// Bytes held in memtables, taking writes or sealed.
@@ -431,15 +431,16 @@ pub struct StorageStats {
 const MAX_SEALED_MEMTABLES: usize = 2;
 
 /// How far past [`ShardOptions::memtable_bytes`] a memtable may grow while
-/// its keyspace waits for flushes (see [`MAX_SEALED_MEMTABLES`]): the bound
+/// its keyspace waits for flushes (see `MAX_SEALED_MEMTABLES`): the bound
 /// on the memory a worker that falls behind for good can cost. Past it the
 /// memtable is sealed anyway and fjall's halt holds writes back. At 10M
 /// players the log's memtable grows ~2 MB a second a shard under
 /// saturating writes, so 4 (32 MiB) outlasts the compactions seen.
 pub const MEMTABLE_OVERRUN: u64 = 4;
 
-/// Makes everything a shard has committed so far durable; see
-/// [`Shard::commit_unsynced`].
+/// Makes everything a shard has committed so far durable: the group-commit
+/// half of a write after [`Shard::seal`] and [`SealedBatch::write`], on
+/// whichever thread commits (the server's committer).
 #[derive(Clone)]
 pub struct DurabilityHandle {
     db: Database,

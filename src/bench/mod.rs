@@ -4,8 +4,8 @@
 //!
 //! The same generator drives rankd (msgpack protocol) or Redis
 //! (`--target redis://host:port`, sorted-set commands over a small pipelined
-//! RESP client, see [`target`]), so the two can be compared on equal terms.
-//! `rankd bench sweep` ([`sweep`]) runs one load against fresh servers with
+//! RESP client, see `target.rs`), so the two can be compared on equal terms.
+//! `rankd bench sweep` (`sweep.rs`) runs one load against fresh servers with
 //! several shard counts (and Redis as a reference) and charts the result.
 //!
 //! Latency is measured per request from the moment its pipeline batch was
@@ -46,7 +46,7 @@ pub use target::Target;
 pub enum Workload {
     /// `set` with random scores (Redis: ZADD / ZADD GT / ZINCRBY by `--mode`).
     Set,
-    /// `rank` of random players (Redis: ZREVRANK [WITHSCORE]).
+    /// `rank` of random players (Redis: ZREVRANK \[WITHSCORE\]).
     Rank,
     /// `top` 10 (Redis: ZREVRANGE 0 9 WITHSCORES).
     Top,
