@@ -64,8 +64,9 @@ impl Call {
 
     /// Appends the framed request: written field by field, as building an
     /// `rmpv` map first cloned every value and allocated every key (the
-    /// load generator's largest cost after the kernel's).
-    fn encode(&self, id: u64, out: &mut Vec<u8>) {
+    /// load generator's largest cost after the kernel's). Public for tests
+    /// that time each frame themselves ([`Client::send_raw`]).
+    pub fn encode(&self, id: u64, out: &mut Vec<u8>) {
         let fields = u32::try_from(self.fields.len() + 2).unwrap_or(u32::MAX);
         // Writing into a Vec cannot fail.
         write_frame_with(out, |out| {

@@ -204,6 +204,11 @@ pub struct ServeArgs {
     /// tests spread checkpoints over many batches.
     #[arg(long, hide = true)]
     pub debug_checkpoint_slice_leaves: Option<usize>,
+    /// Testing only: queue every rank for the shards, never answering one
+    /// in place, so tests cover the queued paths with lone ranks too (and
+    /// benchmarks can compare the two).
+    #[arg(long, hide = true)]
+    pub debug_queue_ranks: bool,
     /// Benchmarking only: do not update per-request and per-batch metrics
     /// (to measure what they cost).
     #[arg(long, hide = true)]
@@ -272,6 +277,8 @@ pub struct ServeConfig {
     pub debug_checkpoint_every: Option<u64>,
     /// Testing only: leaves copied per sealed batch for a checkpoint.
     pub debug_checkpoint_slice_leaves: Option<usize>,
+    /// Testing only: never answer a rank in place.
+    pub debug_queue_ranks: bool,
     /// Benchmarking only: skip per-request and per-batch metrics.
     pub no_request_metrics: bool,
 }
@@ -349,6 +356,7 @@ impl ServeArgs {
             debug_run_every: self.debug_run_every,
             debug_checkpoint_every: self.debug_checkpoint_every,
             debug_checkpoint_slice_leaves: self.debug_checkpoint_slice_leaves,
+            debug_queue_ranks: self.debug_queue_ranks,
             no_request_metrics: self.no_request_metrics,
         };
         if !(1..=256).contains(&config.shards) {

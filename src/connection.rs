@@ -57,7 +57,13 @@ pub struct Limits {
 
 /// Encoded replies of one dispatched batch, how many requests it held, and
 /// whether it held a multi-step read.
-type Done = (Vec<u8>, usize, bool);
+/// A dispatched batch once answered: its encoded replies, how many
+/// requests it held, and whether it held a multi-step read.
+struct Done {
+    bytes: Vec<u8>,
+    requests: usize,
+    multi: bool,
+}
 type InFlight = Pin<Box<dyn Future<Output = Done>>>;
 
 /// Reads that take several rounds of shard messages.
@@ -155,8 +161,9 @@ impl Connection {
                 Decoded::Answered(id, name, result) => slots.push((id, Slot::Answered(name, result))),
             }
         }
+        let alone = self.inflight_requests == 0;
         // `send` enqueues into the router's mailbox now, preserving order.
-        let replies = (!ops.is_empty()).then(|| self.router.send(Dispatch(ops)));
+        let replies = (!ops.is_empty()).then(|| self.router.send(Dispatch { ops, alone }));
         let metrics = self.metrics.clone();
         if has_multi {
             self.multi_outstanding += 1;
@@ -192,13 +199,14 @@ impl Connection {
                     name.map_or(&metrics.undecodable, |name| metrics.op(name)).finish(outcome, elapsed);
                 }
             }
-            (out, count, has_multi)
+            Done { bytes: out, requests: count, multi: has_multi }
         }));
     }
 
-    fn finished(&mut self, requests: usize, multi: bool) {
-        self.inflight_requests -= requests;
-        if multi {
+    /// Takes an answered batch off the books.
+    fn finished(&mut self, done: &Done) {
+        self.inflight_requests -= done.requests;
+        if done.multi {
             self.multi_outstanding -= 1;
         }
     }
@@ -263,13 +271,13 @@ async fn serve_inner(
         let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
         tokio::select! {
             biased;
-            Some((bytes, requests, multi)) = conn.inflight.next(), if !conn.inflight.is_empty() => {
-                out.extend_from_slice(&bytes);
-                conn.finished(requests, multi);
+            Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
+                out.extend_from_slice(&done.bytes);
+                conn.finished(&done);
                 // Batch every reply that is already done into one write.
-                while let Some(Some((bytes, requests, multi))) = conn.inflight.next().now_or_never() {
-                    out.extend_from_slice(&bytes);
-                    conn.finished(requests, multi);
+                while let Some(Some(done)) = conn.inflight.next().now_or_never() {
+                    out.extend_from_slice(&done.bytes);
+                    conn.finished(&done);
                 }
                 conn.dispatch_pending();
                 metrics.received_bytes.inc_by(std::mem::take(&mut received));

@@ -123,6 +123,9 @@ pub struct Metrics {
     pub connections_accepted: IntCounter,
     /// Connections refused at the connection limit.
     pub connections_refused: IntCounter,
+    /// Ranks answered in place from the shards' engines, without queueing
+    /// for a shard (see `router::IN_PLACE_MAX_BATCH`).
+    pub ranks_in_place: IntCounter,
     /// Bytes read from clients.
     pub received_bytes: IntCounter,
     /// Bytes written to clients.
@@ -308,6 +311,12 @@ impl Metrics {
             "rankd_connections_refused_total",
             "Client connections refused at --max-connections (answered `overloaded`).",
         )?;
+        let ranks_in_place = IntCounter::new(
+            "rankd_ranks_in_place_total",
+            "Ranks answered in place from the shards' engines on the connections' thread, without queueing behind \
+             a shard's round: those a client waits for alone (nothing else of its connection in flight, at most 4 \
+             in its batch, none after a write in it), when every shard's lock is free. The others are queued.",
+        )?;
         let received_bytes = IntCounter::new("rankd_received_bytes_total", "Bytes read from clients.")?;
         let sent_bytes = IntCounter::new("rankd_sent_bytes_total", "Bytes written to clients.")?;
         let fanout = HistogramVec::new(
@@ -367,6 +376,7 @@ impl Metrics {
             Box::new(connections_open.clone()),
             Box::new(connections_accepted.clone()),
             Box::new(connections_refused.clone()),
+            Box::new(ranks_in_place.clone()),
             Box::new(received_bytes.clone()),
             Box::new(sent_bytes.clone()),
             Box::new(fanout.clone()),
@@ -391,6 +401,7 @@ impl Metrics {
             connections_open,
             connections_accepted,
             connections_refused,
+            ranks_in_place,
             received_bytes,
             sent_bytes,
             fanout: FANOUT_OPS.iter().map(|op| fanout.with_label_values(&[op])).collect(),

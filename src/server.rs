@@ -140,12 +140,17 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
             let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index, clock)
                 .with_slow_disk(SlowDisk { commit: config.debug_commit_delay, runs: config.debug_runs_delay })
                 .with_reply_relay(relay.clone());
+            let engine = actor.engine();
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
             let depth = metrics.shards[index].mailbox_depth.clone();
-            links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue });
+            links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue, engine });
             arbiters.push(arbiter);
         }
-        let router = Router::new(links.clone(), state, dense, clock, metrics.clone()).start();
+        let mut router = Router::new(links.clone(), state, dense, clock, metrics.clone());
+        if config.debug_queue_ranks {
+            router = router.queue_all_ranks();
+        }
+        let router = router.start();
         let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone())
             .await
             .map_err(|e| StartError::Bind(config.metrics_listen, e))?;

@@ -45,6 +45,16 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::priority;
 
+/// A shard's engine, shared by its actor, which changes it, and the
+/// router, which answers a lone rank from it on the connections' thread
+/// when the lock is free (see `Router::rank_on_the_spot`). A rank queued
+/// for the shard waits behind the round and costs two thread wake-ups (to
+/// the shard, and back), each ~33 µs on an idle 2-core VM (`perf bench
+/// sched pipe`) and longer on a busy one; read in place it costs a few µs.
+/// The actor locks it per command, not per round, so it is seldom held.
+/// `None` while a failed storage is being reopened.
+pub type SharedShard = Arc<Mutex<Option<Shard>>>;
+
 /// Distinct-score indexes of the dense-ranked trees, shared by all shards
 /// (which update them as they seal batches) and the router (which reads them).
 pub type DenseRegistry = Arc<Mutex<HashMap<TreeId, DenseIndex>>>;
@@ -225,6 +235,8 @@ pub struct ShardLink {
     pub depth: prometheus::IntGauge,
     /// Most commands that may be queued.
     pub max_queue: usize,
+    /// The actor's engine, read in place by lone ranks.
+    pub engine: SharedShard,
 }
 
 impl ShardLink {
@@ -481,7 +493,9 @@ fn write_runs(
 pub struct ShardActor {
     /// The engine. `None` only while reopening after a storage failure
     /// failed; requests then fail with `internal` until it opens again.
-    shard: Option<Shard>,
+    /// Locked per command, not per round, so that a lone rank can read it
+    /// between two commands (see [`SharedShard`]).
+    shard: SharedShard,
     /// Set when a commit or fsync failed: writes are refused (never falsely
     /// acknowledged) while reads go on, and the storage is reopened each
     /// second until writes work again.
@@ -584,7 +598,7 @@ impl ShardActor {
             retry_recovery_at: Instant::now(),
             location: shard.location(),
             reported_dense: None,
-            shard: Some(shard),
+            shard: Arc::new(Mutex::new(Some(shard))),
             degraded: None,
             queue: Vec::new(),
             flush_scheduled: false,
@@ -607,6 +621,11 @@ impl ShardActor {
         }
     }
 
+    /// The engine, for the router's lone ranks (see [`SharedShard`]).
+    pub fn engine(&self) -> SharedShard {
+        self.shard.clone()
+    }
+
     /// Has the committer hand its answers to `relay` (see [`ReplyRelay`]).
     pub fn with_reply_relay(mut self, relay: ReplyRelay) -> Self {
         self.relay = Some(relay);
@@ -621,7 +640,7 @@ impl ShardActor {
 
     fn run_round(&mut self) {
         let now = self.clock.now();
-        if let Some(shard) = &mut self.shard {
+        if let Some(shard) = self.shard.lock().as_mut() {
             shard.set_time(now);
         }
         let queue = std::mem::take(&mut self.queue);
@@ -679,7 +698,8 @@ impl ShardActor {
     /// Prefetches what the writes, ranks and counts among `commands` will
     /// touch.
     fn look_ahead<'a>(&self, commands: impl Iterator<Item = &'a Command>) {
-        let Some(shard) = &self.shard else { return };
+        let engine = self.shard.lock();
+        let Some(shard) = engine.as_ref() else { return };
         shard.prefetch(commands.filter_map(|command| match command {
             Command::Write { board, player, score, mode, seq } => {
                 Some(Upcoming::Write(UpcomingWrite { board, player, score: *score, mode: *mode, seq: *seq }))
@@ -694,7 +714,7 @@ impl ShardActor {
 
     /// Adds the record-cache lookups since the last call to the metrics.
     fn count_cache_lookups(&mut self) {
-        if let Some(shard) = &mut self.shard {
+        if let Some(shard) = self.shard.lock().as_mut() {
             let lookups = shard.take_cache_lookups();
             let metrics = &self.metrics.shards[self.index];
             metrics.cache_hits.inc_by(lookups.hits);
@@ -723,7 +743,7 @@ impl ShardActor {
         if self.degraded.is_some() {
             return;
         }
-        let has_expired = self.shard.as_mut().is_some_and(|shard| {
+        let has_expired = self.shard.lock().as_mut().is_some_and(|shard| {
             shard.set_time(now);
             shard.has_expired()
         });
@@ -734,7 +754,8 @@ impl ShardActor {
         if self.degraded.is_some() {
             return;
         }
-        let Some(shard) = &mut self.shard else { return };
+        let mut engine = self.shard.lock();
+        let Some(shard) = engine.as_mut() else { return };
         match shard.expire(EXPIRY_BUDGET) {
             Ok(expired) if !expired.is_empty() => {
                 tracing::info!(shard = self.index, periods = expired.len(), "expired periods dropped");
@@ -750,7 +771,8 @@ impl ShardActor {
 
     /// Publishes how the shard's storage keeps up (see [`rankd_shards::StorageStats`]).
     fn observe_storage(&mut self) {
-        let Some(shard) = &self.shard else { return };
+        let engine = self.shard.lock();
+        let Some(shard) = engine.as_ref() else { return };
         let stats = shard.storage_stats();
         let metrics = &self.metrics.shards[self.index];
         metrics.memtable_bytes.set(i64::try_from(stats.memtable_bytes).unwrap_or(i64::MAX));
@@ -763,7 +785,7 @@ impl ShardActor {
     /// Queues the next repacking step if a pass is under way (a round's
     /// batch may have checkpointed and started one).
     fn schedule_repack(&mut self, ctx: &mut Context<Self>) {
-        if !self.repack_scheduled && self.shard.as_ref().is_some_and(Shard::is_repacking) {
+        if !self.repack_scheduled && self.shard.lock().as_ref().is_some_and(Shard::is_repacking) {
             self.repack_scheduled = true;
             actix::AsyncContext::notify(ctx, Repack);
         }
@@ -776,11 +798,13 @@ impl ShardActor {
     /// reopened storage holds only what was durable, so this shard's share of
     /// the dense indexes is replaced with what it holds now.
     fn try_recover(&mut self) {
-        if self.shard.as_ref().is_some_and(Shard::has_staged) {
+        let has_staged = self.shard.lock().as_ref().is_some_and(Shard::has_staged);
+        if has_staged {
             self.commit_pending(true); // everything staged is reported first
             return;
         }
-        let reopened = match self.shard.take() {
+        let taken = self.shard.lock().take();
+        let reopened = match taken {
             Some(shard) => {
                 self.reported_dense.get_or_insert_with(|| shard.dense_score_counts());
                 shard.reopen()
@@ -798,7 +822,7 @@ impl ShardActor {
                 self.metrics.shards[self.index].players.set(shard.players() as i64);
                 let reported = self.reported_dense.take().unwrap_or_default();
                 replace_dense_share(&self.dense, shard.branching(), &reported, &shard.dense_score_counts());
-                self.shard = Some(shard);
+                *self.shard.lock() = Some(shard);
                 self.degraded = None;
                 self.metrics.shards[self.index].degraded.set(0);
             }
@@ -834,7 +858,8 @@ impl ShardActor {
         }
         let metrics = &self.metrics.shards[self.index];
         let replies = std::mem::take(&mut self.pending);
-        let Some(shard) = &mut self.shard else {
+        let mut engine = self.shard.lock();
+        let Some(shard) = engine.as_mut() else {
             answer_all(replies, Some("shard storage is closed; retrying"), metrics, None);
             return;
         };
@@ -853,6 +878,7 @@ impl ShardActor {
             update_dense(&self.dense, shard.branching(), dense);
         }
         let job = CommitJob { batch, handle: shard.durability_handle(), generation: self.generation, replies };
+        drop(engine);
         self.sent += 1;
         self.syncs_in_flight += 1;
         self.unfinished += 1;
@@ -901,7 +927,7 @@ impl ShardActor {
         self.accounted = finished;
         self.syncs_in_flight = usize::try_from(self.sent.saturating_sub(answered)).unwrap_or(usize::MAX);
         self.unfinished = usize::try_from(self.sent.saturating_sub(finished)).unwrap_or(usize::MAX);
-        if let Some(shard) = &mut self.shard {
+        if let Some(shard) = self.shard.lock().as_mut() {
             shard.landed(usize::try_from(newly).unwrap_or(usize::MAX));
             self.metrics.shards[self.index].unwritten_runs.set(shard.unwritten_runs() as i64);
         }
@@ -913,7 +939,8 @@ impl ShardActor {
     }
 
     fn execute(&mut self, command: Command) -> Result<Answer, Error> {
-        let Some(shard) = &mut self.shard else {
+        let mut engine = self.shard.lock();
+        let Some(shard) = engine.as_mut() else {
             return Err(Error::Internal("shard storage is closed; retrying".into()));
         };
         if let Some(reason) = &self.degraded {
@@ -966,7 +993,7 @@ impl Actor for ShardActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         // The actor runs on its own arbiter's thread from here on.
         self.metrics.threads.register(&format!("shard-{}", self.index));
-        let players = self.shard.as_ref().map_or(0, Shard::players);
+        let players = self.shard.lock().as_ref().map_or(0, Shard::players);
         self.metrics.shards[self.index].players.set(players as i64);
         let (jobs, queue) = std::sync::mpsc::channel();
         let actor = actix::AsyncContext::address(ctx);
@@ -1038,10 +1065,12 @@ impl Handler<Repack> for ShardActor {
     /// [`crate::allocator::Packer`]).
     fn handle(&mut self, _: Repack, ctx: &mut Self::Context) {
         self.repack_scheduled = false;
-        let Some(shard) = &mut self.shard else { return };
+        let mut engine = self.shard.lock();
+        let Some(shard) = engine.as_mut() else { return };
         let mut packer = crate::allocator::Packer::default();
         let done = shard.repack_step(REPACK_BUDGET, |leaf| packer.pick(leaf));
         drop(packer);
+        drop(engine);
         let metrics = &self.metrics.shards[self.index];
         metrics.repack_visited.inc_by(done.visited as u64);
         metrics.repack_moved.inc_by(done.moved as u64);

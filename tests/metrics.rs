@@ -51,7 +51,9 @@ async fn counters_rise_by_the_requests_served() {
     assert_eq!(sample(&after, "rankd_shard_record_cache_misses_total", &[]), 250.0);
     assert_eq!(sample(&after, "rankd_shard_record_cache_hits_total", &[]), 1.0);
     assert_eq!(sample(&after, "rankd_requests_total", &[r#"outcome="unknown_op""#]), 1.0);
-    assert!(sample(&after, "rankd_fanout_duration_seconds_count", &[r#"op="rank""#]) >= 1.0);
+    // The rank was answered in place or fanned out to the shards, once.
+    let fanned_out = sample(&after, "rankd_fanout_duration_seconds_count", &[r#"op="rank""#]);
+    assert_eq!(fanned_out + sample(&after, "rankd_ranks_in_place_total", &[]), 1.0);
     assert!(sample(&after, "rankd_request_duration_seconds_count", &[r#"op="set""#]) >= 250.0);
     assert!(sample(&after, "rankd_shard_fsync_seconds_count", &[]) >= 1.0);
     // Every round sealed is timed; a round carries at least one of the sets.
@@ -69,6 +71,37 @@ async fn counters_rise_by_the_requests_served() {
     }
     assert!(sample(&after, "process_resident_memory_bytes", &[]) > 1e6);
     assert_eq!(sample(&after, "rankd_build_info", &[]), 1.0);
+}
+
+/// A rank its client waits for alone is answered in place; a pipeline of
+/// ranks, and every rank under `--debug-queue-ranks`, is queued for the
+/// shards. (A lone rank meeting a shard mid-command is queued too, hence
+/// "most".)
+#[tokio::test]
+async fn lone_ranks_are_answered_in_place_and_pipelines_queued() {
+    for (flags, lone_in_place) in [(&[][..], true), (&["--debug-queue-ranks"][..], false)] {
+        let server = common::Server::start_with(2, flags);
+        let mut client = server.client().await;
+        let calls: Vec<_> = (0..100).map(|i| rankd::client::set_call("m", &format!("p{i}"), i, "set")).collect();
+        client.pipeline(&calls).await.expect("sets");
+        let in_place = || sample(&http_get(&server.metrics_addr, "/metrics").1, "rankd_ranks_in_place_total", &[]);
+        for i in 0..20 {
+            let rank = client.rank("m", &format!("p{i}")).await.expect("rank").expect("ranked");
+            assert_eq!(rank.rank, 100 - i, "{flags:?}");
+        }
+        let lone = in_place();
+        if lone_in_place {
+            assert!(lone >= 15.0, "{lone} of 20 lone ranks answered in place");
+        } else {
+            assert_eq!(lone, 0.0, "{flags:?}");
+        }
+        let ranks: Vec<_> = (0..64)
+            .map(|i| rankd::client::Call::new("rank").with("board", "m").with("player", format!("p{i}")))
+            .collect();
+        client.pipeline(&ranks).await.expect("ranks");
+        let pipelined = in_place() - lone;
+        assert!(pipelined <= 4.0, "{pipelined} of 64 pipelined ranks answered in place ({flags:?})");
+    }
 }
 
 #[tokio::test]

@@ -196,9 +196,10 @@ async fn check_board(client: &mut Client, name: &str, board: &OracleBoard, rng: 
         };
         assert_eq!(value_entries(&next()), expected, "{context}: around {p:?} -{before} +{after}");
     }
-    // Ranks sent one at a time: alone in their batch, the owner shard asks
-    // the others itself (the pipelined ones above follow a count that went
-    // to every shard, so the router asks them).
+    // Ranks sent one at a time: answered in place from the shards' engines
+    // or, with `--debug-queue-ranks` (or a shard busy), queued to the owner
+    // shard, which asks the others itself (the pipelined ones above follow
+    // a count that went to every shard, so the router asks them).
     for _ in 0..4 {
         let p = &names[rng.gen_range(0..names.len())];
         let expected = sorted.iter().position(|e| &e.0 == p).map(|i| RankInfo {
@@ -322,6 +323,13 @@ async fn seven_shards_match_oracle() {
     run_against_oracle(7, 7, &[]).await;
 }
 
+/// With no rank answered in place, lone ranks take the queued paths: the
+/// owner shard forwarding to the others, or the router asking them.
+#[tokio::test]
+async fn queued_ranks_match_oracle() {
+    run_against_oracle(3, 3, &["--debug-queue-ranks"]).await;
+}
+
 /// The dense trap: one score held in several shards must count once.
 #[tokio::test]
 async fn dense_ranks_count_a_score_once_across_shards() {
@@ -405,6 +413,41 @@ async fn a_rank_sees_the_writes_sent_before_it() {
         let lone = client.rank("b", ranked).await.unwrap().unwrap();
         assert_eq!((lone.rank, lone.count), (beaten + 1, beaten + 1), "sent alone after the write's answer");
     }
+}
+
+/// A rank sent in a batch of its own while a write before it on its
+/// connection is unanswered sees that write: it queues behind it rather
+/// than being answered in place from the shards' engines, where the write
+/// may not have landed yet. The rank's frame follows the write's by ~20 µs,
+/// less than a sleeping shard thread takes to wake for the write, so a rank
+/// answered in place would often miss it (it did, in most rounds, with the
+/// connection's check removed).
+#[tokio::test]
+async fn a_rank_behind_an_unanswered_write_sees_it() {
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    for round in 0..300u64 {
+        let score = round as i64 * 7 + 1;
+        let (mut write, mut read) = (Vec::new(), Vec::new());
+        rankd::client::set_call("b", "p", score, "set").encode(2 * round + 1, &mut write);
+        Call::new("rank").with("board", "b").with("player", "p").encode(2 * round + 2, &mut read);
+        client.send_raw(&write).await.unwrap();
+        let sent = std::time::Instant::now();
+        while sent.elapsed() < std::time::Duration::from_micros(20) {
+            std::hint::spin_loop();
+        }
+        client.send_raw(&read).await.unwrap();
+        let written = client.read_raw().await.unwrap().expect("the set's reply");
+        assert_eq!(field(&written, "ok"), Some(&Value::from(score)), "round {round}: {written}");
+        let ranked = client.read_raw().await.unwrap().expect("the rank's reply");
+        let rank: RankInfo = rmpv::ext::from_value(field(&ranked, "ok").expect("ok").clone()).unwrap();
+        assert_eq!((rank.score, rank.rank, rank.count), (score, 1, 1), "round {round}");
+    }
+}
+
+/// A field of a reply map.
+fn field<'a>(reply: &'a Value, name: &str) -> Option<&'a Value> {
+    reply.as_map()?.iter().find(|(key, _)| key.as_str() == Some(name)).map(|(_, value)| value)
 }
 
 /// Opening a data dir with another shard count is refused, not corrupted.
