@@ -226,6 +226,8 @@ async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), r
     let scratch = format!("scratch-{round}");
     client.create_board(&scratch, "desc", "competition").await?;
     client.drop_board(&scratch).await?;
+    // A rank sent alone, which is answered in place.
+    client.rank("season", &someone).await?;
     // A short-lived connection, so the accept rate moves.
     Client::connect(addr).await?.ping().await?;
     Ok(())
