@@ -179,7 +179,7 @@ pub struct ServeArgs {
     pub max_shard_queue: Option<usize>,
     /// Memory for caches, MiB, shared by all shards: a quarter for storage
     /// blocks, the rest for player records (a record hit spares a storage
-    /// read on every write and rank) [default: 64].
+    /// read on every write and rank) [default: 48].
     #[arg(long)]
     pub cache_mb: Option<u64>,
     /// Testing only: every commit first sleeps this long (a slow disk).
