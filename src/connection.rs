@@ -55,8 +55,6 @@ pub struct Limits {
     pub idle_timeout: std::time::Duration,
 }
 
-/// Encoded replies of one dispatched batch, how many requests it held, and
-/// whether it held a multi-step read.
 /// A dispatched batch once answered: its encoded replies, how many
 /// requests it held, and whether it held a multi-step read.
 struct Done {

@@ -49,9 +49,10 @@ pub struct Dispatch {
 /// can still be queued for a shard, and its client is waiting on it, so the
 /// two thread wake-ups saved are latency saved. A pipelining client keeps
 /// queueing its ranks: they are spread over the shard threads, which more
-/// cores serve (answered in place, 8 × 64 pipelined ranks ran 8-10% slower
-/// on 2 cores, all on this one thread). Within the batch, a rank after a
-/// write is queued too: that write is still in the [`Outbox`].
+/// cores serve (when a pipelining client's small batches were answered in
+/// place too, all on this one thread, 8 × 64 pipelined ranks ran 8-10%
+/// slower on 2 cores). Within the batch, a rank after a write is queued
+/// too: that write is still in the `Outbox`.
 pub const IN_PLACE_MAX_BATCH: usize = 4;
 
 impl Message for Dispatch {
@@ -204,7 +205,7 @@ impl Read {
     /// shard would). Each shard's count is exact at the moment it is read,
     /// which is what the protocol asks of a rank concurrent with writes.
     fn rank_in_place(&self, owner: usize, player: &str) -> Option<(Reply, Lookups)> {
-        let (record, lookups, mut before, mut total) = {
+        let (record, key, lookups, mut before, mut total) = {
             let mut engine = self.shards[owner].engine.try_lock()?;
             let shard = engine.as_mut()?;
             let record = shard.get(self.tree, player).ok()?;
@@ -213,9 +214,8 @@ impl Read {
                 return Some((Reply::Rank(None), lookups));
             };
             let key = record.rank_key(self.ties(), self.board.config.order);
-            (record, lookups, shard.count_before_key(self.tree, key), shard.count(self.tree))
+            (record, key, lookups, shard.count_before_key(self.tree, key), shard.count(self.tree))
         };
-        let key = record.rank_key(self.ties(), self.board.config.order);
         for (_, link) in self.shards.iter().enumerate().filter(|(i, _)| *i != owner) {
             let engine = link.engine.try_lock()?;
             let shard = engine.as_ref()?;

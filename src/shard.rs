@@ -47,7 +47,7 @@ use crate::priority;
 
 /// A shard's engine, shared by its actor, which changes it, and the
 /// router, which answers a lone rank from it on the connections' thread
-/// when the lock is free (see `Router::rank_on_the_spot`). A rank queued
+/// when the lock is free (see `router::IN_PLACE_MAX_BATCH`). A rank queued
 /// for the shard waits behind the round and costs two thread wake-ups (to
 /// the shard, and back), each ~33 µs on an idle 2-core VM (`perf bench
 /// sched pipe`) and longer on a busy one; read in place it costs a few µs.

@@ -420,8 +420,8 @@ async fn a_rank_sees_the_writes_sent_before_it() {
 /// than being answered in place from the shards' engines, where the write
 /// may not have landed yet. The rank's frame follows the write's by ~20 µs,
 /// less than a sleeping shard thread takes to wake for the write, so a rank
-/// answered in place would often miss it (it did, in most rounds, with the
-/// connection's check removed).
+/// answered in place would often miss it (with the connection's check
+/// removed, this test failed in its third round).
 #[tokio::test]
 async fn a_rank_behind_an_unanswered_write_sees_it() {
     let server = common::Server::start(2);
