@@ -108,6 +108,15 @@ pub struct ShardMetrics {
     pub degraded: IntGauge,
 }
 
+impl ShardMetrics {
+    /// Counts record-cache lookups taken from the shard's engine (by its
+    /// actor after a round, or by the router after a rank in place).
+    pub fn count_lookups(&self, lookups: rankd_shards::Lookups) {
+        self.cache_hits.inc_by(lookups.hits);
+        self.cache_misses.inc_by(lookups.misses);
+    }
+}
+
 /// All of rankd's metrics.
 pub struct Metrics {
     registry: Registry,

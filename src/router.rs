@@ -200,29 +200,33 @@ impl Read {
     /// A rank answered in place from the shards' engines, or `None` when a
     /// shard's lock is taken (its actor is applying a command) or reading
     /// the record failed: then it is queued the usual way, which reports
-    /// the failure. Also returns the owner's record-cache lookups, which
-    /// the caller counts (a miss reads the record from storage here, as the
-    /// shard would). Each shard's count is exact at the moment it is read,
-    /// which is what the protocol asks of a rank concurrent with writes.
-    fn rank_in_place(&self, owner: usize, player: &str) -> Option<(Reply, Lookups)> {
-        let (record, key, lookups, mut before, mut total) = {
-            let mut engine = self.shards[owner].engine.try_lock()?;
-            let shard = engine.as_mut()?;
-            let record = shard.get(self.tree, player).ok()?;
-            let lookups = shard.take_cache_lookups();
-            let Some(record) = record else {
-                return Some((Reply::Rank(None), lookups));
-            };
-            let key = record.rank_key(self.ties(), self.board.config.order);
-            (record, key, lookups, shard.count_before_key(self.tree, key), shard.count(self.tree))
+    /// the failure. Either way, also the owner's record-cache lookups taken
+    /// here, for the caller to count (a miss reads the record from storage
+    /// here, as the shard would). Each shard's count is exact at the moment
+    /// it is read, which is what the protocol asks of a rank concurrent
+    /// with writes.
+    fn rank_in_place(&self, owner: usize, player: &str) -> (Option<Reply>, Lookups) {
+        let Some(mut engine) = self.shards[owner].engine.try_lock() else { return (None, Lookups::default()) };
+        let Some(shard) = engine.as_mut() else { return (None, Lookups::default()) };
+        let found = shard.get(self.tree, player);
+        let lookups = shard.take_cache_lookups();
+        let record = match found {
+            Ok(Some(record)) => record,
+            Ok(None) => return (Some(Reply::Rank(None)), lookups),
+            Err(_) => return (None, lookups),
         };
-        for (_, link) in self.shards.iter().enumerate().filter(|(i, _)| *i != owner) {
-            let engine = link.engine.try_lock()?;
-            let shard = engine.as_ref()?;
-            before += shard.count_before_key(self.tree, key);
-            total += shard.count(self.tree);
-        }
-        Some((self.rank_reply(record, before, total), lookups))
+        let key = record.rank_key(self.ties(), self.board.config.order);
+        let own = (shard.count_before_key(self.tree, key), shard.count(self.tree));
+        drop(engine);
+        let summed = (self.shards.iter().enumerate().filter(|(i, _)| *i != owner)).try_fold(
+            own,
+            |(before, total), (_, link)| {
+                let engine = link.engine.try_lock()?;
+                let shard = engine.as_ref()?;
+                Some((before + shard.count_before_key(self.tree, key), total + shard.count(self.tree)))
+            },
+        );
+        (summed.map(|(before, total)| self.rank_reply(record, before, total)), lookups)
     }
 
     fn distinct_before(&self, score_key: u64) -> u64 {
@@ -627,13 +631,12 @@ impl Router {
                 Ok(Some(read)) => {
                     let owner = self.owner(&player);
                     if in_place {
-                        if let Some((reply, lookups)) = read.rank_in_place(owner, &player) {
-                            self.metrics.ranks_in_place.inc();
-                            if self.metrics.hot_path {
-                                let shard = &self.metrics.shards[owner];
-                                shard.cache_hits.inc_by(lookups.hits);
-                                shard.cache_misses.inc_by(lookups.misses);
-                            }
+                        let (reply, lookups) = read.rank_in_place(owner, &player);
+                        if self.metrics.hot_path {
+                            self.metrics.shards[owner].count_lookups(lookups);
+                            self.metrics.ranks_in_place.inc_by(u64::from(reply.is_some()));
+                        }
+                        if let Some(reply) = reply {
                             return ready(Ok(reply));
                         }
                     }

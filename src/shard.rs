@@ -715,10 +715,7 @@ impl ShardActor {
     /// Adds the record-cache lookups since the last call to the metrics.
     fn count_cache_lookups(&mut self) {
         if let Some(shard) = self.shard.lock().as_mut() {
-            let lookups = shard.take_cache_lookups();
-            let metrics = &self.metrics.shards[self.index];
-            metrics.cache_hits.inc_by(lookups.hits);
-            metrics.cache_misses.inc_by(lookups.misses);
+            self.metrics.shards[self.index].count_lookups(shard.take_cache_lookups());
         }
     }
 
