@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::Server;
+use common::{field, Server};
 use rand::{Rng, SeedableRng};
 use rankd::client::{Call, Client};
 use rmpv::Value;
@@ -58,13 +58,6 @@ fn list(items: Vec<Value>) -> Value {
 
 fn pair(player: &str, score: impl Into<Value>) -> Value {
     list(vec![Value::from(player), score.into()])
-}
-
-fn field<'a>(reply: &'a Value, name: &str) -> Option<&'a Value> {
-    match reply {
-        Value::Map(pairs) => pairs.iter().find(|(k, _)| k.as_str() == Some(name)).map(|(_, v)| v),
-        _ => None,
-    }
 }
 
 /// Reads one reply; panics (with `ctx`) on timeout, close or undecodable reply.

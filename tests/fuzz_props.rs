@@ -28,6 +28,7 @@ mod fuzz_checks;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::field;
 use fuzz_checks::{check_frames, check_parse, check_rejection, encode_value, frame, request_value, ALL_CODES};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -639,13 +640,6 @@ fn live_frames(n: usize) -> Vec<Vec<u8>> {
         2 => Just(Vec::new()),
     ];
     vec(one, n..=n).new_tree(&mut runner).expect("strategy").current()
-}
-
-fn field<'a>(reply: &'a Value, name: &str) -> Option<&'a Value> {
-    match reply {
-        Value::Map(pairs) => pairs.iter().find(|(k, _)| k.as_str() == Some(name)).map(|(_, v)| v),
-        _ => None,
-    }
 }
 
 /// What the reply to one frame must be.

@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 
+use common::field;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rankd::client::{Call, Client};
@@ -443,11 +444,6 @@ async fn a_rank_behind_an_unanswered_write_sees_it() {
         let rank: RankInfo = rmpv::ext::from_value(field(&ranked, "ok").expect("ok").clone()).unwrap();
         assert_eq!((rank.score, rank.rank, rank.count), (score, 1, 1), "round {round}");
     }
-}
-
-/// A field of a reply map.
-fn field<'a>(reply: &'a Value, name: &str) -> Option<&'a Value> {
-    reply.as_map()?.iter().find(|(key, _)| key.as_str() == Some(name)).map(|(_, value)| value)
 }
 
 /// Opening a data dir with another shard count is refused, not corrupted.

@@ -173,3 +173,8 @@ pub fn serve_fails(data_dir: &Path, shards: usize) -> String {
     assert!(!out.status.success(), "server should have refused to start");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// A field of a reply map (`None` if the reply is no map or lacks it).
+pub fn field<'a>(reply: &'a rmpv::Value, name: &str) -> Option<&'a rmpv::Value> {
+    reply.as_map()?.iter().find(|(key, _)| key.as_str() == Some(name)).map(|(_, value)| value)
+}
