@@ -50,7 +50,9 @@ use crate::priority;
 /// when the lock is free (see `router::IN_PLACE_MAX_BATCH`). A rank queued
 /// for the shard waits behind the round and costs two thread wake-ups (to
 /// the shard, and back), each ~33 µs on an idle 2-core VM (`perf bench
-/// sched pipe`) and longer on a busy one; read in place it costs a few µs.
+/// sched pipe`) and longer on a busy one. Read in place, a rank whose
+/// record is cached costs a few µs; one that misses reads storage on the
+/// connections' thread, as the shard would have (at 10M players, mostly).
 /// The actor locks it per command, not per round, so it is seldom held.
 /// `None` while a failed storage is being reopened.
 pub type SharedShard = Arc<Mutex<Option<Shard>>>;
