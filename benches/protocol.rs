@@ -8,14 +8,15 @@
 //!   `Entries` list into a reused buffer, framed; throughput in bytes.
 //! - `encode_entries/entries_100`: the same list, throughput in entries.
 //!
-//! Request bodies are built with `rmpv` the way `rankd::client::Call` encodes
+//! Request bodies are built with `rmpv` the way `rankd_client::Call` encodes
 //! them (`id`, `op`, then the fields). No env var: every input is small.
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rankd::protocol::request::{parse, Op};
-use rankd::protocol::{encode_reply, Entry, RankInfo, Reply};
+use rankd::protocol::{encode_reply, Reply};
+use rankd_client::{Entry, RankInfo};
 use rmpv::Value;
 
 const BOARD: &str = "season-2025.eu";

@@ -62,12 +62,12 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 for i in 0 1; do
-    "$rankd" bench --target "${targets[$i]}" --players "$players" --prefill --ops 1 -q >/dev/null
-    [ "$warm" -gt 0 ] && "$rankd" bench --target "${targets[$i]}" --players "$players" \
+    "$rankd_bench" --target "${targets[$i]}" --players "$players" --prefill --ops 1 -q >/dev/null
+    [ "$warm" -gt 0 ] && "$rankd_bench" --target "${targets[$i]}" --players "$players" \
         --duration "$warm" -c "$conns" -d "$depth" -w set -q >/dev/null
     for w in "${workloads[@]}"; do
         before=$(ticks "${pids[$i]}")
-        "$rankd" bench --target "${targets[$i]}" --players "$players" --duration "$duration" \
+        "$rankd_bench" --target "${targets[$i]}" --players "$players" --duration "$duration" \
             -c "$conns" -d "$depth" -w "$w" -q --json "$work/${names[$i]}-$w.json" >/dev/null
         after=$(ticks "${pids[$i]}")
         awk -v t="$((after - before))" -v hz="$hz" -v d="$duration" 'BEGIN {printf "%.2f\n", t / hz / d}' \

@@ -9,7 +9,7 @@
 #    the server's resident memory (10 Hz) and its allocator's live bytes (1 Hz),
 #    with the server's own latency beside the client's;
 #    then 15 s more while the writers offer a fixed RATE sets/s instead of
-#    all they can (default 4000, `rankd bench --rate`; a list such as
+#    all they can (default 4000, `rankd-bench --rate`; a list such as
 #    RATE="4000 8000 16000" measures each in turn: where the tail bends);
 # 4. SIGTERM, restart, time to "listening", resident memory right after;
 # 5. kill -9 after KILL_AFTER (default 120) seconds of saturating writes,
@@ -45,7 +45,7 @@ rss_mib() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status"; }
 live_mib() {
     curl -s "127.0.0.1:$metrics/metrics" | awk '/^rankd_allocator_allocated_bytes/ {print int($2 / 1048576)}'
 }
-bench() { "$rankd" bench --server "127.0.0.1:$port" --players "$players" -q "$@"; }
+bench() { "$rankd_bench" --server "127.0.0.1:$port" --players "$players" -q "$@"; }
 
 echo "== start on an empty data dir"; start
 echo "== prefill"; bench --prefill --ops 1 2>&1 >/dev/null | grep prefilled

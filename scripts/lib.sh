@@ -1,12 +1,16 @@
 # Sourced by the performance scripts, from the repository root: the rankd
-# binary they run, the temp dir they work in, and how they stop a server.
+# server and load generator they run, the temp dir they work in, and how
+# they stop a server.
 #
-# Sets `rankd` (RANKD=path runs another binary, e.g. an older build for an
-# A/B; otherwise a release build of this checkout) and `work` (a fresh temp
-# dir, for the caller's EXIT trap to remove).
+# Sets `rankd` (RANKD=path runs another server binary, e.g. an older build
+# for an A/B; otherwise a release build of this checkout), `rankd_bench`
+# (the load generator, RANKD_BENCH=path or this checkout's) and `work` (a
+# fresh temp dir, for the caller's EXIT trap to remove).
 
-if [ -z "${RANKD:-}" ]; then cargo build --release --quiet; fi
+[ -n "${RANKD:-}" ] || cargo build --release --quiet -p rankd
+[ -n "${RANKD_BENCH:-}" ] || cargo build --release --quiet -p rankd-bench
 rankd=${RANKD:-target/release/rankd}
+rankd_bench=${RANKD_BENCH:-target/release/rankd-bench}
 work=$(mktemp -d)
 
 # wait_listening LOG PID: returns once the rankd started as PID says in LOG

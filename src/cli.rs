@@ -3,40 +3,47 @@
 
 use rmpv::Value;
 
-use crate::client::{Call, Client, ClientError};
+use rankd_client::{Call, Client, ClientError, OpKind};
+
 use crate::config::{ClientArgs, Command};
 
 /// Runs a client subcommand against a running server; returns the exit code.
 pub async fn run(command: Command) -> Result<(), ClientError> {
     let (args, call, show): (ClientArgs, Call, fn(&Value) -> String) = match command {
-        Command::Serve(_) | Command::Bench(_) | Command::Import(_) | Command::Export(_) | Command::Check { .. } => {
+        Command::Serve(_) | Command::Import(_) | Command::Export(_) | Command::Check { .. } => {
             unreachable!("not a single-request client command")
         }
-        Command::Ping(args) => (args, Call::new("ping"), plain),
+        Command::Ping(args) => (args, Call::new(OpKind::Ping), plain),
         Command::Set { client, board, player, score, mode } => (
             client,
-            Call::new("set").with("board", board).with("player", player).with("score", score).with("mode", mode),
+            Call::new(OpKind::Set).with("board", board).with("player", player).with("score", score).with("mode", mode),
             plain,
         ),
         Command::Get { client, board, player } => {
-            (client, Call::new("get").with("board", board).with("player", player), plain)
+            (client, Call::new(OpKind::Get).with("board", board).with("player", player), plain)
         }
         Command::Rank { client, board, player } => {
-            (client, Call::new("rank").with("board", board).with("player", player), show_rank)
+            (client, Call::new(OpKind::Rank).with("board", board).with("player", player), show_rank)
         }
-        Command::Top { client, board, limit, offset } => {
-            (client, Call::new("top").with("board", board).with("limit", limit).with("offset", offset), show_entries)
-        }
-        Command::Around { client, board, player, before, after } => (
+        Command::Top { client, board, limit, offset } => (
             client,
-            Call::new("around").with("board", board).with("player", player).with("before", before).with("after", after),
+            Call::new(OpKind::Top).with("board", board).with("limit", limit).with("offset", offset),
             show_entries,
         ),
-        Command::Count { client, board } => (client, Call::new("count").with("board", board), plain),
-        Command::Boards(args) => (args, Call::new("boards"), show_boards),
+        Command::Around { client, board, player, before, after } => (
+            client,
+            Call::new(OpKind::Around)
+                .with("board", board)
+                .with("player", player)
+                .with("before", before)
+                .with("after", after),
+            show_entries,
+        ),
+        Command::Count { client, board } => (client, Call::new(OpKind::Count).with("board", board), plain),
+        Command::Boards(args) => (args, Call::new(OpKind::Boards), show_boards),
     };
     let mut client = Client::connect(args.server.as_str()).await?;
-    let result = client.call(call).await?;
+    let result: Value = client.call(call).await?;
     if args.json {
         let json = serde_json::to_string_pretty(&result).map_err(|e| ClientError::Protocol(e.to_string()))?;
         println!("{json}");

@@ -36,12 +36,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::config::Secret;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
-use crate::protocol::{encode_error, encode_reply, FrameError, FrameReader, Op, Reply};
+use crate::protocol::{encode_error, encode_reply, Op, Reply};
 use crate::router::{Dispatch, Router};
+use crate::settings::Secret;
+use rankd_client::frame::{FrameError, FrameReader};
+use rankd_client::OpKind;
 
 /// Per-connection limits.
 #[derive(Debug, Clone, Copy)]
@@ -74,17 +76,17 @@ fn is_multi_step(op: &Op) -> bool {
 enum Decoded {
     Request(Request),
     Invalid(Rejected),
-    Answered(u64, &'static str, Result<Reply, Error>),
+    Answered(u64, OpKind, Result<Reply, Error>),
 }
 
 /// How one slot of a dispatched batch gets its reply.
 enum Slot {
     /// From the router, in order.
-    Routed(&'static str),
+    Routed(OpKind),
     /// Rejected while decoding.
     Rejected(Rejected),
     /// Answered by the connection.
-    Answered(&'static str, Result<Reply, Error>),
+    Answered(OpKind, Result<Reply, Error>),
 }
 
 struct Connection {
@@ -111,10 +113,14 @@ impl Connection {
             Op::Auth { token } => {
                 let ok = self.auth.as_ref().is_none_or(|secret| secret.matches(token));
                 self.authenticated |= ok;
-                Decoded::Answered(request.id, "auth", if ok { Ok(Reply::Bool(true)) } else { Err(Error::Unauthorized) })
+                Decoded::Answered(
+                    request.id,
+                    OpKind::Auth,
+                    if ok { Ok(Reply::Bool(true)) } else { Err(Error::Unauthorized) },
+                )
             }
             Op::Ping => Decoded::Request(request),
-            op if !self.authenticated => Decoded::Answered(request.id, op.name(), Err(Error::Unauthorized)),
+            op if !self.authenticated => Decoded::Answered(request.id, op.kind(), Err(Error::Unauthorized)),
             _ => Decoded::Request(request),
         }
     }
@@ -152,7 +158,7 @@ impl Connection {
         for decoded in batch {
             match decoded {
                 Decoded::Request(Request { id, op }) => {
-                    slots.push((id, Slot::Routed(op.name())));
+                    slots.push((id, Slot::Routed(op.kind())));
                     ops.push(op);
                 }
                 Decoded::Invalid(rejected) => slots.push((rejected.id, Slot::Rejected(rejected))),
@@ -176,25 +182,25 @@ impl Connection {
             let elapsed = started.elapsed();
             let mut out = Vec::with_capacity(count * 48);
             for (id, slot) in slots {
-                let (name, result) = match slot {
-                    Slot::Routed(name) => {
-                        (Some(name), replies.next().unwrap_or_else(|| Err(Error::Internal("router stopped".into()))))
+                let (op, result) = match slot {
+                    Slot::Routed(op) => {
+                        (Some(op), replies.next().unwrap_or_else(|| Err(Error::Internal("router stopped".into()))))
                     }
                     Slot::Rejected(Rejected { op, error, .. }) => (op, Err(error)),
-                    Slot::Answered(name, result) => (Some(name), result),
+                    Slot::Answered(op, result) => (Some(op), result),
                 };
                 let outcome = match result {
                     Ok(reply) => {
                         encode_reply(&mut out, id, &reply);
-                        "ok"
+                        Ok(())
                     }
                     Err(error) => {
                         encode_error(&mut out, id, &error);
-                        error.code()
+                        Err(error.code())
                     }
                 };
                 if metrics.hot_path {
-                    name.map_or(&metrics.undecodable, |name| metrics.op(name)).finish(outcome, elapsed);
+                    metrics.op(op).finish(outcome, elapsed);
                 }
             }
             Done { bytes: out, requests: count, multi: has_multi }

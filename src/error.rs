@@ -1,6 +1,7 @@
 //! The one error type requests fail with, and the single place where every
 //! internal error becomes a protocol error code.
 
+use rankd_client::ErrorCode;
 use rankd_shards::ShardError;
 
 /// Why a request failed, one variant per protocol error code.
@@ -34,16 +35,16 @@ pub enum Error {
 
 impl Error {
     /// The protocol's code for this error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::BadFrame(_) => "bad_frame",
-            Self::BadRequest(_) => "bad_request",
-            Self::UnknownOp(_) => "unknown_op",
-            Self::TooLarge(_) => "too_large",
-            Self::Conflict(_) => "conflict",
-            Self::Unauthorized => "unauthorized",
-            Self::Overloaded(_) => "overloaded",
-            Self::Internal(_) => "internal",
+            Self::BadFrame(_) => ErrorCode::BadFrame,
+            Self::BadRequest(_) => ErrorCode::BadRequest,
+            Self::UnknownOp(_) => ErrorCode::UnknownOp,
+            Self::TooLarge(_) => ErrorCode::TooLarge,
+            Self::Conflict(_) => ErrorCode::Conflict,
+            Self::Unauthorized => ErrorCode::Unauthorized,
+            Self::Overloaded(_) => ErrorCode::Overloaded,
+            Self::Internal(_) => ErrorCode::Internal,
         }
     }
 }

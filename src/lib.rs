@@ -4,7 +4,6 @@
 //! - [`router`]: the router actor — hashes players to shards, fans reads out;
 //! - [`shard`]: the tree-shard actor running the batch loop;
 //! - [`server`]: TCP listener and per-connection pipelining;
-//! - [`client`]: a pipelining Rust client, used by the CLI and the tests;
 //! - [`transfer`]: `rankd import` / `rankd export`;
 //! - [`config`]: CLI flags and the TOML file;
 //! - [`layout`]: what a data dir holds and the check that it fits;
@@ -14,20 +13,21 @@
 //! - [`error`]: the one place errors become protocol codes.
 
 pub mod allocator;
-pub mod bench;
 pub mod check;
 pub mod cli;
-pub mod client;
 pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod error;
+#[cfg(feature = "test-hooks")]
+pub mod hooks;
 pub mod layout;
 pub mod metrics;
 pub mod priority;
 pub mod protocol;
 pub mod router;
 pub mod server;
+pub mod settings;
 pub mod shard;
 pub mod thread_cpu;
 pub mod transfer;

@@ -3,25 +3,18 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use rankd::config::{Cli, Command};
 
-/// jemalloc instead of glibc malloc: requests are allocated by connection
-/// tasks and freed on shard threads, and glibc's arenas handle that
-/// cross-thread traffic badly — in a `rank` profile malloc, free and
-/// `malloc_consolidate` took ~22% of the server's CPU. Back-to-back runs of
-/// the same load (1M players, 1 shard): rank 350k -> 448k ops/s, set
-/// 88k -> 110k ops/s.
+/// jemalloc instead of glibc malloc: requests are allocated on the
+/// connections' thread and freed on shard threads, which glibc's arenas
+/// handle badly (see docs/performance-history.md).
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's settings (read at its start-up; the `_rjem_` prefix is how
-/// tikv-jemallocator names its symbols). By default jemalloc keeps freed
-/// pages for 10 s and hands them back only while allocating: at 10M players
-/// the big transient buffers (checkpoints, memtables being flushed) left the
-/// RSS ~400 MiB above the live 470 MiB. A background thread returning them
-/// after one second, with no lazily-freed (MADV_FREE) stage the RSS would
-/// still count, brings resident close to allocated.
+/// jemalloc's settings (the `_rjem_` prefix is how tikv-jemallocator names
+/// its symbols): freed pages go back to the OS after a second, by a
+/// background thread, so the RSS stays close to what is allocated.
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
@@ -34,19 +27,23 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match cli.command {
-        Command::Serve(args) => {
-            let config = match args.resolve() {
-                Ok(config) => config,
+        Command::Serve(settings) => {
+            let Some(serve) = matches.subcommand_matches("serve") else { return fail(&"no serve arguments") };
+            let settings = match settings.resolve(serve) {
+                Ok(settings) => settings,
                 Err(e) => return fail(&e),
             };
-            match rankd::server::run(config) {
+            match rankd::server::run(settings) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
         }
-        Command::Bench(command) => rankd::bench::main(*command),
         Command::Check { data_dir } => match rankd::check::check(&data_dir) {
             Ok(report) => {
                 println!(

@@ -19,16 +19,28 @@ use prometheus::{
     Counter, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
-
-/// Every op the protocol has, in a fixed order (indexes [`Metrics::ops`]).
-pub use crate::protocol::request::OP_NAMES as OPS;
+use rankd_client::{ErrorCode, OpKind};
 
 /// Ops that read from every shard; each has a fan-out latency series.
-pub const FANOUT_OPS: [&str; 6] = ["boards", "count", "rank", "rank_of_score", "top", "around"];
+pub const FANOUT_OPS: [OpKind; 6] =
+    [OpKind::Boards, OpKind::Count, OpKind::Rank, OpKind::RankOfScore, OpKind::Top, OpKind::Around];
 
-/// Request outcomes: `ok` or a protocol error code.
-pub const OUTCOMES: [&str; 9] =
-    ["ok", "bad_frame", "bad_request", "unknown_op", "too_large", "conflict", "unauthorized", "overloaded", "internal"];
+/// How a request ended: `Ok`, or failed with a protocol error code.
+pub type Outcome = Result<(), ErrorCode>;
+
+/// The `outcome` label of each [`Outcome`], `ok` first, then every error
+/// code in [`ErrorCode::ALL`] order (see [`outcome_index`]).
+fn outcome_labels() -> impl Iterator<Item = &'static str> {
+    std::iter::once("ok").chain(ErrorCode::ALL.iter().map(|code| code.name()))
+}
+
+/// Where `outcome` sits among [`outcome_labels`].
+fn outcome_index(outcome: Outcome) -> usize {
+    match outcome {
+        Ok(()) => 0,
+        Err(code) => 1 + code as usize,
+    }
+}
 
 /// The request-latency histogram's name; `rankd bench` reads it back
 /// (`src/bench/server_latency.rs`).
@@ -44,7 +56,7 @@ const BATCH_BUCKETS: [f64; 12] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 2
 
 /// Pre-resolved handles for one op.
 pub struct OpMetrics {
-    /// `rankd_requests_total{op, outcome}`, indexed like [`OUTCOMES`].
+    /// `rankd_requests_total{op, outcome}`: `ok`, then each error code.
     pub outcomes: Vec<IntCounter>,
     /// `rankd_request_duration_seconds{op}`.
     pub duration: Histogram,
@@ -52,9 +64,8 @@ pub struct OpMetrics {
 
 impl OpMetrics {
     /// Counts one finished request.
-    pub fn finish(&self, outcome: &str, elapsed: Duration) {
-        let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(OUTCOMES.len() - 1);
-        self.outcomes[index].inc();
+    pub fn finish(&self, outcome: Outcome, elapsed: Duration) {
+        self.outcomes[outcome_index(outcome)].inc();
         self.duration.observe(elapsed.as_secs_f64());
     }
 }
@@ -120,10 +131,10 @@ impl ShardMetrics {
 /// All of rankd's metrics.
 pub struct Metrics {
     registry: Registry,
-    /// Per op, indexed like [`OPS`].
-    pub ops: Vec<OpMetrics>,
+    /// Per op, indexed by [`OpKind`].
+    ops: Vec<OpMetrics>,
     /// Frames that could not be decoded into a request (no op known).
-    pub undecodable: OpMetrics,
+    undecodable: OpMetrics,
     /// Per shard.
     pub shards: Vec<ShardMetrics>,
     /// Open client connections.
@@ -139,8 +150,9 @@ pub struct Metrics {
     pub received_bytes: IntCounter,
     /// Bytes written to clients.
     pub sent_bytes: IntCounter,
-    /// Cross-shard read round latency, indexed like [`FANOUT_OPS`].
-    pub fanout: Vec<Histogram>,
+    /// Cross-shard read round latency, indexed by [`OpKind`] (`None` for
+    /// ops that do not fan out).
+    fanout: Vec<Option<Histogram>>,
     /// Whether every shard is open and the listener accepts.
     pub ready: AtomicBool,
     /// `rankd_ready`: the same as a gauge, so an alert can see it.
@@ -183,11 +195,11 @@ impl Metrics {
         )?;
         let op = |name: &str| -> OpMetrics {
             OpMetrics {
-                outcomes: OUTCOMES.iter().map(|o| requests.with_label_values(&[name, o])).collect(),
+                outcomes: outcome_labels().map(|o| requests.with_label_values(&[name, o])).collect(),
                 duration: duration.with_label_values(&[name]),
             }
         };
-        let ops = OPS.iter().map(|name| op(name)).collect();
+        let ops = OpKind::ALL.iter().map(|kind| op(kind.name())).collect();
         let undecodable = op("undecodable");
 
         let shard_gauge = |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["shard"]);
@@ -413,7 +425,10 @@ impl Metrics {
             ranks_in_place,
             received_bytes,
             sent_bytes,
-            fanout: FANOUT_OPS.iter().map(|op| fanout.with_label_values(&[op])).collect(),
+            fanout: OpKind::ALL
+                .iter()
+                .map(|kind| FANOUT_OPS.contains(kind).then(|| fanout.with_label_values(&[kind.name()])))
+                .collect(),
             ready: AtomicBool::new(false),
             ready_gauge,
             allocator,
@@ -428,14 +443,14 @@ impl Metrics {
         self.ready_gauge.set(i64::from(ready));
     }
 
-    /// The handles of `op` (by its protocol name).
-    pub fn op(&self, name: &str) -> &OpMetrics {
-        op_index(name).map_or(&self.undecodable, |i| &self.ops[i])
+    /// The handles of `op`, or of undecodable frames when no op is known.
+    pub fn op(&self, op: Option<OpKind>) -> &OpMetrics {
+        op.map_or(&self.undecodable, |kind| &self.ops[kind as usize])
     }
 
-    /// The fan-out histogram of `op`.
-    pub fn fanout(&self, name: &str) -> Option<&Histogram> {
-        FANOUT_OPS.iter().position(|o| *o == name).map(|i| &self.fanout[i])
+    /// The fan-out histogram of `op`, if it fans out.
+    pub fn fanout(&self, op: OpKind) -> Option<&Histogram> {
+        self.fanout[op as usize].as_ref()
     }
 
     /// The text exposition of every metric.
@@ -456,10 +471,6 @@ impl Metrics {
             gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
     }
-}
-
-fn op_index(name: &str) -> Option<usize> {
-    OPS.iter().position(|o| *o == name)
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the process ends.
@@ -510,16 +521,25 @@ mod tests {
     fn handles_move_the_exposed_series() {
         let metrics = Metrics::new(2).unwrap();
         for _ in 0..5 {
-            metrics.op("set").finish("ok", Duration::from_micros(80));
+            metrics.op(Some(OpKind::Set)).finish(Ok(()), Duration::from_micros(80));
         }
-        metrics.op("rank").finish("bad_request", Duration::from_micros(10));
+        metrics.op(Some(OpKind::Rank)).finish(Err(ErrorCode::BadRequest), Duration::from_micros(10));
+        metrics.op(None).finish(Err(ErrorCode::BadFrame), Duration::from_micros(10));
         metrics.shards[1].commit_seconds.observe(0.3);
         let text = metrics.render();
         assert!(text.contains(r#"rankd_requests_total{op="set",outcome="ok"} 5"#), "{text}");
         assert!(text.contains(r#"rankd_requests_total{op="rank",outcome="bad_request"} 1"#));
+        assert!(text.contains(r#"rankd_requests_total{op="undecodable",outcome="bad_frame"} 1"#));
+        assert!(text.contains(r#"rankd_requests_total{op="set",outcome="internal"} 0"#));
         // A slow commit lands above the 250 ms bucket.
         assert!(text.contains(r#"rankd_shard_commit_seconds_bucket{shard="1",le="0.25"} 0"#));
         assert!(text.contains(r#"rankd_shard_commit_seconds_bucket{shard="1",le="0.5"} 1"#));
         assert!(text.contains("rankd_build_info{"));
+    }
+
+    #[test]
+    fn latency_buckets_hold_one_millisecond() {
+        // rankd-bench reports the share of requests over 1 ms from them.
+        assert!(LATENCY_BUCKETS.contains(&1e-3));
     }
 }

@@ -24,8 +24,9 @@ use tokio::sync::oneshot;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::protocol::{BoardInfo, Entry, Op, RankInfo, Reply, View};
+use crate::protocol::{Op, Reply, View};
 use crate::shard::{Answer, Command, DenseRegistry, Forward, ShardItem, ShardLink};
+use rankd_client::{BoardInfo, Entry, OpKind, RankInfo};
 
 /// The shard a player lives on. See the module docs; stable across versions.
 pub fn shard_of(player: &str, shards: usize) -> usize {
@@ -426,6 +427,7 @@ impl Router {
     }
 
     /// Queues every rank for the shards instead (`--debug-queue-ranks`).
+    #[cfg(feature = "test-hooks")]
     pub fn queue_all_ranks(mut self) -> Self {
         self.in_place_ranks = false;
         self
@@ -454,7 +456,7 @@ impl Router {
 
     /// Context for a read of `name`, or `None` if the board does not exist
     /// (reads of a missing board answer as for an empty board).
-    fn read(&self, op: &str, name: &str, view: View) -> Result<Option<Read>, Error> {
+    fn read(&self, op: OpKind, name: &str, view: View) -> Result<Option<Read>, Error> {
         let Some(board) = self.boards.get(name) else {
             // A missing board reads as empty, but the view must still be one
             // some board could have.
@@ -547,7 +549,7 @@ impl Router {
                         outbox.ask_all(|| Command::CountBefore { tree, keys: Vec::new() })
                     })
                     .collect();
-                let (started, fanout) = (Instant::now(), self.metrics.fanout("boards").cloned());
+                let (started, fanout) = (Instant::now(), self.metrics.fanout(OpKind::Boards).cloned());
                 Routed::Later(Box::pin(async move {
                     let mut out = Vec::with_capacity(boards.len());
                     for (board, pending) in boards.iter().zip(counts) {
@@ -596,7 +598,7 @@ impl Router {
                     Ok(Reply::Scores(out))
                 }))
             }
-            Op::Get { board, player, view } => match self.read("get", &board, view) {
+            Op::Get { board, player, view } => match self.read(OpKind::Get, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::MaybeScore(None))),
                 Ok(Some(read)) => {
@@ -611,7 +613,7 @@ impl Router {
                 let pending = outbox.ask(self.owner(&player), Command::Remove { board, player });
                 Routed::Later(Box::pin(async move { Ok(Reply::Bool(answer(pending).await?.into_bool()?)) }))
             }
-            Op::Count { board, view } => match self.read("count", &board, view) {
+            Op::Count { board, view } => match self.read(OpKind::Count, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(0))),
                 Ok(Some(read)) => {
@@ -625,7 +627,7 @@ impl Router {
                     }))
                 }
             },
-            Op::Rank { board, player, view } => match self.read("rank", &board, view) {
+            Op::Rank { board, player, view } => match self.read(OpKind::Rank, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Rank(None))),
                 Ok(Some(read)) => {
@@ -652,17 +654,17 @@ impl Router {
                     })
                 }
             },
-            Op::RankOfScore { board, score, view } => match self.read("rank_of_score", &board, view) {
+            Op::RankOfScore { board, score, view } => match self.read(OpKind::RankOfScore, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(1))),
                 Ok(Some(read)) => Routed::Later(read.rank_of_score(score, outbox)),
             },
-            Op::Top { board, limit, offset, view } => match self.read("top", &board, view) {
+            Op::Top { board, limit, offset, view } => match self.read(OpKind::Top, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
                 Ok(Some(read)) => Routed::Later(Box::pin(read.top(limit, offset))),
             },
-            Op::Around { board, player, before, after, view } => match self.read("around", &board, view) {
+            Op::Around { board, player, before, after, view } => match self.read(OpKind::Around, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
                 Ok(Some(read)) => {

@@ -21,13 +21,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
-use crate::config::{DurabilityArg, Secret, ServeConfig};
 use crate::connection::{self, Limits};
 use crate::layout;
 use crate::metrics::{self, Metrics};
 use crate::priority;
 use crate::router::{Router, RouterState};
-use crate::shard::{replace_dense_share, Command, DenseRegistry, ReplyRelay, ShardActor, ShardLink, SlowDisk};
+use crate::settings::{DurabilityArg, Secret, ServeSettings};
+use crate::shard::{replace_dense_share, Command, DenseRegistry, ReplyRelay, ShardActor, ShardLink};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +53,7 @@ pub enum StartError {
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Opens the data dir and every shard, in parallel.
-pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
+pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
     layout::check_or_create(&config.data_dir, config.shards, config.branching)?;
     let options = ShardOptions {
         branching: config.branching,
@@ -63,15 +63,20 @@ pub fn open_shards(config: &ServeConfig) -> Result<Vec<Shard>, StartError> {
         },
         // A quarter of the cache budget for fjall's block cache, the rest
         // for player records, split evenly between the shards.
-        cache_bytes: (config.cache_bytes / 4 / config.shards as u64).max(1 << 20),
-        cached_players: rankd_shards::cached_players_for(config.cache_bytes / 4 * 3 / config.shards as u64),
-        run_every: config.debug_run_every.unwrap_or(rankd_shards::shard::RUN_EVERY),
-        checkpoint_every: config.debug_checkpoint_every.unwrap_or(rankd_shards::shard::CHECKPOINT_EVERY),
-        checkpoint_slice_leaves: config
-            .debug_checkpoint_slice_leaves
-            .unwrap_or(rankd_shards::shard::CHECKPOINT_SLICE_LEAVES),
+        cache_bytes: (config.cache_bytes() / 4 / config.shards as u64).max(1 << 20),
+        cached_players: rankd_shards::cached_players_for(config.cache_bytes() / 4 * 3 / config.shards as u64),
         leaf_writer_start: Some(|| priority::make_background("leaves")),
         ..ShardOptions::default()
+    };
+    #[cfg(feature = "test-hooks")]
+    let options = {
+        let hooks = &config.hooks;
+        ShardOptions {
+            run_every: hooks.run_every.unwrap_or(options.run_every),
+            checkpoint_every: hooks.checkpoint_every.unwrap_or(options.checkpoint_every),
+            checkpoint_slice_leaves: hooks.checkpoint_slice_leaves.unwrap_or(options.checkpoint_slice_leaves),
+            ..options
+        }
     };
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..config.shards)
@@ -118,15 +123,20 @@ pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry)
 }
 
 /// Runs the server until SIGTERM/Ctrl-C. Blocks the calling thread.
-pub fn run(config: ServeConfig) -> Result<(), StartError> {
+pub fn run(config: ServeSettings) -> Result<(), StartError> {
     let started = Instant::now();
     let shards = open_shards(&config)?;
     priority::make_fjall_workers_background();
     let players: u64 = shards.iter().map(|s| s.tree_ids().map(|t| s.count(t)).sum::<u64>()).sum();
     let (state, dense) = recover(&shards, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");
-    let metrics = Metrics::with_hot_path(shards.len(), !config.no_request_metrics)?;
-    let clock = Clock::from_env();
+    #[cfg(feature = "test-hooks")]
+    let (metrics, clock) = (
+        Metrics::with_hot_path(shards.len(), !config.hooks.no_request_metrics)?,
+        Clock::with_offset(config.hooks.clock_offset_secs),
+    );
+    #[cfg(not(feature = "test-hooks"))]
+    let (metrics, clock) = (Metrics::new(shards.len())?, Clock::default());
     let system = actix::System::new();
     // Client connections, the router and the metrics endpoint run here.
     metrics.threads.register("connections");
@@ -138,18 +148,21 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
         for (index, shard) in shards.into_iter().enumerate() {
             let arbiter = Arbiter::new();
             let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index, clock)
-                .with_slow_disk(SlowDisk { commit: config.debug_commit_delay, runs: config.debug_runs_delay })
                 .with_reply_relay(relay.clone());
+            #[cfg(feature = "test-hooks")]
+            let actor = actor.with_slow_disk(crate::shard::SlowDisk {
+                commit: config.hooks.commit_delay(),
+                runs: config.hooks.runs_delay(),
+            });
             let engine = actor.engine();
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| actor);
             let depth = metrics.shards[index].mailbox_depth.clone();
             links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue, engine });
             arbiters.push(arbiter);
         }
-        let mut router = Router::new(links.clone(), state, dense, clock, metrics.clone());
-        if config.debug_queue_ranks {
-            router = router.queue_all_ranks();
-        }
+        let router = Router::new(links.clone(), state, dense, clock, metrics.clone());
+        #[cfg(feature = "test-hooks")]
+        let router = if config.hooks.queue_ranks { router.queue_all_ranks() } else { router };
         let router = router.start();
         let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone())
             .await
@@ -166,9 +179,9 @@ pub fn run(config: ServeConfig) -> Result<(), StartError> {
         let limits = Limits {
             max_frame: config.max_frame,
             max_inflight: config.max_inflight,
-            idle_timeout: config.idle_timeout,
+            idle_timeout: config.idle_timeout(),
         };
-        let auth = config.auth_token.clone().map(Arc::new);
+        let auth = config.auth_token().cloned().map(Arc::new);
         let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
         accept_until_signal(listener, router, limits, auth, slots, metrics.clone()).await;
         metrics.set_ready(false);

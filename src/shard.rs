@@ -635,6 +635,7 @@ impl ShardActor {
     }
 
     /// Makes commits or runs sleep first (to test how slow disks show).
+    #[cfg(feature = "test-hooks")]
     pub fn with_slow_disk(mut self, slow_disk: SlowDisk) -> Self {
         self.slow_disk = slow_disk;
         self

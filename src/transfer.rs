@@ -14,12 +14,11 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use rmpv::Value;
 
-use crate::client::{Call, Client, ClientError};
+use rankd_client::protocol::MAX_SET_MANY;
+use rankd_client::{Call, Client, ClientError, Entry, OpKind};
+
 use crate::config::ClientArgs;
-use crate::protocol::request::MAX_SET_MANY;
-use crate::protocol::Entry;
 
 /// Input formats of `rankd import`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -201,7 +200,7 @@ pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
     let mut written = 0u64;
     let mut calls: Vec<Call> = Vec::with_capacity(args.pipeline);
     let mut board = String::new();
-    let mut entries: Vec<Value> = Vec::with_capacity(args.batch);
+    let mut entries: Vec<(String, i64)> = Vec::with_capacity(args.batch);
     for row in rows(args.format, counted) {
         let row = row?;
         if (row.board != board || entries.len() == args.batch) && !entries.is_empty() {
@@ -211,7 +210,7 @@ pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
             }
         }
         board = row.board;
-        entries.push(Value::Array(vec![row.player.into(), row.score.into()]));
+        entries.push((row.player, row.score));
     }
     if !entries.is_empty() {
         calls.push(set_many(&board, entries, &args.mode));
@@ -221,15 +220,15 @@ pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
     Ok(ImportReport { rows: written, seconds: started.elapsed().as_secs_f64() })
 }
 
-fn set_many(board: &str, entries: Vec<Value>, mode: &str) -> Call {
-    Call::new("set_many").with("board", board).with("entries", entries).with("mode", mode)
+fn set_many(board: &str, entries: Vec<(String, i64)>, mode: &str) -> Call {
+    Call::new(OpKind::SetMany).with("board", board).with("entries", entries).with("mode", mode)
 }
 
 /// Sends the queued `set_many`s as one pipeline; returns the rows they wrote.
 async fn send(client: &mut Client, calls: &mut Vec<Call>) -> Result<u64, TransferError> {
     let mut rows = 0;
-    for result in client.pipeline(calls).await? {
-        rows += result?.as_array().map_or(0, Vec::len) as u64;
+    for scores in client.pipeline::<Vec<i64>>(calls).await? {
+        rows += scores?.len() as u64;
     }
     calls.clear();
     Ok(rows)
@@ -259,13 +258,13 @@ pub async fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<u64, Trans
     writer.write_record(["board", "player", "score", "rank"]).map_err(csv_error)?;
     let mut offset = 0u64;
     loop {
-        let mut call = Call::new("top").with("board", args.board.as_str()).with("limit", PAGE).with("offset", offset);
+        let mut call =
+            Call::new(OpKind::Top).with("board", args.board.as_str()).with("limit", PAGE).with("offset", offset);
         if let Some(window) = &args.window {
             call = call.with("window", window.as_str());
         }
         call = call.with("period", args.period);
-        let page: Vec<Entry> = rmpv::ext::from_value(client.call(call).await?)
-            .map_err(|e| ClientError::Protocol(format!("unexpected top result: {e}")))?;
+        let page: Vec<Entry> = client.call(call).await?;
         for entry in &page {
             writer
                 .write_record([args.board.as_str(), &entry.player, &entry.score.to_string(), &entry.rank.to_string()])
@@ -287,6 +286,7 @@ fn csv_error(e: csv::Error) -> TransferError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmpv::Value;
 
     #[test]
     fn reads_csv_with_header_quotes_and_errors() {

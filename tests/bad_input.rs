@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{field, Server};
 use rand::{Rng, SeedableRng};
-use rankd::client::{Call, Client};
+use rankd_client::{Call, Client, Mode, OpKind};
 use rmpv::Value;
 
 /// Bound on every single read, so a hang fails the test instead of stalling it.
@@ -62,7 +62,7 @@ fn pair(player: &str, score: impl Into<Value>) -> Value {
 
 /// Reads one reply; panics (with `ctx`) on timeout, close or undecodable reply.
 async fn read_reply(client: &mut Client, ctx: &str) -> Value {
-    match tokio::time::timeout(READ_TIMEOUT, client.read_raw()).await {
+    match tokio::time::timeout(READ_TIMEOUT, client.read_raw::<Value>()).await {
         Err(_) => panic!("{ctx}: no reply within {READ_TIMEOUT:?}"),
         Ok(Err(e)) => panic!("{ctx}: reading the reply failed: {e}"),
         Ok(Ok(None)) => panic!("{ctx}: server closed the connection instead of replying"),
@@ -103,7 +103,7 @@ async fn assert_usable(client: &mut Client, ctx: &str) {
 /// After an oversized frame the server must close: the next read sees EOF
 /// (or a reset), never another reply.
 async fn assert_closed(client: &mut Client, ctx: &str) {
-    match tokio::time::timeout(READ_TIMEOUT, client.read_raw()).await {
+    match tokio::time::timeout(READ_TIMEOUT, client.read_raw::<Value>()).await {
         Err(_) => panic!("{ctx}: server did not close the connection within {READ_TIMEOUT:?}"),
         Ok(Ok(Some(v))) => panic!("{ctx}: expected the connection to close, got another reply: {v}"),
         Ok(Ok(None)) | Ok(Err(_)) => {}
@@ -599,9 +599,9 @@ async fn invalid_board_and_player_names_are_bad_request() {
     let max_board = rep('B', 128);
     let max_player = rep('P', 256);
     let odd_board = "Az09_.:-";
-    assert_eq!(c.set(&max_board, &max_player, 9, "set").await.expect("128-byte board, 256-byte player"), 9);
+    assert_eq!(c.set(&max_board, &max_player, 9, Mode::Set).await.expect("128-byte board, 256-byte player"), 9);
     assert_eq!(get(&mut c, &max_board, &max_player).await, Some(9), "longest names must store the score");
-    assert_eq!(c.set(odd_board, "é 😀 / x", -3, "set").await.expect("every allowed board char, UTF-8 player"), -3);
+    assert_eq!(c.set(odd_board, "é 😀 / x", -3, Mode::Set).await.expect("every allowed board char, UTF-8 player"), -3);
     assert_eq!(get(&mut c, odd_board, "é 😀 / x").await, Some(-3), "UTF-8 player name must round-trip");
 }
 
@@ -640,9 +640,9 @@ async fn u64_scores_beyond_i64_max_are_bad_request() {
 async fn i64_min_and_max_are_accepted_and_stored_exactly() {
     let server = Server::start(2);
     let mut c = server.client().await;
-    assert_eq!(c.set("edge", "max", i64::MAX, "set").await.expect("set i64::MAX"), i64::MAX, "set i64::MAX reply");
-    assert_eq!(c.set("edge", "min", i64::MIN, "set").await.expect("set i64::MIN"), i64::MIN, "set i64::MIN reply");
-    assert_eq!(c.set("edge", "zero", 0, "set").await.expect("set 0"), 0, "set 0 reply");
+    assert_eq!(c.set("edge", "max", i64::MAX, Mode::Set).await.expect("set i64::MAX"), i64::MAX, "set i64::MAX reply");
+    assert_eq!(c.set("edge", "min", i64::MIN, Mode::Set).await.expect("set i64::MIN"), i64::MIN, "set i64::MIN reply");
+    assert_eq!(c.set("edge", "zero", 0, Mode::Set).await.expect("set 0"), 0, "set 0 reply");
     // Also encoded as a positive-int msgpack (uint64) that fits i64.
     let reply = roundtrip(
         &mut c,
@@ -662,8 +662,8 @@ async fn i64_min_and_max_are_accepted_and_stored_exactly() {
         "top must order the extremes correctly"
     );
     let set_many = c
-        .call(
-            Call::new("set_many")
+        .call::<Value>(
+            Call::new(OpKind::SetMany)
                 .with("board", "edge2")
                 .with("entries", list(vec![pair("lo", i64::MIN), pair("hi", i64::MAX)])),
         )
@@ -678,26 +678,30 @@ async fn i64_min_and_max_are_accepted_and_stored_exactly() {
 async fn incr_overflow_is_bad_request_and_changes_nothing() {
     let server = Server::start(2);
     let mut c = server.client().await;
-    c.set("ov", "hi", i64::MAX, "set").await.expect("set i64::MAX");
-    c.set("ov", "lo", i64::MIN, "set").await.expect("set i64::MIN");
+    c.set("ov", "hi", i64::MAX, Mode::Set).await.expect("set i64::MAX");
+    c.set("ov", "lo", i64::MIN, Mode::Set).await.expect("set i64::MIN");
 
-    let err = c.set("ov", "hi", 1, "incr").await.expect_err("i64::MAX + 1 must be refused");
+    let err = c.set("ov", "hi", 1, Mode::Incr).await.expect_err("i64::MAX + 1 must be refused");
     assert_eq!(err.code(), Some("bad_request"), "positive incr overflow: {err}");
     assert_eq!(get(&mut c, "ov", "hi").await, Some(i64::MAX), "positive overflow must leave the score unchanged");
 
-    let err = c.set("ov", "lo", -1, "incr").await.expect_err("i64::MIN - 1 must be refused");
+    let err = c.set("ov", "lo", -1, Mode::Incr).await.expect_err("i64::MIN - 1 must be refused");
     assert_eq!(err.code(), Some("bad_request"), "negative incr overflow: {err}");
     assert_eq!(get(&mut c, "ov", "lo").await, Some(i64::MIN), "negative overflow must leave the score unchanged");
 
-    let err = c.set("ov", "lo", i64::MIN, "incr").await.expect_err("i64::MIN + i64::MIN must be refused");
+    let err = c.set("ov", "lo", i64::MIN, Mode::Incr).await.expect_err("i64::MIN + i64::MIN must be refused");
     assert_eq!(err.code(), Some("bad_request"), "i64::MIN + i64::MIN: {err}");
     assert_eq!(get(&mut c, "ov", "lo").await, Some(i64::MIN), "i64::MIN + i64::MIN must leave the score unchanged");
 
     // Right up to the edge is fine.
-    assert_eq!(c.set("ov", "hi", 0, "incr").await.expect("incr by 0"), i64::MAX, "incr by 0 at i64::MAX");
-    assert_eq!(c.set("ov", "hi", -1, "incr").await.expect("incr by -1"), i64::MAX - 1, "incr down from i64::MAX");
-    assert_eq!(c.set("ov", "hi", 1, "incr").await.expect("incr back to MAX"), i64::MAX, "incr up to exactly i64::MAX");
-    assert_eq!(c.set("ov", "lo", i64::MAX, "incr").await.expect("MIN + MAX"), -1, "i64::MIN + i64::MAX = -1");
+    assert_eq!(c.set("ov", "hi", 0, Mode::Incr).await.expect("incr by 0"), i64::MAX, "incr by 0 at i64::MAX");
+    assert_eq!(c.set("ov", "hi", -1, Mode::Incr).await.expect("incr by -1"), i64::MAX - 1, "incr down from i64::MAX");
+    assert_eq!(
+        c.set("ov", "hi", 1, Mode::Incr).await.expect("incr back to MAX"),
+        i64::MAX,
+        "incr up to exactly i64::MAX"
+    );
+    assert_eq!(c.set("ov", "lo", i64::MAX, Mode::Incr).await.expect("MIN + MAX"), -1, "i64::MIN + i64::MAX = -1");
 
     // The board is still consistent.
     assert_eq!(c.count("ov").await.expect("count"), 2, "overflowing writes must not add players");
@@ -712,7 +716,7 @@ async fn set_many_incr_with_one_overflow_changes_nothing_on_the_shard() {
     let mut c = server.client().await;
     let before = [("a", 10i64), ("b", i64::MAX - 5), ("c", -7), ("d", i64::MIN + 1)];
     for (player, score) in before {
-        c.set("many", player, score, "set").await.expect("seed");
+        c.set("many", player, score, Mode::Set).await.expect("seed");
     }
     let attempts: Vec<(&str, Vec<Value>)> = vec![
         ("one entry overflows upward", vec![pair("a", 1), pair("b", 6), pair("c", 1), pair("new", 3)]),
@@ -723,7 +727,9 @@ async fn set_many_incr_with_one_overflow_changes_nothing_on_the_shard() {
     ];
     for (ctx, entries) in attempts {
         let err = c
-            .call(Call::new("set_many").with("board", "many").with("entries", list(entries)).with("mode", "incr"))
+            .call::<Value>(
+                Call::new(OpKind::SetMany).with("board", "many").with("entries", list(entries)).with("mode", "incr"),
+            )
             .await
             .expect_err(ctx);
         assert_eq!(err.code(), Some("bad_request"), "{ctx}: {err}");
@@ -735,8 +741,8 @@ async fn set_many_incr_with_one_overflow_changes_nothing_on_the_shard() {
     }
     // The same request without the overflow applies in full.
     let ok = c
-        .call(
-            Call::new("set_many")
+        .call::<Value>(
+            Call::new(OpKind::SetMany)
                 .with("board", "many")
                 .with("entries", list(vec![pair("a", 1), pair("b", 5), pair("c", 1), pair("new", 3)]))
                 .with("mode", "incr"),
@@ -794,7 +800,7 @@ async fn over_long_lists_are_refused() {
     assert_eq!(assert_ok(&reply, 609, "top offset u64::MAX"), list(vec![]), "a huge offset is valid and empty");
 
     // Huge offsets on a board that exists must not overflow anything.
-    c.set("big", "x", 1, "set").await.expect("set on big");
+    c.set("big", "x", 1, Mode::Set).await.expect("set on big");
     for (id, offset, limit) in
         [(610, u64::MAX, 1000u64), (611, u64::MAX - 5, 1000), (612, i64::MAX as u64, 10), (613, 1, 1000)]
     {
@@ -818,13 +824,13 @@ async fn oversized_frame(header: u32) {
     let server = Server::start(2);
     let mut seeder = server.client().await;
     for i in 0..20 {
-        seeder.set("keep", &format!("p{i}"), i * 10, "set").await.expect("seed write");
+        seeder.set("keep", &format!("p{i}"), i * 10, Mode::Set).await.expect("seed write");
     }
     let mut bystander = server.client().await;
     assert_eq!(bystander.ping().await.expect("bystander ping"), "pong", "bystander ping before");
 
     let mut bad = server.client().await;
-    bad.set("keep", "own", 77, "set").await.expect("the bad client's own acknowledged write");
+    bad.set("keep", "own", 77, Mode::Set).await.expect("the bad client's own acknowledged write");
     let mut bytes = header.to_be_bytes().to_vec();
     bytes.extend_from_slice(&[0x81, 0xa2, b'i', b'd', 0x01]); // a little of the "body"
     bad.send_raw(&bytes).await.expect("send oversized header");
@@ -1002,7 +1008,11 @@ async fn other_clients_are_unaffected_by_a_hostile_client() {
         for i in 0..PLAYERS {
             let player = format!("g{i}");
             let score = i * 7 - 500;
-            assert_eq!(good.set("good", &player, score, "set").await.expect("good set"), score, "good set of {player}");
+            assert_eq!(
+                good.set("good", &player, score, Mode::Set).await.expect("good set"),
+                score,
+                "good set of {player}"
+            );
             if i % 10 == 9 {
                 assert_eq!(get(&mut good, "good", &player).await, Some(score), "good read-back of {player}");
                 assert_eq!(good.count("good").await.expect("count"), (i + 1) as u64, "good count after {player}");
@@ -1083,7 +1093,7 @@ async fn other_clients_are_unaffected_by_a_hostile_client() {
 async fn pipelined_good_and_bad_requests_are_answered_in_order() {
     let server = Server::start(3);
     let mut c = server.client().await;
-    c.set("pipe", "seed", 100, "set").await.expect("seed");
+    c.set("pipe", "seed", 100, Mode::Set).await.expect("seed");
 
     // (body, expected id, Ok(result) or Err(code))
     type Expect = (Vec<u8>, u64, Result<Value, &'static str>);

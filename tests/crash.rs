@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
-use rankd::client::{set_call, Call, Client};
+use rankd_client::{set_call, Call, Client, Mode, OpKind};
+use rmpv::Value;
 
 /// What the writers saw acknowledged.
 #[derive(Default)]
@@ -32,11 +33,11 @@ async fn writer(addr: String, cycle: usize, id: usize, acked: Arc<Mutex<Acked>>)
     for batch in 0.. {
         let players: Vec<(String, i64)> =
             (0..100).map(|i| (format!("c{cycle}-w{id}-{batch}-{i}"), (batch * 1000 + i) as i64 - 5000)).collect();
-        let mut calls: Vec<Call> = players.iter().map(|(p, s)| set_call("crash", p, *s, "set")).collect();
-        calls.push(set_call("crash", &counter, 1, "incr"));
+        let mut calls: Vec<Call> = players.iter().map(|(p, s)| set_call("crash", p, *s, Mode::Set)).collect();
+        calls.push(set_call("crash", &counter, 1, Mode::Incr));
         acked.lock().sent.extend(players.iter().cloned());
         incr_sent += 1;
-        match client.pipeline(&calls).await {
+        match client.pipeline::<Value>(&calls).await {
             Ok(replies) => {
                 let mut a = acked.lock();
                 for ((p, s), reply) in players.into_iter().zip(&replies) {
@@ -59,9 +60,11 @@ async fn writer(addr: String, cycle: usize, id: usize, acked: Arc<Mutex<Acked>>)
 async fn verify(client: &mut Client, acked: &Acked) {
     // Every acknowledged set is there with its value.
     for chunk in acked.sets.chunks(500) {
-        let calls: Vec<Call> =
-            chunk.iter().map(|(p, _)| Call::new("get").with("board", "crash").with("player", p.as_str())).collect();
-        let replies = client.pipeline(&calls).await.expect("reads after restart");
+        let calls: Vec<Call> = chunk
+            .iter()
+            .map(|(p, _)| Call::new(OpKind::Get).with("board", "crash").with("player", p.as_str()))
+            .collect();
+        let replies = client.pipeline::<Value>(&calls).await.expect("reads after restart");
         for ((p, s), r) in chunk.iter().zip(replies) {
             assert_eq!(r.expect("get").as_i64(), Some(*s), "acknowledged write to {p} lost");
         }
@@ -181,8 +184,8 @@ async fn sigterm_under_load_exits_zero_and_keeps_acknowledged_writes() {
 async fn sigterm_exits_when_the_storage_cannot_flush() {
     let mut server = common::Server::start(2);
     let mut client = server.client().await;
-    let calls: Vec<Call> = (0..2000).map(|i| set_call("gone", &format!("p{i}"), i, "set")).collect();
-    client.pipeline(&calls).await.expect("sets");
+    let calls: Vec<Call> = (0..2000).map(|i| set_call("gone", &format!("p{i}"), i, Mode::Set)).collect();
+    client.pipeline::<Value>(&calls).await.expect("sets");
     drop(client);
     std::fs::remove_dir_all(server.data_dir()).expect("remove the data dir");
     // terminate() fails the test if the process is still there after 30 s.

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
-use rankd::client::{set_call, Call, Client};
+use rankd_client::{set_call, Call, Client, Mode, OpKind};
+use rmpv::Value;
 
 #[derive(Default)]
 struct Ledger {
@@ -40,18 +41,18 @@ async fn writer(addr: String, cycle: usize, id: usize, ledger: Arc<Mutex<Ledger>
         for i in 0..50 {
             if !mine.is_empty() && rng.gen_bool(0.1) {
                 let player = mine.swap_remove(rng.gen_range(0..mine.len()));
-                calls.push(Call::new("remove").with("board", "loop").with("player", player.as_str()));
+                calls.push(Call::new(OpKind::Remove).with("board", "loop").with("player", player.as_str()));
                 effects.push((player, None));
             } else {
                 let player = format!("c{cycle}-w{id}-{batch}-{i}");
                 let score = rng.gen_range(-1000..1000);
-                calls.push(set_call("loop", &player, score, "set"));
+                calls.push(set_call("loop", &player, score, Mode::Set));
                 effects.push((player, Some(score)));
             }
         }
-        calls.push(set_call("loop", &counter, 1, "incr"));
+        calls.push(set_call("loop", &counter, 1, Mode::Incr));
         ledger.lock().counters.entry(counter.clone()).or_default().1 += 1;
-        let Ok(replies) = client.pipeline(&calls).await else {
+        let Ok(replies) = client.pipeline::<Value>(&calls).await else {
             ledger.lock().in_doubt.extend(effects);
             break;
         };
@@ -77,9 +78,11 @@ async fn writer(addr: String, cycle: usize, id: usize, ledger: Arc<Mutex<Ledger>
 async fn reader(addr: String) {
     let Ok(mut client) = Client::connect(addr.as_str()).await else { return };
     loop {
-        let calls =
-            [Call::new("count").with("board", "loop"), Call::new("top").with("board", "loop").with("limit", 20)];
-        match client.pipeline(&calls).await {
+        let calls = [
+            Call::new(OpKind::Count).with("board", "loop"),
+            Call::new(OpKind::Top).with("board", "loop").with("limit", 20),
+        ];
+        match client.pipeline::<Value>(&calls).await {
             Ok(replies) => {
                 for r in replies {
                     if let Err(e) = r {
@@ -128,9 +131,11 @@ async fn acknowledged_writes_survive_dozens_of_kill_9s() {
         };
         let players: Vec<(&String, &Option<i64>)> = expected.iter().collect();
         for chunk in players.chunks(1000) {
-            let calls: Vec<Call> =
-                chunk.iter().map(|(p, _)| Call::new("get").with("board", "loop").with("player", p.as_str())).collect();
-            let replies = client.pipeline(&calls).await.expect("reads after restart");
+            let calls: Vec<Call> = chunk
+                .iter()
+                .map(|(p, _)| Call::new(OpKind::Get).with("board", "loop").with("player", p.as_str()))
+                .collect();
+            let replies = client.pipeline::<Value>(&calls).await.expect("reads after restart");
             for ((player, want), got) in chunk.iter().zip(replies) {
                 let got = got.expect("get").as_i64();
                 let doubtful = in_doubt.get(*player).is_some_and(|maybe| *maybe == got);

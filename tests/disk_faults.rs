@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rankd::client::set_call;
+use rankd_client::{set_call, Mode, Order, Ties};
+use rmpv::Value;
 
 /// A tmpfs mounted for the test, unmounted on drop.
 struct Tmpfs {
@@ -70,11 +71,11 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     let mut client = server.client().await;
     // Dense ties: a refused write's score was already counted as distinct
     // when its batch was sealed, and must be forgotten on recovery.
-    client.create_board("disk", "desc", "dense").await.unwrap();
+    client.create_board("disk", Order::Desc, Ties::Dense).await.unwrap();
     let mut acked: Vec<(String, i64)> = Vec::new();
     for i in 0..200 {
         let player = format!("before-{i}");
-        client.set("disk", &player, i, "set").await.unwrap();
+        client.set("disk", &player, i, Mode::Set).await.unwrap();
         acked.push((player, i));
     }
 
@@ -93,8 +94,8 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
                 (format!("during-{seq}"), 1000 + seq) // scores no one else holds
             })
             .collect();
-        let calls: Vec<_> = batch.iter().map(|(player, score)| set_call("disk", player, *score, "set")).collect();
-        let replies = client.pipeline(&calls).await.expect("connection survives");
+        let calls: Vec<_> = batch.iter().map(|(player, score)| set_call("disk", player, *score, Mode::Set)).collect();
+        let replies = client.pipeline::<Value>(&calls).await.expect("connection survives");
         for ((player, score), reply) in batch.into_iter().zip(replies) {
             match reply {
                 Ok(stored) => {
@@ -121,7 +122,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     std::fs::remove_file(&filler).unwrap();
     let resumed = Instant::now();
     loop {
-        match client.set("disk", "after", 1, "set").await {
+        match client.set("disk", "after", 1, Mode::Set).await {
             Ok(_) => break,
             Err(e) => {
                 assert_eq!(e.code(), Some("internal"));

@@ -29,14 +29,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::field;
-use fuzz_checks::{check_frames, check_parse, check_rejection, encode_value, frame, request_value, ALL_CODES};
+use fuzz_checks::{
+    check_frames, check_parse, check_rejection, encode_value, frame, request_value, ALL_CODES, OP_NAMES,
+};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
-use rankd::protocol::frame::{FrameReader, DEFAULT_MAX_FRAME};
-use rankd::protocol::request::{parse, Op, Request, View, OP_NAMES};
+use rankd::protocol::request::{parse, Op, Request, View};
+use rankd_client::frame::FrameReader;
+use rankd_client::protocol::DEFAULT_MAX_FRAME;
 use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
 use rmpv::Value;
 use tokio::io::AsyncWriteExt;
@@ -462,7 +465,7 @@ fn set_many_limit_is_exact() {
     assert!(matches!(&req.op, Op::SetMany { entries, .. } if entries.len() == 10_000));
     let over = parse(&set_many_body(6, 10_001, &[])).expect_err("10001 entries");
     check_rejection(&over);
-    assert_eq!((over.id, over.op, over.error.code()), (6, Some("set_many"), "too_large"));
+    assert_eq!((over.id, over.op.map(|op| op.name()), over.error.code().name()), (6, Some("set_many"), "too_large"));
 }
 
 // ------------------------------------------------------------ properties --
@@ -502,7 +505,7 @@ proptest! {
         match check_parse(&body) {
             Some(req) => {
                 prop_assert_eq!(Some(req.id), id);
-                prop_assert_eq!(sent("op").and_then(Value::as_str), Some(req.op.name()));
+                prop_assert_eq!(sent("op").and_then(Value::as_str), Some(req.op.kind().name()));
                 let Value::Map(canonical) = request_value(&req) else { unreachable!() };
                 for (k, v) in &canonical {
                     let k = k.as_str().unwrap();
@@ -525,7 +528,7 @@ proptest! {
             None => {
                 let rejected = parse(&body).unwrap_err();
                 check_rejection(&rejected);
-                let code = rejected.error.code();
+                let code = rejected.error.code().name();
                 if code == "too_large" && rejected.op.is_none() {
                     // Over the decoder's value budget (check_parse checked it
                     // is more than a full set_many needs): refused unread.
@@ -540,7 +543,7 @@ proptest! {
                             Some(op) => match op.as_str() {
                                 Some(name) if OP_NAMES.contains(&name) => {
                                     prop_assert!(matches!(code, "bad_request" | "too_large"), "{}", code);
-                                    prop_assert_eq!(rejected.op, Some(name));
+                                    prop_assert_eq!(rejected.op.map(|op| op.name()), Some(name));
                                 }
                                 Some(_) => prop_assert_eq!(code, "unknown_op"),
                                 None => prop_assert_eq!(code, "bad_request"),
@@ -670,7 +673,7 @@ async fn live_server_answers_random_frames_in_order() {
         expect.push(match parse(body) {
             _ if body.is_empty() => Expect::Refused(0, "bad_frame"),
             Ok(req) => Expect::Accepted(req.id),
-            Err(rejected) => Expect::Refused(rejected.id, rejected.error.code()),
+            Err(rejected) => Expect::Refused(rejected.id, rejected.error.code().name()),
         });
     }
     let final_ping = 9_999_999;

@@ -2,6 +2,8 @@
 
 mod common;
 
+use rankd_client::{Mode, OpKind};
+use rmpv::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
@@ -37,10 +39,10 @@ async fn counters_rise_by_the_requests_served() {
     let (_, before) = http_get(&server.metrics_addr, "/metrics");
     let sets_before = sample(&before, "rankd_requests_total", &[r#"op="set""#, r#"outcome="ok""#]);
     let mut client = server.client().await;
-    let calls: Vec<_> = (0..250).map(|i| rankd::client::set_call("m", &format!("p{i}"), i, "set")).collect();
-    client.pipeline(&calls).await.expect("sets");
+    let calls: Vec<_> = (0..250).map(|i| rankd_client::set_call("m", &format!("p{i}"), i, Mode::Set)).collect();
+    client.pipeline::<Value>(&calls).await.expect("sets");
     client.rank("m", "p3").await.expect("rank");
-    client.call(rankd::client::Call::new("no_such_op")).await.expect_err("unknown op");
+    client.call::<Value>(rankd_client::Call::named("no_such_op")).await.expect_err("unknown op");
 
     let (_, after) = http_get(&server.metrics_addr, "/metrics");
     assert_eq!(sample(&after, "rankd_requests_total", &[r#"op="set""#, r#"outcome="ok""#]) - sets_before, 250.0);
@@ -82,8 +84,8 @@ async fn lone_ranks_are_answered_in_place_and_pipelines_queued() {
     for (flags, lone_in_place) in [(&[][..], true), (&["--debug-queue-ranks"][..], false)] {
         let server = common::Server::start_with(2, flags);
         let mut client = server.client().await;
-        let calls: Vec<_> = (0..100).map(|i| rankd::client::set_call("m", &format!("p{i}"), i, "set")).collect();
-        client.pipeline(&calls).await.expect("sets");
+        let calls: Vec<_> = (0..100).map(|i| rankd_client::set_call("m", &format!("p{i}"), i, Mode::Set)).collect();
+        client.pipeline::<Value>(&calls).await.expect("sets");
         let in_place = || sample(&http_get(&server.metrics_addr, "/metrics").1, "rankd_ranks_in_place_total", &[]);
         for i in 0..20 {
             let rank = client.rank("m", &format!("p{i}")).await.expect("rank").expect("ranked");
@@ -96,9 +98,9 @@ async fn lone_ranks_are_answered_in_place_and_pipelines_queued() {
             assert_eq!(lone, 0.0, "{flags:?}");
         }
         let ranks: Vec<_> = (0..64)
-            .map(|i| rankd::client::Call::new("rank").with("board", "m").with("player", format!("p{i}")))
+            .map(|i| rankd_client::Call::new(OpKind::Rank).with("board", "m").with("player", format!("p{i}")))
             .collect();
-        client.pipeline(&ranks).await.expect("ranks");
+        client.pipeline::<Value>(&ranks).await.expect("ranks");
         let pipelined = in_place() - lone;
         assert!(pipelined <= 4.0, "{pipelined} of 64 pipelined ranks answered in place ({flags:?})");
     }
@@ -108,7 +110,7 @@ async fn lone_ranks_are_answered_in_place_and_pipelines_queued() {
 async fn a_slow_commit_shows_in_the_commit_histogram() {
     let server = common::Server::start_with(1, &["--debug-commit-delay-ms", "300"]);
     let mut client = server.client().await;
-    client.set("slow", "p", 1, "set").await.expect("set");
+    client.set("slow", "p", 1, Mode::Set).await.expect("set");
     let (_, text) = http_get(&server.metrics_addr, "/metrics");
     let total = sample(&text, "rankd_shard_commit_seconds_count", &[]);
     let fast = sample(&text, "rankd_shard_commit_seconds_bucket", &[r#"le="0.25""#]);
@@ -129,9 +131,9 @@ async fn checkpoints_start_leaf_repacking_and_ranks_stay_exact() {
     let score = |i: i64| i * 7919 % 2003;
     for chunk in 0..4i64 {
         let calls: Vec<_> = (chunk * 500..(chunk + 1) * 500)
-            .map(|i| rankd::client::set_call("r", &format!("p{i}"), score(i), "set"))
+            .map(|i| rankd_client::set_call("r", &format!("p{i}"), score(i), Mode::Set))
             .collect();
-        client.pipeline(&calls).await.expect("sets");
+        client.pipeline::<Value>(&calls).await.expect("sets");
     }
     // 1000 players a shard, at most 64 keys a leaf: 16+ leaves each, and a
     // pass after each of dozens of checkpoints.
@@ -157,9 +159,9 @@ async fn checkpoints_start_leaf_repacking_and_ranks_stay_exact() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let calls: Vec<_> = (0..2000)
-        .map(|i| rankd::client::Call::new("rank").with("board", "r").with("player", format!("p{i}")))
+        .map(|i| rankd_client::Call::new(OpKind::Rank).with("board", "r").with("player", format!("p{i}")))
         .collect();
-    let replies = client.pipeline(&calls).await.expect("ranks");
+    let replies = client.pipeline::<Value>(&calls).await.expect("ranks");
     for (i, reply) in (0..2000i64).zip(replies) {
         let above = (0..2000).filter(|j| score(*j) > score(i)).count() as u64;
         let reply = reply.expect("rank");
@@ -202,9 +204,9 @@ async fn a_starved_runs_thread_holds_writes_back_instead_of_piling_up_runs() {
         let mut written = 0;
         while std::time::Instant::now() < deadline {
             let calls: Vec<_> = (written..written + 2 * RUN_EVERY)
-                .map(|i| rankd::client::set_call("starved", &format!("p{i}"), i as i64, "set"))
+                .map(|i| rankd_client::set_call("starved", &format!("p{i}"), i as i64, Mode::Set))
                 .collect();
-            for reply in client.pipeline(&calls).await.expect("pipeline") {
+            for reply in client.pipeline::<Value>(&calls).await.expect("pipeline") {
                 reply.expect("set acknowledged");
             }
             written += calls.len();

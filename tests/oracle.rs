@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use common::field;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rankd::client::{Call, Client};
-use rankd::protocol::{Entry, RankInfo};
+use rankd_client::{set_call, Call, Client, Entry, Mode, OpKind, Order, RankInfo, Ties};
 use rmpv::Value;
 
 const TIES: [&str; 3] = ["competition", "dense", "ordinal"];
@@ -127,10 +126,10 @@ fn value_entries(v: &Value) -> Vec<Entry> {
 async fn check_board(client: &mut Client, name: &str, board: &OracleBoard, rng: &mut StdRng, context: &str) {
     let sorted = board.sorted();
     let names = player_names();
-    let mut calls = vec![Call::new("count").with("board", name)];
+    let mut calls = vec![Call::new(OpKind::Count).with("board", name)];
     for p in &names {
-        calls.push(Call::new("get").with("board", name).with("player", p.as_str()));
-        calls.push(Call::new("rank").with("board", name).with("player", p.as_str()));
+        calls.push(Call::new(OpKind::Get).with("board", name).with("player", p.as_str()));
+        calls.push(Call::new(OpKind::Rank).with("board", name).with("player", p.as_str()));
     }
     let probe_scores: Vec<i64> = (0..8)
         .map(|_| random_score(rng))
@@ -138,28 +137,28 @@ async fn check_board(client: &mut Client, name: &str, board: &OracleBoard, rng: 
         .chain(sorted.iter().map(|e| e.1).take(5))
         .collect();
     for &s in &probe_scores {
-        calls.push(Call::new("rank_of_score").with("board", name).with("score", s));
+        calls.push(Call::new(OpKind::RankOfScore).with("board", name).with("score", s));
     }
     let n = sorted.len() as u64;
     let mut windows: Vec<(u64, u64)> =
         vec![(10, 0), (1000, 0), (3, 1), (5, n / 2), (2, n.saturating_sub(1)), (4, n), (4, n + 7)];
     windows.extend((0..4).map(|_| (rng.gen_range(0..6), rng.gen_range(0..n + 2))));
     for &(limit, offset) in &windows {
-        calls.push(Call::new("top").with("board", name).with("limit", limit).with("offset", offset));
+        calls.push(Call::new(OpKind::Top).with("board", name).with("limit", limit).with("offset", offset));
     }
     let around: Vec<(String, u64, u64)> = (0..6)
         .map(|_| (names[rng.gen_range(0..names.len())].clone(), rng.gen_range(0..5), rng.gen_range(0..5)))
         .collect();
     for (p, before, after) in &around {
         calls.push(
-            Call::new("around")
+            Call::new(OpKind::Around)
                 .with("board", name)
                 .with("player", p.as_str())
                 .with("before", *before)
                 .with("after", *after),
         );
     }
-    let replies = client.pipeline(&calls).await.expect("pipeline");
+    let replies = client.pipeline::<Value>(&calls).await.expect("pipeline");
     let mut replies = replies.into_iter().map(|r| r.expect("read succeeds"));
     let mut next = || replies.next().expect("a reply per call");
 
@@ -221,7 +220,13 @@ async fn run_against_oracle(shards: usize, seed: u64, flags: &[&str]) {
     for ties in TIES {
         for order in ORDERS {
             let name = format!("b_{ties}_{order}");
-            assert!(client.create_board(&name, order, ties).await.expect("create"), "{name} is new");
+            assert!(
+                client
+                    .create_board(&name, Order::from_name(order).unwrap(), Ties::from_name(ties).unwrap())
+                    .await
+                    .expect("create"),
+                "{name} is new"
+            );
             boards.push((name, OracleBoard { desc: order == "desc", ties, players: HashMap::new() }));
         }
     }
@@ -235,7 +240,7 @@ async fn run_against_oracle(shards: usize, seed: u64, flags: &[&str]) {
                 match rng.gen_range(0..10) {
                     0 => {
                         let present = board.players.remove(player).is_some();
-                        calls.push(Call::new("remove").with("board", name.as_str()).with("player", player));
+                        calls.push(Call::new(OpKind::Remove).with("board", name.as_str()).with("player", player));
                         expected.push(Some(Value::from(present)));
                     }
                     1 => {
@@ -262,7 +267,10 @@ async fn run_against_oracle(shards: usize, seed: u64, flags: &[&str]) {
                             .map(|(p, s)| Value::Array(vec![p.as_str().into(), (*s).into()]))
                             .collect::<Vec<_>>();
                         calls.push(
-                            Call::new("set_many").with("board", name.as_str()).with("entries", list).with("mode", mode),
+                            Call::new(OpKind::SetMany)
+                                .with("board", name.as_str())
+                                .with("entries", list)
+                                .with("mode", mode),
                         );
                         expected.push(Some(Value::Array(stored)));
                     }
@@ -279,12 +287,12 @@ async fn run_against_oracle(shards: usize, seed: u64, flags: &[&str]) {
                         if stored.is_none() {
                             board.players = before; // overflow changes nothing
                         }
-                        calls.push(rankd::client::set_call(name, player, score, mode));
+                        calls.push(set_call(name, player, score, Mode::from_name(mode).unwrap()));
                         expected.push(stored.map(Value::from));
                     }
                 }
             }
-            let replies = client.pipeline(&calls).await.expect("pipeline");
+            let replies = client.pipeline::<Value>(&calls).await.expect("pipeline");
             for (i, (reply, want)) in replies.into_iter().zip(expected).enumerate() {
                 match (reply, want) {
                     (Ok(got), Some(want)) => assert_eq!(got, want, "{name} round {round} write {i}"),
@@ -336,11 +344,11 @@ async fn queued_ranks_match_oracle() {
 async fn dense_ranks_count_a_score_once_across_shards() {
     let server = common::Server::start(4);
     let mut client = server.client().await;
-    client.create_board("d", "desc", "dense").await.unwrap();
+    client.create_board("d", Order::Desc, Ties::Dense).await.unwrap();
     for i in 0..40 {
-        client.set("d", &format!("top{i}"), 100, "set").await.unwrap();
+        client.set("d", &format!("top{i}"), 100, Mode::Set).await.unwrap();
     }
-    client.set("d", "second", 50, "set").await.unwrap();
+    client.set("d", "second", 50, Mode::Set).await.unwrap();
     let rank = client.rank("d", "second").await.unwrap().unwrap();
     assert_eq!(rank.rank, 2, "forty players at 100 are one distinct better score");
     assert_eq!(client.rank_of_score("d", 10).await.unwrap(), 3);
@@ -352,7 +360,7 @@ async fn dense_ranks_count_a_score_once_across_shards() {
     let mut client = server.client().await;
     assert_eq!(client.rank("d", "second").await.unwrap().unwrap().rank, 2);
     client.remove("d", "second").await.unwrap();
-    client.set("d", "third", 10, "set").await.unwrap();
+    client.set("d", "third", 10, Mode::Set).await.unwrap();
     assert_eq!(client.rank("d", "third").await.unwrap().unwrap().rank, 2);
 }
 
@@ -362,7 +370,7 @@ async fn dense_ranks_count_a_score_once_across_shards() {
 async fn deep_offsets_are_exact_on_a_large_board() {
     let server = common::Server::start(3);
     let mut client = server.client().await;
-    client.create_board("big", "desc", "competition").await.unwrap();
+    client.create_board("big", Order::Desc, Ties::Competition).await.unwrap();
     let mut oracle = OracleBoard { desc: true, ties: "competition", players: HashMap::new() };
     let mut rng = StdRng::seed_from_u64(99);
     for chunk in 0..10 {
@@ -372,7 +380,7 @@ async fn deep_offsets_are_exact_on_a_large_board() {
         }
         let list: Vec<Value> =
             entries.iter().map(|(p, s)| Value::Array(vec![p.as_str().into(), (*s).into()])).collect();
-        client.call(Call::new("set_many").with("board", "big").with("entries", list)).await.unwrap();
+        client.call::<Value>(Call::new(OpKind::SetMany).with("board", "big").with("entries", list)).await.unwrap();
     }
     let sorted = oracle.sorted();
     for offset in [0u64, 1, 999, 10_000, 17_777, 19_990, 19_999] {
@@ -396,14 +404,14 @@ async fn a_rank_sees_the_writes_sent_before_it() {
     let owner = rankd::router::shard_of(ranked, shards);
     let others: Vec<String> =
         (0..).map(|i| format!("rival-{i}")).filter(|p| rankd::router::shard_of(p, shards) != owner).take(40).collect();
-    client.set("b", ranked, 1_000_000, "set").await.unwrap();
+    client.set("b", ranked, 1_000_000, Mode::Set).await.unwrap();
     for (i, rival) in others.iter().enumerate() {
         let beaten = i as u64 + 1; // rivals so far, each set above `ranked`
         let calls = [
-            rankd::client::set_call("b", rival, 2_000_000, "set"),
-            Call::new("rank").with("board", "b").with("player", ranked),
+            rankd_client::set_call("b", rival, 2_000_000, Mode::Set),
+            Call::new(OpKind::Rank).with("board", "b").with("player", ranked),
         ];
-        let replies = client.pipeline(&calls).await.unwrap();
+        let replies = client.pipeline::<Value>(&calls).await.unwrap();
         let rank: RankInfo = rmpv::ext::from_value(replies[1].as_ref().unwrap().clone()).unwrap();
         assert_eq!(
             rank.rank,
@@ -430,17 +438,17 @@ async fn a_rank_behind_an_unanswered_write_sees_it() {
     for round in 0..300u64 {
         let score = round as i64 * 7 + 1;
         let (mut write, mut read) = (Vec::new(), Vec::new());
-        rankd::client::set_call("b", "p", score, "set").encode(2 * round + 1, &mut write);
-        Call::new("rank").with("board", "b").with("player", "p").encode(2 * round + 2, &mut read);
+        rankd_client::set_call("b", "p", score, Mode::Set).encode(2 * round + 1, &mut write);
+        Call::new(OpKind::Rank).with("board", "b").with("player", "p").encode(2 * round + 2, &mut read);
         client.send_raw(&write).await.unwrap();
         let sent = std::time::Instant::now();
         while sent.elapsed() < std::time::Duration::from_micros(20) {
             std::hint::spin_loop();
         }
         client.send_raw(&read).await.unwrap();
-        let written = client.read_raw().await.unwrap().expect("the set's reply");
+        let written = client.read_raw::<Value>().await.unwrap().expect("the set's reply");
         assert_eq!(field(&written, "ok"), Some(&Value::from(score)), "round {round}: {written}");
-        let ranked = client.read_raw().await.unwrap().expect("the rank's reply");
+        let ranked = client.read_raw::<Value>().await.unwrap().expect("the rank's reply");
         let rank: RankInfo = rmpv::ext::from_value(field(&ranked, "ok").expect("ok").clone()).unwrap();
         assert_eq!((rank.score, rank.rank, rank.count), (score, 1, 1), "round {round}");
     }
@@ -451,7 +459,7 @@ async fn a_rank_behind_an_unanswered_write_sees_it() {
 async fn other_shard_count_is_refused() {
     let mut server = common::Server::start(4);
     let mut client = server.client().await;
-    client.set("b", "p", 1, "set").await.unwrap();
+    client.set("b", "p", 1, Mode::Set).await.unwrap();
     drop(client);
     assert!(server.terminate().success(), "SIGTERM exits 0");
     let err = common::serve_fails(server.data_dir(), 2);

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use rankd::client::{set_call, Call, Client};
+use rankd_client::{set_call, Call, Client, Mode, OpKind};
 use rmpv::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -72,7 +72,7 @@ async fn a_thousand_greedy_connections_stay_bounded_and_others_are_served() {
         "pong"
     );
     let ping_time = started.elapsed();
-    match client.set("calm", "p", 1, "set").await {
+    match client.set("calm", "p", 1, Mode::Set).await {
         Ok(score) => assert_eq!(score, 1),
         Err(e) => assert_eq!(e.code(), Some("overloaded"), "only shedding may refuse it: {e}"),
     }
@@ -110,7 +110,7 @@ async fn a_thousand_greedy_connections_stay_bounded_and_others_are_served() {
     // Once the flood is gone (the queued commands take a few slow commits),
     // everything is normal again.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(client.set("calm", "q", 2, "set").await.unwrap(), 2);
+    assert_eq!(client.set("calm", "q", 2, Mode::Set).await.unwrap(), 2);
 }
 
 #[tokio::test]
@@ -123,9 +123,9 @@ async fn connections_over_the_limit_are_told_and_closed() {
         held.push(c);
     }
     let mut extra = Client::connect(server.addr.as_str()).await.unwrap();
-    let reply = extra.read_raw().await.unwrap().expect("one reply before closing");
+    let reply = extra.read_raw::<Value>().await.unwrap().expect("one reply before closing");
     assert_eq!(reply["err"]["code"].as_str(), Some("overloaded"));
-    assert!(extra.read_raw().await.unwrap().is_none(), "then closed");
+    assert!(extra.read_raw::<Value>().await.unwrap().is_none(), "then closed");
     drop(held.pop());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut again = server.client().await;
@@ -144,8 +144,8 @@ async fn idle_and_half_open_connections_are_closed() {
     // An active client is not affected by the timeout.
     let mut client = server.client().await;
     for _ in 0..3 {
-        client.call(Call::new("ping")).await.unwrap();
+        client.call::<Value>(Call::new(OpKind::Ping)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
-    client.call(set_call("b", "p", 1, "set")).await.unwrap();
+    client.call::<Value>(set_call("b", "p", 1, Mode::Set)).await.unwrap();
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rankd::client::{set_call, Call, Client};
+use rankd_client::{set_call, Call, Client, Mode, OpKind, Order, Ties};
 use rmpv::Value as Msg;
 use serde_json::Value;
 
@@ -188,35 +188,41 @@ impl Drop for Prometheus {
 /// One round of traffic that moves every series the dashboard shows: every
 /// op, writes to both shards, multi-step reads, client errors, and a new
 /// connection.
-async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), rankd::client::ClientError> {
+async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), rankd_client::ClientError> {
     let player = |i: u64| format!("player-{}", i % 3000);
     let mut calls: Vec<Call> = (0..64)
-        .map(|j| set_call("season", &player(round * 64 + j), ((round * 7919 + j * 104_729) % 100_000) as i64, "set"))
+        .map(|j| {
+            set_call("season", &player(round * 64 + j), ((round * 7919 + j * 104_729) % 100_000) as i64, Mode::Set)
+        })
         .collect();
     let entries: Vec<Msg> = (0..16)
         .map(|j| Msg::Array(vec![Msg::from(player(round * 31 + j * 97)), Msg::from((round * 13 + j) as i64)]))
         .collect();
-    calls.push(Call::new("set_many").with("board", "season").with("entries", Msg::Array(entries)));
+    calls.push(Call::new(OpKind::SetMany).with("board", "season").with("entries", Msg::Array(entries)));
     let someone = player(round * 17);
     calls.extend([
-        Call::new("ping"),
-        Call::new("auth").with("token", "t"),
-        Call::new("get").with("board", "season").with("player", someone.as_str()),
-        Call::new("count").with("board", "season"),
-        Call::new("rank").with("board", "season").with("player", someone.as_str()),
-        Call::new("rank_of_score").with("board", "season").with("score", 50_000),
-        Call::new("top").with("board", "season").with("limit", 10),
+        Call::new(OpKind::Ping),
+        Call::new(OpKind::Auth).with("token", "t"),
+        Call::new(OpKind::Get).with("board", "season").with("player", someone.as_str()),
+        Call::new(OpKind::Count).with("board", "season"),
+        Call::new(OpKind::Rank).with("board", "season").with("player", someone.as_str()),
+        Call::new(OpKind::RankOfScore).with("board", "season").with("score", 50_000),
+        Call::new(OpKind::Top).with("board", "season").with("limit", 10),
         // a deep offset: a multi-step read of ~22 fan-out rounds
-        Call::new("top").with("board", "season").with("limit", 5).with("offset", 700 + round % 500),
-        Call::new("around").with("board", "season").with("player", someone.as_str()).with("before", 3).with("after", 3),
-        Call::new("boards"),
-        Call::new("remove").with("board", "season").with("player", player(round * 17 + 1).as_str()),
+        Call::new(OpKind::Top).with("board", "season").with("limit", 5).with("offset", 700 + round % 500),
+        Call::new(OpKind::Around)
+            .with("board", "season")
+            .with("player", someone.as_str())
+            .with("before", 3)
+            .with("after", 3),
+        Call::new(OpKind::Boards),
+        Call::new(OpKind::Remove).with("board", "season").with("player", player(round * 17 + 1).as_str()),
         // client errors: unknown op, a limit over the maximum, a board config conflict
-        Call::new("no_such_op"),
-        Call::new("top").with("board", "season").with("limit", 5000),
-        Call::new("create_board").with("board", "season").with("order", "asc"),
+        Call::named("no_such_op"),
+        Call::new(OpKind::Top).with("board", "season").with("limit", 5000),
+        Call::new(OpKind::CreateBoard).with("board", "season").with("order", "asc"),
     ]);
-    for result in client.pipeline(&calls).await? {
+    for result in client.pipeline::<rmpv::Value>(&calls).await? {
         match result {
             // a server error code is expected; a broken connection is not
             Err(e) if e.code().is_none() => return Err(e),
@@ -224,7 +230,7 @@ async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), r
         }
     }
     let scratch = format!("scratch-{round}");
-    client.create_board(&scratch, "desc", "competition").await?;
+    client.create_board(&scratch, Order::Desc, Ties::Competition).await?;
     client.drop_board(&scratch).await?;
     // A rank sent alone, which is answered in place.
     client.rank("season", &someone).await?;
@@ -323,7 +329,7 @@ async fn every_dashboard_query_returns_data_from_a_live_rankd() {
     tool("prometheus", "PROMETHEUS"); // fail fast, before starting anything
     let server = common::Server::start(2);
     let mut client = server.client().await;
-    client.create_board("season", "desc", "competition").await.expect("create board");
+    client.create_board("season", Order::Desc, Ties::Competition).await.expect("create board");
 
     // Load in the background for as long as Prometheus scrapes.
     let stop = Arc::new(AtomicBool::new(false));

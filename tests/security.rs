@@ -6,7 +6,8 @@ mod common;
 
 use std::process::Command;
 
-use rankd::client::Call;
+use rankd_client::{Call, Mode, OpKind};
+use rmpv::Value;
 
 const TOKEN: &str = "correct-horse-battery-staple";
 
@@ -16,22 +17,25 @@ async fn every_op_but_ping_and_auth_waits_for_a_successful_auth() {
     let mut client = server.client().await;
     assert_eq!(client.ping().await.unwrap(), "pong", "ping needs no token");
     for call in [
-        rankd::client::set_call("b", "p", 1, "set"),
-        Call::new("get").with("board", "b").with("player", "p"),
-        Call::new("boards"),
-        Call::new("top").with("board", "b"),
-        Call::new("create_board").with("board", "b"),
+        rankd_client::set_call("b", "p", 1, Mode::Set),
+        Call::new(OpKind::Get).with("board", "b").with("player", "p"),
+        Call::new(OpKind::Boards),
+        Call::new(OpKind::Top).with("board", "b"),
+        Call::new(OpKind::CreateBoard).with("board", "b"),
     ] {
-        let err = client.call(call).await.expect_err("refused before auth");
+        let err = client.call::<Value>(call).await.expect_err("refused before auth");
         assert_eq!(err.code(), Some("unauthorized"));
     }
-    let err = client.call(Call::new("auth").with("token", "wrong")).await.expect_err("wrong token");
+    let err = client.call::<Value>(Call::new(OpKind::Auth).with("token", "wrong")).await.expect_err("wrong token");
     assert_eq!(err.code(), Some("unauthorized"));
     assert_eq!(client.count("b").await.unwrap_err().code(), Some("unauthorized"), "still locked");
 
     // Auth and a write pipelined together: order decides.
     let replies = client
-        .pipeline(&[Call::new("auth").with("token", TOKEN), rankd::client::set_call("b", "p", 7, "set")])
+        .pipeline::<Value>(&[
+            Call::new(OpKind::Auth).with("token", TOKEN),
+            rankd_client::set_call("b", "p", 7, Mode::Set),
+        ])
         .await
         .unwrap();
     assert_eq!(replies[0].as_ref().unwrap().as_bool(), Some(true));
@@ -65,9 +69,9 @@ fn the_token_can_come_from_the_environment_and_is_never_logged() {
     let addr = line.split_whitespace().nth(3).unwrap().to_string();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let mut client = rankd::client::Client::connect(addr.as_str()).await.unwrap();
+        let mut client = rankd_client::Client::connect(addr.as_str()).await.unwrap();
         assert_eq!(client.count("b").await.unwrap_err().code(), Some("unauthorized"));
-        client.call(Call::new("auth").with("token", TOKEN)).await.unwrap();
+        client.call::<Value>(Call::new(OpKind::Auth).with("token", TOKEN)).await.unwrap();
         assert_eq!(client.count("b").await.unwrap(), 0);
     });
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();

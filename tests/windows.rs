@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rankd::client::{set_call, Call, Client};
+use rankd_client::{set_call, Call, Client, Mode, OpKind, Order, Ties};
 use rmpv::Value;
 
 /// 2026-06-01T00:00:00Z.
@@ -20,7 +20,7 @@ const BOUNDARY: i64 = 1_780_272_000;
 fn server_before_boundary(lead: i64) -> (common::Server, SystemTime) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
     let offset = (BOUNDARY - lead - now).to_string();
-    let server = common::Server::start_with_env(2, &[], &[(rankd::clock::OFFSET_ENV, offset.as_str())]);
+    let server = common::Server::start_with(2, &["--debug-clock-offset-secs", offset.as_str()]);
     let rollover = SystemTime::now() + Duration::from_secs(lead as u64);
     (server, rollover)
 }
@@ -33,8 +33,12 @@ async fn wait_until(at: SystemTime) {
 
 async fn get(client: &mut Client, board: &str, player: &str, window: &str, period: i64) -> Option<i64> {
     let v = client
-        .call(
-            Call::new("get").with("board", board).with("player", player).with("window", window).with("period", period),
+        .call::<Value>(
+            Call::new(OpKind::Get)
+                .with("board", board)
+                .with("player", player)
+                .with("window", window)
+                .with("period", period),
         )
         .await
         .expect("get");
@@ -43,7 +47,7 @@ async fn get(client: &mut Client, board: &str, player: &str, window: &str, perio
 
 async fn count(client: &mut Client, board: &str, window: &str, period: i64) -> u64 {
     client
-        .call(Call::new("count").with("board", board).with("window", window).with("period", period))
+        .call::<Value>(Call::new(OpKind::Count).with("board", board).with("window", window).with("period", period))
         .await
         .expect("count")
         .as_u64()
@@ -53,7 +57,7 @@ async fn count(client: &mut Client, board: &str, window: &str, period: i64) -> u
 async fn create(client: &mut Client, board: &str, mode_windows: &[&str], keep: u64) {
     let windows: Vec<Value> = mode_windows.iter().map(|w| Value::from(*w)).collect();
     let created = client
-        .call(Call::new("create_board").with("board", board).with("windows", windows).with("keep", keep))
+        .call::<Value>(Call::new(OpKind::CreateBoard).with("board", board).with("windows", windows).with("keep", keep))
         .await
         .expect("create_board");
     assert_eq!(created, Value::from(true));
@@ -65,15 +69,15 @@ async fn rollover_starts_new_periods_and_keeps_the_previous_ones() {
     let mut client = server.client().await;
     create(&mut client, "season", &["all", "daily", "weekly", "monthly"], 2).await;
     // Before the boundary: totals with incr; one write updates every window.
-    let calls = [set_call("season", "ann", 10, "incr"), set_call("season", "bob", 7, "incr")];
-    client.pipeline(&calls).await.expect("writes");
+    let calls = [set_call("season", "ann", 10, Mode::Incr), set_call("season", "bob", 7, Mode::Incr)];
+    client.pipeline::<Value>(&calls).await.expect("writes");
     for window in ["all", "daily", "weekly", "monthly"] {
         assert_eq!(get(&mut client, "season", "ann", window, 0).await, Some(10), "{window} before rollover");
     }
 
     wait_until(rollover).await;
     client
-        .pipeline(&[set_call("season", "ann", 5, "incr"), set_call("season", "cy", 1, "incr")])
+        .pipeline::<Value>(&[set_call("season", "ann", 5, Mode::Incr), set_call("season", "cy", 1, Mode::Incr)])
         .await
         .expect("writes");
     // The all-time window keeps adding; each periodic window starts afresh.
@@ -91,7 +95,7 @@ async fn rollover_starts_new_periods_and_keeps_the_previous_ones() {
     assert_eq!(client.get("season", "ann").await.unwrap(), Some(15));
     // Past periods rank too.
     let top = client
-        .call(Call::new("top").with("board", "season").with("window", "daily").with("period", -1))
+        .call::<Value>(Call::new(OpKind::Top).with("board", "season").with("window", "daily").with("period", -1))
         .await
         .expect("top of yesterday");
     assert_eq!(top.as_array().map(Vec::len), Some(2));
@@ -100,14 +104,16 @@ async fn rollover_starts_new_periods_and_keeps_the_previous_ones() {
     // Views a board cannot have are refused.
     for (window, period) in [("daily", -3), ("all", -1)] {
         let err = client
-            .call(Call::new("count").with("board", "season").with("window", window).with("period", period))
+            .call::<Value>(
+                Call::new(OpKind::Count).with("board", "season").with("window", window).with("period", period),
+            )
             .await
             .expect_err("out of range");
         assert_eq!(err.code(), Some("bad_request"), "{window} {period}");
     }
-    client.create_board("alltime", "desc", "competition").await.unwrap();
+    client.create_board("alltime", Order::Desc, Ties::Competition).await.unwrap();
     let err = client
-        .call(Call::new("get").with("board", "alltime").with("player", "x").with("window", "daily"))
+        .call::<Value>(Call::new(OpKind::Get).with("board", "alltime").with("player", "x").with("window", "daily"))
         .await
         .expect_err("no such window");
     assert_eq!(err.code(), Some("bad_request"));
@@ -118,12 +124,12 @@ async fn windows_survive_kill_9_across_a_rollover() {
     let (mut server, rollover) = server_before_boundary(2);
     let mut client = server.client().await;
     create(&mut client, "daily_best", &["daily", "all"], 1).await;
-    client.set("daily_best", "ann", 50, "best").await.unwrap();
-    client.set("daily_best", "ann", 40, "best").await.unwrap();
+    client.set("daily_best", "ann", 50, Mode::Best).await.unwrap();
+    client.set("daily_best", "ann", 40, Mode::Best).await.unwrap();
     drop(client);
     wait_until(rollover).await;
     let mut client = server.client().await;
-    assert_eq!(client.set("daily_best", "ann", 30, "best").await.unwrap(), 30, "today's best starts afresh");
+    assert_eq!(client.set("daily_best", "ann", 30, Mode::Best).await.unwrap(), 30, "today's best starts afresh");
     drop(client);
     server.kill9();
     server.restart();

@@ -12,7 +12,7 @@
 mod alloc_meter;
 
 use libfuzzer_sys::fuzz_target;
-use rankd::protocol::frame::DEFAULT_MAX_FRAME;
+use rankd_client::protocol::DEFAULT_MAX_FRAME;
 
 #[global_allocator]
 static METER: alloc_meter::Meter = alloc_meter::Meter;

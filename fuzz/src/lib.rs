@@ -18,8 +18,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use rankd::protocol::frame::{FrameError, FrameReader};
-use rankd::protocol::request::{parse, Op, Rejected, Request, View, MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT, OP_NAMES};
+use rankd::protocol::request::{parse, Op, Rejected, Request, View};
+use rankd_client::frame::{FrameError, FrameReader};
+use rankd_client::protocol::{MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT};
 use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
 use rmpv::Value;
 use tokio::io::{AsyncRead, ReadBuf};
@@ -27,6 +28,25 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// Error codes a request decoder may answer with (protocol.md's code table,
 /// minus the ones only execution can produce).
 pub const DECODE_CODES: [&str; 4] = ["bad_frame", "bad_request", "unknown_op", "too_large"];
+
+/// Every op of protocol.md, written out here so the checks do not take the
+/// server's word for them.
+pub const OP_NAMES: [&str; 14] = [
+    "ping",
+    "auth",
+    "create_board",
+    "drop_board",
+    "boards",
+    "set",
+    "set_many",
+    "get",
+    "remove",
+    "count",
+    "rank",
+    "rank_of_score",
+    "top",
+    "around",
+];
 
 /// Every code of protocol.md.
 pub const ALL_CODES: [&str; 8] =
@@ -54,7 +74,8 @@ fn check_view(view: &View) {
 
 /// Asserts every protocol limit on a decoded request.
 pub fn check_request_invariants(req: &Request) {
-    assert!(OP_NAMES.contains(&req.op.name()), "op {} is not a protocol op", req.op.name());
+    let name = req.op.kind().name();
+    assert!(OP_NAMES.contains(&name), "op {name} is not a protocol op");
     let board_ok = |b: &str| assert!(protocol_board_ok(b), "invalid board name accepted: {b:?}");
     let player_ok = |p: &str| assert!(protocol_player_ok(p), "invalid player name accepted: {p:?}");
     match &req.op {
@@ -105,21 +126,22 @@ pub fn check_request_invariants(req: &Request) {
 
 /// Asserts a rejection is well-formed.
 pub fn check_rejection(rejected: &Rejected) {
-    let code = rejected.error.code();
+    let code = rejected.error.code().name();
     assert!(DECODE_CODES.contains(&code), "decoder answered code {code}");
-    if let Some(op) = rejected.op {
+    let op = rejected.op.map(|op| op.name());
+    if let Some(op) = op {
         assert!(OP_NAMES.contains(&op), "rejection names op {op:?}");
     }
     let msg = rejected.error.to_string();
     assert!(msg.len() <= MAX_ERROR_MSG, "error message of {} bytes echoes too much client text", msg.len());
     match code {
-        "bad_frame" => assert_eq!((rejected.id, rejected.op), (0, None), "bad_frame must carry id 0, no op"),
-        "unknown_op" => assert_eq!(rejected.op, None, "unknown_op names a known op"),
+        "bad_frame" => assert_eq!((rejected.id, op), (0, None), "bad_frame must carry id 0, no op"),
+        "unknown_op" => assert_eq!(op, None, "unknown_op names a known op"),
         // Either `entries` over its limit (the id and op were read), or the
         // whole frame over the decoder's value budget (refused before
         // anything was read).
         "too_large" => assert!(
-            rejected.op == Some("set_many") || (rejected.id, rejected.op) == (0, None),
+            op == Some("set_many") || (rejected.id, op) == (0, None),
             "too_large for op {:?} with id {}",
             rejected.op,
             rejected.id
@@ -199,7 +221,7 @@ pub fn check_parse(body: &[u8]) -> Option<Request> {
             check_rejection(rejected);
             // The decoder's value budget never refuses what a full set_many
             // (3 values per entry) needs.
-            if rejected.error.code() == "too_large" && rejected.op.is_none() {
+            if rejected.error.code().name() == "too_large" && rejected.op.is_none() {
                 // (A malformed frame may be refused either way once it has
                 // shown more values than the budget.)
                 let values = count_values(body).unwrap_or_else(|seen| seen);
@@ -267,7 +289,7 @@ pub fn request_value(req: &Request) -> Value {
             view_fields(view, &mut f);
         }
     }
-    let mut pairs = vec![(s("id"), Value::from(req.id)), (s("op"), s(req.op.name()))];
+    let mut pairs = vec![(s("id"), Value::from(req.id)), (s("op"), s(req.op.kind().name()))];
     pairs.extend(f.into_iter().map(|(k, v)| (s(k), v)));
     Value::Map(pairs)
 }

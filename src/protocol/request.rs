@@ -1,18 +1,13 @@
 //! Decoding a frame into a typed [`Request`], with an error that says which
 //! field is wrong. Unknown fields are ignored, as the protocol requires.
 
+use rankd_client::protocol::{MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT};
+use rankd_client::OpKind;
 use rankd_shards::board::{valid_board_name, valid_player_name};
 use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
 use rmpv::ValueRef;
 
 use crate::error::Error;
-
-/// `set_many` entries per request.
-pub const MAX_SET_MANY: usize = 10_000;
-/// `top` limit.
-pub const MAX_TOP_LIMIT: u64 = 1000;
-/// `around` before/after.
-pub const MAX_AROUND: u64 = 500;
 /// Decoder recursion budget. rmpv spends one unit per nesting level and one
 /// per string, so the deepest legal request (`entries`: map, list, pair,
 /// string) needs 5; anything far deeper is hostile and refused unrecursed.
@@ -57,23 +52,23 @@ pub enum Op {
 }
 
 impl Op {
-    /// The op's protocol name (also its metrics label).
-    pub fn name(&self) -> &'static str {
+    /// Which op this is (its protocol name, and its metrics' index).
+    pub fn kind(&self) -> OpKind {
         match self {
-            Self::Ping => "ping",
-            Self::Auth { .. } => "auth",
-            Self::CreateBoard { .. } => "create_board",
-            Self::DropBoard { .. } => "drop_board",
-            Self::Boards => "boards",
-            Self::Set { .. } => "set",
-            Self::SetMany { .. } => "set_many",
-            Self::Get { .. } => "get",
-            Self::Remove { .. } => "remove",
-            Self::Count { .. } => "count",
-            Self::Rank { .. } => "rank",
-            Self::RankOfScore { .. } => "rank_of_score",
-            Self::Top { .. } => "top",
-            Self::Around { .. } => "around",
+            Self::Ping => OpKind::Ping,
+            Self::Auth { .. } => OpKind::Auth,
+            Self::CreateBoard { .. } => OpKind::CreateBoard,
+            Self::DropBoard { .. } => OpKind::DropBoard,
+            Self::Boards => OpKind::Boards,
+            Self::Set { .. } => OpKind::Set,
+            Self::SetMany { .. } => OpKind::SetMany,
+            Self::Get { .. } => OpKind::Get,
+            Self::Remove { .. } => OpKind::Remove,
+            Self::Count { .. } => OpKind::Count,
+            Self::Rank { .. } => OpKind::Rank,
+            Self::RankOfScore { .. } => OpKind::RankOfScore,
+            Self::Top { .. } => OpKind::Top,
+            Self::Around { .. } => OpKind::Around,
         }
     }
 
@@ -81,34 +76,9 @@ impl Op {
     /// a multi-step read sent before it, so reads see exactly the writes sent
     /// before them on their connection.
     pub fn is_write(&self) -> bool {
-        matches!(
-            self,
-            Self::CreateBoard { .. }
-                | Self::DropBoard { .. }
-                | Self::Set { .. }
-                | Self::SetMany { .. }
-                | Self::Remove { .. }
-        )
+        self.kind().is_write()
     }
 }
-
-/// Every op name of the protocol.
-pub const OP_NAMES: [&str; 14] = [
-    "ping",
-    "auth",
-    "create_board",
-    "drop_board",
-    "boards",
-    "set",
-    "set_many",
-    "get",
-    "remove",
-    "count",
-    "rank",
-    "rank_of_score",
-    "top",
-    "around",
-];
 
 /// A frame that is not a valid request: the error to answer, with the
 /// request's id when it could be read (0 otherwise) and its op when known
@@ -118,7 +88,7 @@ pub struct Rejected {
     /// Echoed id, or 0.
     pub id: u64,
     /// The op, if `op` named one.
-    pub op: Option<&'static str>,
+    pub op: Option<OpKind>,
     /// What is wrong.
     pub error: Error,
 }
@@ -133,7 +103,7 @@ pub fn parse(body: &[u8]) -> Result<Request, Rejected> {
     )
 }
 
-type Parsed = (u64, Result<Op, (Option<&'static str>, Error)>);
+type Parsed = (u64, Result<Op, (Option<OpKind>, Error)>);
 
 /// Most msgpack values (at any depth) a request may hold: a full `set_many`
 /// is 3 per entry plus a few fields. Decoding allocates per value, so this
@@ -240,7 +210,7 @@ fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
         None => return Err((0, Error::BadRequest("missing field `id`".into()))),
         Some(v) => v.as_u64().ok_or_else(|| (0, Error::BadRequest("field `id` must be an unsigned integer".into())))?,
     };
-    let op = fields.op().map_err(|e| (OP_NAMES.iter().copied().find(|n| fields.get_str("op") == Some(n)), e));
+    let op = fields.op().map_err(|e| (fields.get_str("op").and_then(OpKind::from_name), e));
     Ok((id, op))
 }
 
@@ -270,36 +240,40 @@ impl<'a> Fields<'a> {
     }
 
     fn op(&self) -> Result<Op, Error> {
-        let op = self.str("op")?;
-        Ok(match op {
-            "ping" => Op::Ping,
-            "auth" => Op::Auth { token: self.str("token")?.to_string() },
-            "create_board" => Op::CreateBoard { board: self.board()?, config: self.config()? },
-            "drop_board" => Op::DropBoard { board: self.board()? },
-            "boards" => Op::Boards,
-            "set" => {
+        let name = self.str("op")?;
+        let Some(kind) = OpKind::from_name(name) else {
+            return Err(Error::UnknownOp(clip(name)));
+        };
+        Ok(match kind {
+            OpKind::Ping => Op::Ping,
+            OpKind::Auth => Op::Auth { token: self.str("token")?.to_string() },
+            OpKind::CreateBoard => Op::CreateBoard { board: self.board()?, config: self.config()? },
+            OpKind::DropBoard => Op::DropBoard { board: self.board()? },
+            OpKind::Boards => Op::Boards,
+            OpKind::Set => {
                 Op::Set { board: self.board()?, player: self.player()?, score: self.i64("score")?, mode: self.mode()? }
             }
-            "set_many" => Op::SetMany { board: self.board()?, entries: self.entries()?, mode: self.mode()? },
-            "get" => Op::Get { board: self.board()?, player: self.player()?, view: self.view()? },
-            "remove" => Op::Remove { board: self.board()?, player: self.player()? },
-            "count" => Op::Count { board: self.board()?, view: self.view()? },
-            "rank" => Op::Rank { board: self.board()?, player: self.player()?, view: self.view()? },
-            "rank_of_score" => Op::RankOfScore { board: self.board()?, score: self.i64("score")?, view: self.view()? },
-            "top" => Op::Top {
+            OpKind::SetMany => Op::SetMany { board: self.board()?, entries: self.entries()?, mode: self.mode()? },
+            OpKind::Get => Op::Get { board: self.board()?, player: self.player()?, view: self.view()? },
+            OpKind::Remove => Op::Remove { board: self.board()?, player: self.player()? },
+            OpKind::Count => Op::Count { board: self.board()?, view: self.view()? },
+            OpKind::Rank => Op::Rank { board: self.board()?, player: self.player()?, view: self.view()? },
+            OpKind::RankOfScore => {
+                Op::RankOfScore { board: self.board()?, score: self.i64("score")?, view: self.view()? }
+            }
+            OpKind::Top => Op::Top {
                 board: self.board()?,
                 limit: self.bounded("limit", 10, MAX_TOP_LIMIT)?,
                 offset: self.opt_u64("offset")?.unwrap_or(0),
                 view: self.view()?,
             },
-            "around" => Op::Around {
+            OpKind::Around => Op::Around {
                 board: self.board()?,
                 player: self.player()?,
                 before: self.bounded("before", 5, MAX_AROUND)?,
                 after: self.bounded("after", 5, MAX_AROUND)?,
                 view: self.view()?,
             },
-            other => return Err(Error::UnknownOp(other.chars().take(64).collect())),
         })
     }
 
@@ -475,6 +449,7 @@ fn clip(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rankd_client::ErrorCode;
     use rmpv::Value;
 
     fn encode(pairs: Vec<(&str, Value)>) -> Vec<u8> {
@@ -510,15 +485,15 @@ mod tests {
             ("score", "x".into()),
         ]);
         let rejected = parse(&body).unwrap_err();
-        assert_eq!((rejected.id, rejected.op), (9, Some("set")));
-        assert_eq!(rejected.error.code(), "bad_request");
+        assert_eq!((rejected.id, rejected.op), (9, Some(OpKind::Set)));
+        assert_eq!(rejected.error.code(), ErrorCode::BadRequest);
         assert!(rejected.error.to_string().contains("score"));
 
         let body = encode(vec![("id", 1.into()), ("op", "fly".into())]);
         assert_eq!(parse(&body).unwrap_err().error, Error::UnknownOp("fly".into()));
 
         let body = encode(vec![("id", 1.into()), ("op", "top".into()), ("board", "b".into()), ("limit", 1001.into())]);
-        assert_eq!(parse(&body).unwrap_err().error.code(), "bad_request");
+        assert_eq!(parse(&body).unwrap_err().error.code(), ErrorCode::BadRequest);
     }
 
     #[test]
@@ -537,7 +512,7 @@ mod tests {
         // memory than its size is refused before it is decoded.
         let many: Vec<Value> = (0..MAX_VALUES).map(|_| Value::Map(vec![(Value::Nil, Value::Nil)])).collect();
         let body = encode(vec![("id", 1.into()), ("op", "ping".into()), ("x", Value::Array(many))]);
-        assert_eq!(parse(&body).unwrap_err().error.code(), "too_large");
+        assert_eq!(parse(&body).unwrap_err().error.code(), ErrorCode::TooLarge);
     }
 
     #[test]
@@ -548,10 +523,10 @@ mod tests {
             parse(&body).unwrap_err(),
             Rejected { id: 0, op: None, error: Error::BadFrame("a request must be a msgpack map".into()) }
         );
-        assert_eq!(parse(&[0xc1]).unwrap_err().error.code(), "bad_frame");
+        assert_eq!(parse(&[0xc1]).unwrap_err().error.code(), ErrorCode::BadFrame);
         // A map announcing far more entries than the frame holds.
-        assert_eq!(parse(&[0xdf, 0xff, 0xff, 0xff, 0xff]).unwrap_err().error.code(), "bad_frame");
+        assert_eq!(parse(&[0xdf, 0xff, 0xff, 0xff, 0xff]).unwrap_err().error.code(), ErrorCode::BadFrame);
         // Deep nesting is refused, not recursed into.
-        assert_eq!(parse(&[0x91; 64]).unwrap_err().error.code(), "bad_frame");
+        assert_eq!(parse(&[0x91; 64]).unwrap_err().error.code(), ErrorCode::BadFrame);
     }
 }

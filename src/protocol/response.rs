@@ -1,10 +1,11 @@
 //! Encoding replies: `{"id", "ok"}` or `{"id", "err": {"code", "msg"}}`,
 //! framed, with string keys (rmp-serde's named encoding).
 
+use rankd_client::frame::write_frame_with;
+use rankd_client::{BoardInfo, Entry, RankInfo};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::protocol::frame::write_frame_with;
 
 /// A successful result, shaped as `protocol.md` lists it per op.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,45 +31,6 @@ pub enum Reply {
     Boards(Vec<BoardInfo>),
 }
 
-/// `rank`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct RankInfo {
-    /// 1-based rank under the board's tie rule.
-    pub rank: u64,
-    /// The player's score.
-    pub score: i64,
-    /// Players on the board.
-    pub count: u64,
-}
-
-/// One row of `top` / `around`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Entry {
-    /// Player name.
-    pub player: String,
-    /// Score.
-    pub score: i64,
-    /// 1-based rank under the board's tie rule.
-    pub rank: u64,
-}
-
-/// One row of `boards`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct BoardInfo {
-    /// Name.
-    pub board: String,
-    /// `desc` or `asc`.
-    pub order: String,
-    /// Tie rule.
-    pub ties: String,
-    /// Windows kept.
-    pub windows: Vec<String>,
-    /// Past periods kept.
-    pub keep: u32,
-    /// Players in the first window's current period.
-    pub count: u64,
-}
-
 #[derive(Serialize)]
 struct OkFrame<'a> {
     id: u64,
@@ -83,7 +45,7 @@ struct ErrFrame<'a> {
 
 #[derive(Serialize)]
 struct ErrBody<'a> {
-    code: &'static str,
+    code: rankd_client::ErrorCode,
     msg: &'a str,
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use rankd::client::Client;
+use rankd_client::Client;
 
 /// A running server process.
 pub struct Server {

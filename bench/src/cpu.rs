@@ -9,7 +9,7 @@
 //! Redis's from `INFO cpu`, the generator's from `/proc/self/stat`.
 //!
 //! The same scrape of rankd's metrics page also gives its request-latency
-//! histograms ([`ServerSample`]; see [`super::server_latency`]): one page
+//! histograms ([`ServerSample`]; see `server_latency.rs`): one page
 //! per moment, so CPU and latency cover the same interval.
 //!
 //! And the whole machine's, from `/proc/stat`: whether a run used every
@@ -24,8 +24,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::server_latency::Histograms;
-use super::BenchError;
+use crate::error::BenchError;
+use crate::server_latency::Histograms;
 
 /// How long a scrape of the metrics endpoint may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -136,15 +136,25 @@ fn machine_cpu_in(stat: &str) -> Option<MachineCpu> {
     let ticks: Vec<u64> = line.split_whitespace().skip(1).map(str::parse).collect::<Result<_, _>>().ok()?;
     let [user, nice, system, idle, iowait, irq, softirq, ..] = ticks[..] else { return None };
     let steal = ticks.get(7).copied().unwrap_or(0);
-    let seconds = |ticks: u64| ticks as f64 / crate::thread_cpu::TICKS_PER_SECOND;
+    let seconds = |ticks: u64| ticks as f64 / TICKS_PER_SECOND;
     Some(MachineCpu { busy: seconds(user + nice + system + irq + softirq + steal), idle: seconds(idle + iowait) })
 }
 
-/// CPU seconds this process has used (user and system), where `/proc` says.
+/// `/proc/stat` counts in USER_HZ ticks, 100 a second on Linux.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// CPU seconds this process has used (user and system).
 pub(crate) fn own_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let (_, ticks) = crate::thread_cpu::parse_stat(&stat)?;
-    Some(ticks as f64 / crate::thread_cpu::TICKS_PER_SECOND)
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given and touches nothing else.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return None;
+        }
+        usage.assume_init()
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! What `rankd bench` measures: rankd over its msgpack protocol, or Redis
-//! with the equivalent sorted-set commands over [`super::resp`].
+//! with the equivalent sorted-set commands over [`crate::resp`].
 //!
 //! | load              | rankd                 | Redis                                        |
 //! |-------------------|-----------------------|----------------------------------------------|
@@ -12,12 +12,14 @@
 //! | count             | `count`               | `ZCARD board`                                |
 //! | prefill           | `set_many` of 10 000  | `ZADD` of 1000 pairs                         |
 
-use rmpv::Value;
+use rankd_client::{set_call, Call, Client, Mode, OpKind};
+use serde::de::IgnoredAny;
 
-use super::cpu::{ServerCpu, ServerSample};
-use super::resp::{self, Connection, Reply};
-use super::{player, BenchError, Op, Workload, WriteMode};
-use crate::client::{set_call, Call, Client};
+use crate::args::Workload;
+use crate::cpu::{self, ServerCpu, ServerSample};
+use crate::error::BenchError;
+use crate::load::{player, Op};
+use crate::resp::{self, Connection, Reply};
 
 /// A server to measure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,14 +175,14 @@ impl Setup {
     pub async fn server_sample(&self, metrics: Option<&str>) -> Result<Option<ServerSample>, BenchError> {
         match self {
             Setup::Rankd { .. } => match metrics {
-                Some(addr) => Ok(Some(super::cpu::scrape_rankd(addr).await?)),
+                Some(addr) => Ok(Some(cpu::scrape_rankd(addr).await?)),
                 None => Ok(None),
             },
             Setup::Redis { addr, db, .. } => {
                 let info = redis_connect(addr, *db).await?.command(&[b"INFO", b"cpu"]).await?;
                 Ok(match info {
                     Reply::Bulk(text) => {
-                        super::cpu::redis_cpu_seconds(&String::from_utf8_lossy(&text)).map(|total| ServerSample {
+                        cpu::redis_cpu_seconds(&String::from_utf8_lossy(&text)).map(|total| ServerSample {
                             cpu: ServerCpu { total, by_thread: Default::default() },
                             latency: Default::default(),
                         })
@@ -255,9 +257,10 @@ impl Conn {
     pub async fn prefill(&mut self, board: &str, entries: &[(u64, i64)]) -> Result<(), BenchError> {
         match self {
             Conn::Rankd(client) => {
-                let entries: Vec<Value> =
-                    entries.iter().map(|&(p, s)| Value::Array(vec![player(p).into(), s.into()])).collect();
-                client.call(Call::new("set_many").with("board", board).with("entries", entries)).await?;
+                let entries: Vec<(String, i64)> = entries.iter().map(|&(p, s)| (player(p), s)).collect();
+                client
+                    .call::<IgnoredAny>(Call::new(OpKind::SetMany).with("board", board).with("entries", entries))
+                    .await?;
             }
             Conn::Redis(redis) => {
                 let fields: Vec<(String, String)> = entries.iter().map(|&(p, s)| (s.to_string(), player(p))).collect();
@@ -275,33 +278,31 @@ impl Conn {
     }
 
     /// Sends `ops` as one pipeline and returns (answered ok, answered with an error).
-    pub async fn execute(&mut self, board: &str, mode: WriteMode, ops: &[Op]) -> Result<(u64, u64), BenchError> {
+    pub async fn execute(&mut self, board: &str, mode: Mode, ops: &[Op]) -> Result<(u64, u64), BenchError> {
         match self {
             Conn::Rankd(client) => {
                 let calls: Vec<Call> = ops.iter().map(|op| rankd_call(board, mode, op)).collect();
-                let replies = client.pipeline(&calls).await?;
-                let ok = replies.iter().filter(|r| r.is_ok()).count() as u64;
-                Ok((ok, replies.len() as u64 - ok))
+                Ok(client.pipeline_outcomes(&calls).await?)
             }
             Conn::Redis(redis) => redis.execute(board.as_bytes(), mode, ops).await,
         }
     }
 }
 
-fn rankd_call(board: &str, mode: WriteMode, op: &Op) -> Call {
+fn rankd_call(board: &str, mode: Mode, op: &Op) -> Call {
     match *op {
-        Op::Write { player: p, score } => set_call(board, &player(p), score, mode.as_str()),
-        Op::Rank(p) => Call::new("rank").with("board", board).with("player", player(p)),
-        Op::Top => Call::new("top").with("board", board).with("limit", 10),
+        Op::Write { player: p, score } => set_call(board, &player(p), score, mode),
+        Op::Rank(p) => Call::new(OpKind::Rank).with("board", board).with("player", player(p)),
+        Op::Top => Call::new(OpKind::Top).with("board", board).with("limit", 10),
         Op::Around(p) => {
-            Call::new("around").with("board", board).with("player", player(p)).with("before", 5).with("after", 5)
+            Call::new(OpKind::Around).with("board", board).with("player", player(p)).with("before", 5).with("after", 5)
         }
-        Op::Count => Call::new("count").with("board", board),
+        Op::Count => Call::new(OpKind::Count).with("board", board),
     }
 }
 
 impl RedisConn {
-    async fn execute(&mut self, board: &[u8], mode: WriteMode, ops: &[Op]) -> Result<(u64, u64), BenchError> {
+    async fn execute(&mut self, board: &[u8], mode: Mode, ops: &[Op]) -> Result<(u64, u64), BenchError> {
         self.out.clear();
         for op in ops {
             match *op {
@@ -309,9 +310,9 @@ impl RedisConn {
                     let (score, name) = (score.to_string(), player(p));
                     let (score, name) = (score.as_bytes(), name.as_bytes());
                     match mode {
-                        WriteMode::Set => resp::encode(&mut self.out, &[b"ZADD", board, score, name]),
-                        WriteMode::Best => resp::encode(&mut self.out, &[b"ZADD", board, b"GT", score, name]),
-                        WriteMode::Incr => resp::encode(&mut self.out, &[b"ZINCRBY", board, score, name]),
+                        Mode::Set => resp::encode(&mut self.out, &[b"ZADD", board, score, name]),
+                        Mode::Best => resp::encode(&mut self.out, &[b"ZADD", board, b"GT", score, name]),
+                        Mode::Incr => resp::encode(&mut self.out, &[b"ZINCRBY", board, score, name]),
                     }
                 }
                 Op::Rank(p) => {

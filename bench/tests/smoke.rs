@@ -1,28 +1,59 @@
-//! CI smoke test of `rankd bench` (no timing is asserted): a run against a
+//! CI smoke test of `rankd-bench` (no timing is asserted): a run against a
 //! real server with JSON and CSV output, a two-point shard sweep with its CSV
 //! and PNG, and a run against a real Redis (`redis-server` must be on PATH;
 //! `scripts/test.sh` installs it).
-
-mod common;
+//!
+//! The server is the `rankd` binary cargo built beside this test (`cargo
+//! test --workspace` builds it for the server's own tests), or `$RANKD_BIN`.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use rankd_bench::serve::{locate_rankd, ServeProcess};
 use serde_json::Value;
 
+/// A `rankd serve` on a fresh data dir, stopped on drop.
+struct Server {
+    process: Option<ServeProcess>,
+    addr: String,
+    metrics_addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(shards: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let process = ServeProcess::start(&rankd(), &dir.path().join("data"), shards, &[]).expect("rankd serve starts");
+        let (addr, metrics_addr) = (process.addr.clone(), process.metrics_addr.clone());
+        Self { process: Some(process), addr, metrics_addr, _dir: dir }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(process) = self.process.take() {
+            let _ = process.stop();
+        }
+    }
+}
+
+fn rankd() -> PathBuf {
+    locate_rankd().unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn rankd_bench(args: &[&str], dir: &Path) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_rankd"))
-        .arg("bench")
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd-bench"))
         .args(args)
+        .env("RANKD_BIN", rankd())
         .current_dir(dir)
         .env("RANKD_LOG", "warn")
         .output()
-        .expect("run rankd bench");
+        .expect("run rankd-bench");
     assert!(
         out.status.success(),
-        "rankd bench {args:?} failed ({}):\n{}\n{}",
+        "rankd-bench {args:?} failed ({}):\n{}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -42,7 +73,7 @@ fn assert_clean(report: &Value) {
 
 #[test]
 fn bench_against_rankd_writes_json_and_csv() {
-    let server = common::Server::start(2);
+    let server = Server::start(2);
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--server",
@@ -104,10 +135,10 @@ fn bench_against_rankd_writes_json_and_csv() {
 
     // A metrics address that does not answer fails the run up front.
     let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_rankd"))
-        .args(["bench", "--server", &server.addr, "--ops", "10", "--server-metrics", &closed])
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd-bench"))
+        .args(["--server", &server.addr, "--ops", "10", "--server-metrics", &closed])
         .output()
-        .expect("run rankd bench");
+        .expect("run rankd-bench");
     assert!(!out.status.success(), "a dead metrics address was accepted");
     assert!(String::from_utf8_lossy(&out.stderr).contains(&closed), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -118,7 +149,7 @@ fn bench_against_rankd_writes_json_and_csv() {
 /// at time zero. (Unpaced, this load runs thousands of ops per second.)
 #[test]
 fn rate_caps_the_offered_load() {
-    let server = common::Server::start(1);
+    let server = Server::start(1);
     let dir = tempfile::tempdir().unwrap();
     let args = ["--server", &server.addr, "--players", "1000", "--prefill", "-w", "rank", "-c", "2", "-d", "4"];
     let paced = ["--rate", "400", "--duration", "1", "--json", "paced.json"];
@@ -240,11 +271,12 @@ fn bench_against_redis() {
 /// end to end on a tiny board and prints its five lines with a real run.
 #[test]
 fn stalls_script_reports_a_run() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stalls.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/stalls.sh");
     let out = Command::new("bash")
         .arg(&script)
         .args(["2", "2000"])
-        .env("RANKD", env!("CARGO_BIN_EXE_rankd"))
+        .env("RANKD", rankd())
+        .env("RANKD_BENCH", env!("CARGO_BIN_EXE_rankd-bench"))
         .env("RANKD_LOG", "warn")
         .env("WARM", "0")
         .env("DURATION", "1")

@@ -1,31 +1,52 @@
-//! Framing: a 4-byte big-endian length, then that many bytes.
+//! Framing: a 4-byte big-endian length, then that many bytes, both ways.
+
+use std::fmt;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// Default `max_frame`: 1 MiB, as the protocol specifies.
-pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
-
 /// Why no frame could be read.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum FrameError {
     /// The length prefix exceeds `max_frame`; the connection must close.
-    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge {
         /// Announced length.
         len: usize,
-        /// The server's limit.
+        /// The reader's limit.
         max: usize,
     },
     /// A zero length prefix: no msgpack value at all.
-    #[error("empty frame")]
     Empty,
     /// The peer closed in the middle of a frame.
-    #[error("connection closed mid-frame")]
     Truncated,
     /// Socket error.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLarge { len, max } => write!(f, "frame of {len} bytes exceeds the limit of {max} bytes"),
+            Self::Empty => f.write_str("empty frame"),
+            Self::Truncated => f.write_str("connection closed mid-frame"),
+            Self::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for FrameError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// Reads frames from a byte stream. Cancel-safe: everything read so far stays

@@ -1,17 +1,19 @@
-//! `rankd bench sweep`: the same load against a fresh `rankd serve` for each
-//! shard count (this executable, on loopback, with a fresh data dir, stopped
+//! `rankd-bench sweep`: the same load against a fresh `rankd serve` for each
+//! shard count (on loopback, with a fresh data dir, stopped
 //! with SIGTERM afterwards), and optionally once against Redis as a
 //! reference; writes `sweep.csv`, `sweep.json` and `sweep.png`.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use clap::Args;
 
-use super::chart::{self, Point};
-use super::{csv_field, print, run_on, BenchError, LoadArgs, Report, Target, Workload};
+use crate::args::{LoadArgs, Workload};
+use crate::chart::{self, Point};
+use crate::error::BenchError;
+use crate::load::run_on;
+use crate::report::{csv_field, print, Report};
+use crate::serve::{self, ServeProcess};
+use crate::target::Target;
 
 /// `rankd bench sweep` flags.
 #[derive(Debug, Clone, Args)]
@@ -26,6 +28,9 @@ pub struct SweepArgs {
     /// Where sweep.csv, sweep.json and sweep.png are written.
     #[arg(long, default_value = "bench-results")]
     pub out_dir: PathBuf,
+    /// The `rankd` executable to run [default: the one next to this one].
+    #[arg(long)]
+    pub rankd: Option<PathBuf>,
     /// An extra flag for every `rankd serve`, e.g. `--serve-arg=--durability=buffered` (repeatable).
     #[arg(long = "serve-arg", allow_hyphen_values = true)]
     pub serve_args: Vec<String>,
@@ -92,7 +97,10 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         },
         None => None,
     };
-    let exe = std::env::current_exe()?;
+    let exe = match &args.rankd {
+        Some(path) => path.clone(),
+        None => serve::locate_rankd()?,
+    };
     std::fs::create_dir_all(&args.out_dir)?;
 
     let mut runs: Vec<(usize, Report)> = Vec::new();
@@ -165,7 +173,7 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
     let reference = redis_report.as_ref().map(figures);
     let load = &args.load;
     let mode = match load.workload {
-        Workload::Set | Workload::Mixed => format!(" (mode {})", load.mode.as_str()),
+        Workload::Set | Workload::Mixed => format!(" (mode {})", load.mode.name()),
         _ => String::new(),
     };
     let title = format!(
@@ -191,88 +199,6 @@ fn warn_errors(report: &Report) {
 fn fresh_data_dir(shards: usize) -> PathBuf {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     std::env::temp_dir().join(format!("rankd-sweep-{}-{shards}-{nanos}", std::process::id()))
-}
-
-/// A `rankd serve` child process.
-struct ServeProcess {
-    child: Child,
-    addr: String,
-    metrics_addr: String,
-}
-
-impl ServeProcess {
-    /// Starts `exe serve` on loopback ports chosen by the OS and waits for
-    /// its `rankd listening on ADDR metrics METRICS_ADDR` line.
-    fn start(exe: &Path, data_dir: &Path, shards: usize, extra: &[String]) -> Result<Self, BenchError> {
-        let mut child = Command::new(exe)
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--shards", &shards.to_string()])
-            .args(extra)
-            .env("RANKD_LOG", std::env::var("RANKD_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or_else(|| BenchError::Other("no stdout from rankd serve".into()))?;
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        let read = reader.read_line(&mut line);
-        let addrs = line
-            .trim()
-            .strip_prefix("rankd listening on ")
-            .and_then(|rest| rest.split_once(" metrics "))
-            .filter(|(addr, metrics)| !addr.is_empty() && !metrics.is_empty())
-            .map(|(addr, metrics)| (addr.to_string(), metrics.to_string()));
-        match (read, addrs) {
-            (Ok(_), Some((addr, metrics_addr))) => {
-                // Keep draining stdout so the server never blocks on it.
-                std::thread::spawn(move || for _ in reader.lines() {});
-                Ok(Self { child, addr, metrics_addr })
-            }
-            (read, _) => {
-                let _ = child.kill();
-                let status = child.wait()?;
-                read?;
-                Err(BenchError::Other(format!(
-                    "rankd serve --shards {shards} did not start ({status}); first line: {:?}",
-                    line.trim()
-                )))
-            }
-        }
-    }
-
-    /// SIGTERM, then waits (60 s at most, then SIGKILL).
-    fn stop(mut self) -> Result<ExitStatus, BenchError> {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).stdout(Stdio::null()).status()?;
-        if !sent.success() {
-            return Err(BenchError::Other(format!("kill -TERM {pid} failed ({sent})")));
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return Err(BenchError::Other(format!("rankd serve (pid {pid}) ignored SIGTERM for 60 s; killed")));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 #[cfg(test)]

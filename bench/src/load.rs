@@ -1,0 +1,438 @@
+//! Running a load: prefilling the board, then C connections each keeping D
+//! requests in flight, timing each pipeline batch into an HDR histogram.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution as _, Zipf};
+
+use crate::args::{BenchArgs, KeyDistribution, LoadArgs, Workload};
+use crate::cpu;
+use crate::error::BenchError;
+use crate::report::Report;
+use crate::target::{self, Target};
+
+/// Runs the load against rankd at `args.server` (or `args.target`) and
+/// returns the report.
+pub async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
+    let target = match &args.target {
+        Some(url) => Target::parse(url)?,
+        None => Target::Rankd(args.server.clone()),
+    };
+    run_on(&target, &args.load, args.reset).await
+}
+
+/// Runs `load` against `target`: optionally empties the board and prefills
+/// it, then measures.
+pub async fn run_on(target: &Target, load: &LoadArgs, reset: bool) -> Result<Report, BenchError> {
+    load.validate()?;
+    let setup = target::Setup::probe(target, &load.board).await?;
+    if reset {
+        setup.reset(&load.board).await?;
+    }
+    if load.prefill {
+        let started = Instant::now();
+        prefill(&setup, load).await?;
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "prefilled {} players on {} in {secs:.1} s ({:.0} players/s)",
+            load.players,
+            setup.url(),
+            load.players as f64 / secs
+        );
+    }
+    measure(&setup, load).await
+}
+
+pub(crate) fn progress_bar(load: &LoadArgs, len: u64, template: &str) -> ProgressBar {
+    let target = if load.progress_visible() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let bar = ProgressBar::with_draw_target(Some(len), target);
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Gives every player a score, over all connections.
+async fn prefill(setup: &target::Setup, load: &LoadArgs) -> Result<(), BenchError> {
+    let bar = progress_bar(load, load.players, "prefill [{elapsed_precise}] [{bar:30}] {pos}/{len} players");
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for c in 0..load.connections {
+        let (setup, load, next, bar) = (setup.clone(), load.clone(), next.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = setup.connect().await?;
+            let chunk = conn.prefill_chunk();
+            let mut rng = StdRng::seed_from_u64(load.seed ^ ((c as u64) << 32));
+            loop {
+                let start = next.fetch_add(chunk, Ordering::Relaxed);
+                if start >= load.players {
+                    return Ok::<(), BenchError>(());
+                }
+                let end = (start + chunk).min(load.players);
+                let entries: Vec<(u64, i64)> = (start..end).map(|i| (i, rng.gen_range(0..load.score_range))).collect();
+                conn.prefill(&load.board, &entries).await?;
+                bar.inc(end - start);
+            }
+        }));
+    }
+    let result = join_all(tasks).await;
+    bar.finish_and_clear();
+    result.map(|_| ())
+}
+
+async fn join_all<T>(tasks: Vec<tokio::task::JoinHandle<Result<T, BenchError>>>) -> Result<Vec<T>, BenchError> {
+    let mut out = Vec::with_capacity(tasks.len());
+    let mut first_error = None;
+    for task in tasks {
+        match task.await {
+            Ok(Ok(v)) => out.push(v),
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(BenchError::Other(e.to_string()));
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+fn new_histogram() -> Result<Histogram<u64>, BenchError> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| BenchError::Other(e.to_string()))
+}
+
+/// The timed part of a run.
+async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, BenchError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let budget = Arc::new(AtomicU64::new(load.ops.unwrap_or(u64::MAX)));
+    let done = Arc::new(AtomicU64::new(0));
+    let bar_len = load.ops.unwrap_or((load.duration * 1000.0) as u64);
+    let bar = progress_bar(load, bar_len, "{prefix} [{elapsed_precise}] [{bar:30}] {msg}");
+    bar.set_prefix(format!("{:?}", load.workload).to_lowercase());
+    // A metrics address that does not answer fails the run before it starts.
+    let server_before = setup.server_sample(load.server_metrics.as_deref()).await?;
+    let client_cpu_before = cpu::own_cpu_seconds();
+    let machine_cpu_before = cpu::machine_cpu_seconds();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..load.connections {
+        let (setup, load, stop, budget, done) =
+            (setup.clone(), load.clone(), stop.clone(), budget.clone(), done.clone());
+        tasks.push(tokio::spawn(async move { connection_load(&setup, &load, c as u64, &stop, &budget, &done).await }));
+    }
+    let ticker = {
+        let (bar, done, stop, by_ops) = (bar.clone(), done.clone(), stop.clone(), load.ops.is_some());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let (n, secs) = (done.load(Ordering::Relaxed), started.elapsed().as_secs_f64());
+                bar.set_position(if by_ops { n } else { (secs * 1000.0) as u64 });
+                bar.set_message(format!("{n} ops, {:.0} ops/s", n as f64 / secs.max(1e-9)));
+            }
+        })
+    };
+    if load.ops.is_none() {
+        // Stop at the deadline, or earlier if every connection has failed.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(load.duration);
+        while tokio::time::Instant::now() < deadline && !tasks.iter().all(|t| t.is_finished()) {
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + Duration::from_millis(50))).await;
+        }
+    }
+    // With --ops the connections stop by themselves when the budget is spent.
+    stop.store(load.ops.is_none(), Ordering::Relaxed);
+    let results = join_all(tasks).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let client_cpu_seconds = cpu::own_cpu_seconds().zip(client_cpu_before).map(|(after, before)| after - before);
+    let machine_cpu = cpu::machine_cpu_seconds().zip(machine_cpu_before).map(|(after, before)| after.since(before));
+    let server = match server_before {
+        Some(before) => setup.server_sample(load.server_metrics.as_deref()).await?.map(|after| after.since(&before)),
+        None => None,
+    };
+    stop.store(true, Ordering::Relaxed);
+    let _ = ticker.await;
+    bar.finish_and_clear();
+    let mut histogram = new_histogram()?;
+    let (mut ops, mut errors) = (0, 0);
+    for (h, ok, err) in results? {
+        histogram.add(&h).map_err(|e| BenchError::Other(e.to_string()))?;
+        ops += ok;
+        errors += err;
+    }
+    Ok(Report {
+        target: setup.url(),
+        server_version: setup.version(),
+        workload: load.workload,
+        mode: load.mode,
+        distribution: load.distribution,
+        zipf_exponent: (load.distribution == KeyDistribution::Zipf).then_some(load.zipf_exponent),
+        players: load.players,
+        connections: load.connections,
+        pipeline: load.pipeline,
+        offered_rate: load.rate,
+        ops,
+        errors,
+        seconds,
+        ops_per_sec: ops as f64 / seconds,
+        p50_us: histogram.value_at_quantile(0.5),
+        p99_us: histogram.value_at_quantile(0.99),
+        p999_us: histogram.value_at_quantile(0.999),
+        max_us: histogram.max(),
+        notes: setup.notes(load.workload),
+        server_cpu_seconds: server.as_ref().map(|s| s.cpu.total),
+        server_latency: server.as_ref().map(|s| s.latency.summary()).unwrap_or_default(),
+        server_cpu_by_thread: server.map(|s| s.cpu.by_thread).unwrap_or_default(),
+        client_cpu_seconds,
+        machine_busy_seconds: machine_cpu.map(|cpu| cpu.busy),
+        machine_idle_seconds: machine_cpu.map(|cpu| cpu.idle),
+    })
+}
+
+async fn connection_load(
+    setup: &target::Setup,
+    load: &LoadArgs,
+    id: u64,
+    stop: &AtomicBool,
+    budget: &AtomicU64,
+    done: &AtomicU64,
+) -> Result<(Histogram<u64>, u64, u64), BenchError> {
+    let mut conn = setup.connect().await?;
+    let mut generator = Generator::new(load, load.seed.wrapping_mul(31).wrapping_add(id))?;
+    let mut histogram = new_histogram()?;
+    let (mut ok, mut err) = (0u64, 0u64);
+    let mut ops = Vec::with_capacity(load.pipeline);
+    // With --rate, batch k of this connection is due at `k * every`.
+    let every = load.rate.map(|rate| Duration::from_secs_f64(load.pipeline as f64 * load.connections as f64 / rate));
+    let (start, mut batches) = (Instant::now(), 0u32);
+    while !stop.load(Ordering::Relaxed) {
+        let want = load.pipeline as u64;
+        let granted = budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| Some(left.saturating_sub(want)))
+            .map_or(0, |left| left.min(want));
+        if granted == 0 {
+            break;
+        }
+        ops.clear();
+        ops.extend((0..granted).map(|_| generator.next_op()));
+        let sent = match every {
+            Some(every) => {
+                let due = start + every * batches;
+                batches += 1;
+                tokio::time::sleep_until(due.into()).await;
+                due
+            }
+            None => Instant::now(),
+        };
+        let (good, bad) = conn.execute(&load.board, load.mode, &ops).await?;
+        let micros = sent.elapsed().as_micros() as u64;
+        histogram.saturating_record_n(micros.max(1), granted);
+        ok += good;
+        err += bad;
+        done.fetch_add(granted, Ordering::Relaxed);
+    }
+    Ok((histogram, ok, err))
+}
+
+/// One operation of the load, independent of the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Write `score` for player `player` (with the run's mode).
+    Write {
+        /// Player index.
+        player: u64,
+        /// Score.
+        score: i64,
+    },
+    /// A player's rank.
+    Rank(u64),
+    /// The best 10.
+    Top,
+    /// A player and 5 neighbours each side.
+    Around(u64),
+    /// Players on the board.
+    Count,
+}
+
+/// The name of player `i`, the same on every target.
+pub fn player(i: u64) -> String {
+    format!("player:{i}")
+}
+
+enum Keys {
+    Uniform(u64),
+    Zipf(Zipf<f64>),
+}
+
+/// Draws the load's operations.
+struct Generator {
+    rng: StdRng,
+    keys: Keys,
+    workload: Workload,
+    write_ratio: f64,
+    score_range: i64,
+}
+
+impl Generator {
+    fn new(load: &LoadArgs, seed: u64) -> Result<Self, BenchError> {
+        let keys = match load.distribution {
+            KeyDistribution::Uniform => Keys::Uniform(load.players),
+            KeyDistribution::Zipf => {
+                Keys::Zipf(Zipf::new(load.players, load.zipf_exponent).map_err(|e| BenchError::Invalid(e.to_string()))?)
+            }
+        };
+        Ok(Self {
+            rng: StdRng::seed_from_u64(seed),
+            keys,
+            workload: load.workload,
+            write_ratio: load.write_ratio,
+            score_range: load.score_range,
+        })
+    }
+
+    fn player(&mut self) -> u64 {
+        match &self.keys {
+            Keys::Uniform(n) => self.rng.gen_range(0..*n),
+            // Zipf draws 1..=n, most often 1.
+            Keys::Zipf(z) => (z.sample(&mut self.rng) as u64).saturating_sub(1),
+        }
+    }
+
+    fn next_op(&mut self) -> Op {
+        let write = match self.workload {
+            Workload::Set => true,
+            Workload::Mixed => self.rng.gen_bool(self.write_ratio),
+            _ => false,
+        };
+        if write {
+            let player = self.player();
+            return Op::Write { player, score: self.rng.gen_range(0..self.score_range) };
+        }
+        match self.workload {
+            Workload::Top => Op::Top,
+            Workload::Count => Op::Count,
+            Workload::Around => Op::Around(self.player()),
+            _ => Op::Rank(self.player()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{BenchCommand, BenchSub};
+    use crate::report::{append_csv, csv_field};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchCommand,
+    }
+
+    fn load(distribution: KeyDistribution, workload: Workload) -> LoadArgs {
+        let cli = Cli::try_parse_from(["bench"]).unwrap();
+        LoadArgs { distribution, workload, players: 1000, ..cli.bench.run.load }
+    }
+
+    #[test]
+    fn zipf_keys_are_skewed_and_in_range() {
+        let mut generator = Generator::new(&load(KeyDistribution::Zipf, Workload::Rank), 7).unwrap();
+        let mut hits = vec![0u32; 1000];
+        for _ in 0..100_000 {
+            match generator.next_op() {
+                Op::Rank(p) => hits[p as usize] += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        // s = 1 over 1000 keys: the hottest key draws ~13%, the top 10 ~39%.
+        assert!(hits[0] > 10_000, "{}", hits[0]);
+        assert!(hits[0] > hits[10] && hits[10] > hits[500]);
+        let mut uniform = Generator::new(&load(KeyDistribution::Uniform, Workload::Rank), 7).unwrap();
+        let mut hits = vec![0u32; 1000];
+        for _ in 0..100_000 {
+            if let Op::Rank(p) = uniform.next_op() {
+                hits[p as usize] += 1;
+            }
+        }
+        assert!(hits.iter().all(|&h| h < 200), "uniform keys are not skewed");
+    }
+
+    #[test]
+    fn mixed_mixes_writes_and_ranks() {
+        let mut generator = Generator::new(&load(KeyDistribution::Uniform, Workload::Mixed), 1).unwrap();
+        let writes = (0..10_000).filter(|_| matches!(generator.next_op(), Op::Write { .. })).count();
+        assert!((4000..6000).contains(&writes), "{writes}");
+    }
+
+    #[test]
+    fn bench_flags_and_sweep_parse() {
+        let cli = Cli::try_parse_from(["bench", "--workload", "rank", "--distribution", "zipf", "-c", "2"]).unwrap();
+        assert!(cli.bench.sub.is_none());
+        assert_eq!(cli.bench.run.load.workload, Workload::Rank);
+        assert_eq!(cli.bench.run.load.connections, 2);
+        let cli =
+            Cli::try_parse_from(["bench", "sweep", "--shards", "1,2,4", "--duration", "3", "--redis", "redis://x:1"])
+                .unwrap();
+        match cli.bench.sub {
+            Some(BenchSub::Sweep(args)) => {
+                assert_eq!(args.shards, vec![1, 2, 4]);
+                assert_eq!(args.load.duration, 3.0);
+                assert_eq!(args.redis.as_deref(), Some("redis://x:1"));
+            }
+            None => panic!("no sweep"),
+        }
+        assert!(Cli::try_parse_from(["bench", "--workload", "set", "sweep"]).is_err());
+    }
+
+    #[test]
+    fn csv_rows_match_the_header() {
+        let report = Report {
+            target: "redis://127.0.0.1:6379".into(),
+            server_version: Some("7.0.15".into()),
+            workload: Workload::Set,
+            mode: rankd_client::Mode::Best,
+            distribution: KeyDistribution::Zipf,
+            zipf_exponent: Some(1.0),
+            players: 10,
+            connections: 1,
+            pipeline: 1,
+            offered_rate: Some(100.0),
+            ops: 5,
+            errors: 0,
+            seconds: 1.0,
+            ops_per_sec: 5.0,
+            p50_us: 1,
+            p99_us: 2,
+            p999_us: 3,
+            max_us: 4,
+            notes: vec![],
+            server_cpu_seconds: Some(0.5),
+            server_cpu_by_thread: Default::default(),
+            server_latency: Default::default(),
+            client_cpu_seconds: None,
+            machine_busy_seconds: Some(1.5),
+            machine_idle_seconds: Some(0.25),
+        };
+        assert_eq!(report.csv_row().split(',').count(), Report::CSV_HEADER.split(',').count());
+        assert!(report.csv_row().ends_with(",0.50,,1.50,0.25"), "{}", report.csv_row());
+        assert_eq!((report.machine_busy_cores(), report.machine_idle_cores()), (Some(1.5), Some(0.25)));
+        assert_eq!(report.server_cpu_us_per_op(), Some(100_000.0));
+        assert_eq!(csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.csv");
+        append_csv(&path, Report::CSV_HEADER, &report.csv_row()).unwrap();
+        append_csv(&path, Report::CSV_HEADER, &report.csv_row()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert!(text.starts_with("target,"));
+    }
+}

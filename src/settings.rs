@@ -1,0 +1,309 @@
+//! Every `rankd serve` setting, in one struct that clap and the TOML file
+//! (`--config`) both read, with one [`Default`]. A flag wins over the file,
+//! the file over the default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, ValueEnum};
+use rankd_client::protocol::DEFAULT_MAX_FRAME;
+use serde::{Deserialize, Serialize};
+
+/// When a write is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityArg {
+    /// fsync before acknowledging (survives power loss).
+    #[default]
+    Sync,
+    /// Hand to the OS before acknowledging (survives kill -9, not power loss).
+    Buffered,
+}
+
+/// `rankd serve`'s settings. Each field is a flag (`--max-batch`) and a key
+/// of the config file (`max_batch = 4096`); defaults are [`Default`]'s.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeSettings {
+    /// TOML file with any of the settings below (flags win).
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Client address.
+    #[arg(long, default_value_t = ServeSettings::default().listen)]
+    pub listen: SocketAddr,
+    /// Prometheus metrics address (also /healthz and /readyz).
+    #[arg(long, default_value_t = ServeSettings::default().metrics_listen)]
+    pub metrics_listen: SocketAddr,
+    /// Where the shards store their data.
+    #[arg(long, default_value_os_t = ServeSettings::default().data_dir)]
+    pub data_dir: PathBuf,
+    /// Number of tree shards, each on its own thread [default: number of cores].
+    #[arg(long, default_value_t = ServeSettings::default().shards, hide_default_value = true)]
+    pub shards: usize,
+    /// Count-tree branching factor: 2, 4, 8, 16, 32, 64, 128 or 256.
+    #[arg(long, default_value_t = ServeSettings::default().branching)]
+    pub branching: u32,
+    /// Most requests one shard applies in one atomic batch.
+    #[arg(long, default_value_t = ServeSettings::default().max_batch)]
+    pub max_batch: usize,
+    /// Largest frame accepted, bytes.
+    #[arg(long, default_value_t = ServeSettings::default().max_frame)]
+    pub max_frame: usize,
+    /// Requests a connection may have in flight before the server stops
+    /// reading from it.
+    #[arg(long, default_value_t = ServeSettings::default().max_inflight)]
+    pub max_inflight: usize,
+    /// When writes are acknowledged.
+    #[arg(long, value_enum, default_value_t = ServeSettings::default().durability)]
+    pub durability: DurabilityArg,
+    /// Token clients must present with `auth` before any op but `ping`.
+    #[arg(long, env = "RANKD_AUTH_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub auth_token: Option<Secret>,
+    /// Allow listening on a non-loopback address without `--auth-token`.
+    #[arg(long)]
+    pub allow_unauthenticated_remote: bool,
+    /// Client connections served at once; more are answered `overloaded`
+    /// and closed.
+    #[arg(long, default_value_t = ServeSettings::default().max_connections)]
+    pub max_connections: usize,
+    /// Close a connection with nothing in flight that sent nothing for this
+    /// many seconds (half-open or abandoned clients).
+    #[arg(long, default_value_t = ServeSettings::default().idle_timeout_secs)]
+    pub idle_timeout_secs: u64,
+    /// Commands a shard may have queued before new work for it is answered
+    /// `overloaded` instead of queued.
+    #[arg(long, default_value_t = ServeSettings::default().max_shard_queue)]
+    pub max_shard_queue: usize,
+    /// Memory for caches, MiB, shared by all shards: a quarter for storage
+    /// blocks, the rest for player records (a record hit spares a storage
+    /// read on every write and rank).
+    #[arg(long, default_value_t = ServeSettings::default().cache_mb)]
+    pub cache_mb: u64,
+    /// Test and debug hooks: only in builds with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
+    #[command(flatten)]
+    #[serde(skip)]
+    pub hooks: crate::hooks::TestHooks,
+}
+
+impl Default for ServeSettings {
+    fn default() -> Self {
+        Self {
+            config: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
+            data_dir: PathBuf::from("rankd-data"),
+            shards: std::thread::available_parallelism().map_or(1, usize::from),
+            branching: rankd_shards::tree::DEFAULT_BRANCHING,
+            max_batch: 4096,
+            max_frame: DEFAULT_MAX_FRAME,
+            max_inflight: 4096,
+            durability: DurabilityArg::Sync,
+            auth_token: None,
+            allow_unauthenticated_remote: false,
+            max_connections: 4096,
+            idle_timeout_secs: 300,
+            max_shard_queue: 1 << 18,
+            // Enough to cache ~1M players' records; 10M players then stay
+            // under 60 B/player (see docs/performance-history.md).
+            cache_mb: 48,
+            #[cfg(feature = "test-hooks")]
+            hooks: crate::hooks::TestHooks::default(),
+        }
+    }
+}
+
+impl ServeSettings {
+    /// Reads the file named by `--config` under the flags `matches` holds
+    /// (the `serve` subcommand's), then validates. Without a file, the
+    /// flags and defaults as parsed.
+    pub fn resolve(self, matches: &ArgMatches) -> Result<Self, ConfigError> {
+        let settings = match self.config.clone() {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Read(path.clone(), e))?;
+                let file: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.clone(), e))?;
+                self.under_flags(file, matches).map_err(|e| ConfigError::Parse(path, e))?
+            }
+            None => self,
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// The file's settings, with every flag given on the command line (or
+    /// through its environment variable) put over them.
+    fn under_flags(self, file: toml::Table, matches: &ArgMatches) -> Result<Self, toml::de::Error> {
+        let given = |key: &str| {
+            matches!(
+                matches.try_get_raw(key).ok().flatten().and_then(|_| matches.value_source(key)),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        };
+        // Serializing plain settings cannot fail; a failure would only
+        // drop the flags, so fall back to none of them.
+        let mut merged = toml::Table::try_from(&self).unwrap_or_default();
+        merged.retain(|key, _| given(key) || !file.contains_key(key));
+        merged.extend(file.into_iter().filter(|(key, _)| !given(key)));
+        let mut settings: Self = merged.try_into()?;
+        settings.config = self.config;
+        #[cfg(feature = "test-hooks")]
+        {
+            settings.hooks = self.hooks;
+        }
+        Ok(settings)
+    }
+
+    /// Refuses settings out of range, and listening beyond loopback without
+    /// a token unless explicitly allowed.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |msg: String| Err(ConfigError::Invalid(msg));
+        if !(1..=256).contains(&self.shards) {
+            return invalid("--shards must be 1 to 256".into());
+        }
+        if let Err(e) = rankd_shards::tree::branching_bits(self.branching) {
+            return invalid(e.to_string());
+        }
+        if self.max_batch == 0 || self.max_inflight == 0 {
+            return invalid("--max-batch and --max-inflight must be at least 1".into());
+        }
+        if self.auth_token().is_none() && !self.listen.ip().is_loopback() && !self.allow_unauthenticated_remote {
+            return invalid(format!(
+                "refusing to listen on {} without --auth-token (set RANKD_AUTH_TOKEN, or pass \
+                 --allow-unauthenticated-remote if the network is trusted)",
+                self.listen
+            ));
+        }
+        if self.max_connections == 0 || self.max_shard_queue == 0 || self.idle_timeout_secs == 0 {
+            return invalid("--max-connections, --max-shard-queue and --idle-timeout-secs must be at least 1".into());
+        }
+        if !(64..=64 << 20).contains(&self.max_frame) {
+            return invalid("--max-frame must be 64 bytes to 64 MiB".into());
+        }
+        Ok(())
+    }
+
+    /// The token clients must present, if any: an empty one is none, so
+    /// `RANKD_AUTH_TOKEN=` turns auth off.
+    pub fn auth_token(&self) -> Option<&Secret> {
+        self.auth_token.as_ref().filter(|token| !token.0.is_empty())
+    }
+
+    /// How long an idle connection is kept.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// Cache memory in bytes, all shards together.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_mb.saturating_mul(1 << 20)
+    }
+}
+
+/// A secret setting: never printed, not even in `Debug` output.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl Secret {
+    /// Compares with `candidate` in time that depends only on the lengths,
+    /// never on where the first difference is.
+    pub fn matches(&self, candidate: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), candidate.as_bytes());
+        let mut diff = a.len() ^ b.len();
+        for i in 0..a.len().max(b.len()) {
+            diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+        }
+        diff == 0
+    }
+}
+
+fn parse_secret(text: &str) -> Result<Secret, std::convert::Infallible> {
+    Ok(Secret(text.to_string()))
+}
+
+/// A bad setting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read config file {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    /// The file is not valid.
+    #[error("invalid config file {0}: {1}")]
+    Parse(PathBuf, toml::de::Error),
+    /// A value is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        settings: ServeSettings,
+    }
+
+    fn resolve(args: &[&str]) -> Result<ServeSettings, ConfigError> {
+        let matches = Serve::command().try_get_matches_from(std::iter::once("serve").chain(args.iter().copied()));
+        let matches = matches.map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let serve = Serve::from_arg_matches(&matches).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        serve.settings.resolve(&matches)
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rankd.toml");
+        let config = path.to_str().unwrap();
+        std::fs::write(&path, "shards = 3\nbranching = 64\nlisten = \"127.0.0.1:9000\"\n").unwrap();
+        let settings = resolve(&["--config", config, "--shards", "5"]).unwrap();
+        assert_eq!((settings.shards, settings.branching, settings.listen.port()), (5, 64, 9000));
+        // A flag equal to its default still wins over the file.
+        let settings = resolve(&["--config", config, "--branching", "16"]).unwrap();
+        assert_eq!((settings.shards, settings.branching), (3, 16));
+        assert_eq!(settings.max_batch, ServeSettings::default().max_batch);
+
+        std::fs::write(&path, "shardz = 3\n").unwrap();
+        assert!(matches!(resolve(&["--config", config]), Err(ConfigError::Parse(..))));
+        std::fs::write(&path, "shards = \"three\"\n").unwrap();
+        assert!(matches!(resolve(&["--config", config]), Err(ConfigError::Parse(..))));
+        assert!(resolve(&["--branching", "3"]).is_err());
+    }
+
+    #[test]
+    fn defaults_are_written_once() {
+        let parsed = resolve(&[]).unwrap();
+        let defaults = ServeSettings::default();
+        assert_eq!(toml::Table::try_from(&parsed).unwrap(), toml::Table::try_from(&defaults).unwrap());
+        let help = Serve::command().render_long_help().to_string();
+        assert!(help.contains("[default: 48]"), "--cache-mb shows its one default:\n{help}");
+    }
+
+    #[test]
+    fn remote_listening_needs_a_token_or_an_explicit_opt_in() {
+        let err = resolve(&["--listen", "0.0.0.0:7070"]).unwrap_err();
+        assert!(err.to_string().contains("--auth-token"), "{err}");
+        let settings = resolve(&["--listen", "0.0.0.0:7070", "--auth-token", "s3cret"]).unwrap();
+        assert!(!format!("{settings:?}").contains("s3cret"), "the token never shows in Debug output");
+        assert!(resolve(&["--listen", "0.0.0.0:7070", "--allow-unauthenticated-remote"]).is_ok());
+    }
+
+    #[test]
+    fn tokens_compare_exactly() {
+        let secret = Secret("abc".into());
+        assert!(secret.matches("abc"));
+        assert!(!secret.matches("abd") && !secret.matches("ab") && !secret.matches("abcd") && !secret.matches(""));
+    }
+}
