@@ -2,6 +2,8 @@
 //! sorted leaves of packed entries) and the recursive walks over it.
 
 use super::snapshot::CopiesOnWrite;
+#[cfg(doc)]
+use super::CountTree; // for doc links
 use super::{LeafSet, LEAF_CAPACITY};
 
 pub(super) const KEY_BITS: u32 = 128;
@@ -34,11 +36,11 @@ pub(super) enum Node {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Leaf {
     pub(super) entries: Vec<Entry>,
-    /// The tree's [`CountTree::epoch`](super::CountTree::epoch) when the leaf was made or last
+    /// The tree's [`CountTree::epoch`] when the leaf was made or last
     /// copied into a snapshot: while a snapshot is being copied, a leaf of
     /// an older epoch is one it still needs as it was.
     pub(super) epoch: u32,
-    /// The tree's [`CountTree::round`](super::CountTree::round) when the leaf was last put in the
+    /// The tree's [`CountTree::round`] when the leaf was last put in the
     /// set of changed leaves: while they are equal it is there, and a
     /// change need not hash its id into the set again. Every change did,
     /// and the set (a few hundred thousand leaves a shard at 10M players)
@@ -223,7 +225,7 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
     }
 }
 
-/// Clears the mark of every leaf under `node` (see [`CountTree::next_round`](super::CountTree::next_round)).
+/// Clears the mark of every leaf under `node` (see [`CountTree::next_round`]).
 pub(super) fn unmark_all(node: &mut Node) {
     match node {
         Node::Leaf(leaf) => leaf.marked = 0,
