@@ -12,9 +12,9 @@ pub enum LeafEncoding {
     Fixed,
     /// Varints, an entry at a time: the key's high half (the score) as the
     /// difference from the previous entry's, the low half (the tiebreak),
-    /// the count. 10M players with evenly spread scores: ~11 bytes an entry,
-    /// so a checkpoint writes (and holds in memtables until flushed) and a
-    /// start reads less than half of what `Fixed` takes.
+    /// the count. Neighbouring keys' scores are close, so a checkpoint writes
+    /// (and holds in memtables until flushed) and a start reads less than
+    /// half of what `Fixed` takes.
     Delta,
 }
 

@@ -51,11 +51,10 @@ pub const LEAF_CAPACITY: usize = 64;
 /// The branching factors a tree can be built with.
 pub const BRANCHINGS: [u32; 8] = [2, 4, 8, 16, 32, 64, 128, 256];
 
-/// Default branching factor, chosen by measurement (`benches/engine.rs`,
-/// group `tree_branching`, 1M players, add + rank): 16 is within noise of the
-/// fastest (32/64/256 were 9-12% faster on the least-disturbed samples, 16
-/// first on criterion's estimates), 2-8 are 1.2-1.9x slower, and 64 costs
-/// ~30% more memory. Data dirs keep the factor they were made with.
+/// Default branching factor: within noise of the fastest on add + rank
+/// (`benches/engine.rs`, group `tree_branching`), where narrower factors are
+/// slower and wide ones take more memory. Data dirs keep the factor they
+/// were made with.
 pub const DEFAULT_BRANCHING: u32 = 16;
 
 /// The count tree of one board window period in one shard.

@@ -13,8 +13,7 @@ pub(super) const KEY_BITS: u32 = 128;
 ///
 /// Packed to 8-byte alignment: 24 bytes instead of the 32 a 16-aligned
 /// `u128` pads it to. The set of leaves changed since the last checkpoint
-/// holds one per leaf (~244k a shard at 10M players on 2 shards, in a hash
-/// table twice that many slots wide), as does each checkpoint's sorted list.
+/// holds one per leaf, as does each checkpoint's sorted list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(C, packed(8))]
 pub struct LeafId {
@@ -42,10 +41,9 @@ pub(super) struct Leaf {
     pub(super) epoch: u32,
     /// The tree's [`CountTree::round`] when the leaf was last put in the
     /// set of changed leaves: while they are equal it is there, and a
-    /// change need not hash its id into the set again. Every change did,
-    /// and the set (a few hundred thousand leaves a shard at 10M players)
-    /// made that insert a wait for memory on most writes. Fits in the
-    /// padding after `epoch`: a leaf stays 32 bytes.
+    /// change need not hash its id into the set again (the set is large:
+    /// an insert waits for memory). Fits in the padding after `epoch`: a
+    /// leaf stays 32 bytes.
     pub(super) marked: u32,
 }
 
@@ -103,9 +101,7 @@ fn reserve_one(entries: &mut Vec<Entry>) {
 /// One child sub-range of an inner node: how many players it holds, next to
 /// the child itself. A rank walk sums the counts before its digit and steps
 /// into the child at the digit, so keeping both in one array makes each level
-/// one allocation and a few adjacent cache lines; with counts and children in
-/// separate arrays behind a boxed node, each level cost three or four cache
-/// misses, and at 1M players those misses were most of a rank's time.
+/// one allocation and a few adjacent cache lines.
 #[derive(Debug)]
 pub(super) struct Slot {
     pub(super) count: u64,

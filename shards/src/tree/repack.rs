@@ -22,16 +22,12 @@ impl CountTree {
     /// between steps; leaves that appear behind the cursor are new
     /// allocations anyway.
     ///
-    /// Why move memory that is in use: a leaf is reallocated a dozen times
-    /// as it grows (each growth step a different allocator size class), and
-    /// with scores spread evenly, whole generations of leaves grow through a
-    /// size class together and leave a few stragglers on each of its slabs.
-    /// The allocator cannot return a slab while one object lives on it: after
-    /// a 10M-player prefill that pinned ~150 MB of mostly empty slabs (RSS
-    /// 676 MiB over 481 MiB live). An allocator that hands out its oldest
-    /// slabs' free slots first (jemalloc) packs moved leaves into them, and
-    /// the slabs left empty go back to the OS. Which leaves are worth moving
-    /// only the allocator knows, hence `should_move`. See `Shard::repack_step`.
+    /// Why move memory that is in use: leaves grow through the allocator's
+    /// size classes together and leave stragglers that pin mostly empty
+    /// slabs. An allocator that hands out its oldest slabs' free slots first
+    /// (jemalloc) packs moved leaves into them, and the slabs left empty go
+    /// back to the OS. Which leaves are worth moving only the allocator
+    /// knows, hence `should_move`. See `Shard::repack_step`.
     pub fn repack(
         &mut self,
         from: u128,

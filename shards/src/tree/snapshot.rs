@@ -35,15 +35,11 @@ impl CountTree {
     /// to encode and write: a snapshot taken at once, as its only slice (a
     /// [`SlicePicker`] picks the leaves to write out of it).
     ///
-    /// A checkpoint takes nearly every leaf (random changes touch them all
-    /// long before a checkpoint is due), and this runs on the shard's
-    /// thread, between rounds: every request waits for it. Looking each
-    /// changed leaf up from the root, encoding it into its own vector and
-    /// building its key there took 100-140 ms at 1M players (~200k leaves),
-    /// mostly waiting for memory. When many leaves changed, this copies
-    /// every leaf's entries into one buffer in a single walk in key order,
-    /// prefetching ahead, and leaves picking out the changed ones (a hash
-    /// lookup each), the encoding and the keys to the writing thread.
+    /// It runs on the shard's thread, where every request waits for it: when
+    /// many leaves changed (at a checkpoint nearly all have), it copies every
+    /// leaf into one buffer in a single prefetching walk in key order, and
+    /// leaves picking out the changed ones, the encoding and the keys to the
+    /// writing thread.
     pub fn take_dirty(&mut self) -> LeafSlice {
         debug_assert!(self.snapshot.is_none(), "a snapshot is being taken: abandon it first");
         self.take_dirty_by(self.mostly_changed())
@@ -124,8 +120,7 @@ impl CountTree {
     /// [`CountTree::continue_snapshot`] copies the leaves a slice at a time,
     /// and until it is done a leaf about to change is copied first (copy on
     /// write), so what comes out is the tree of this moment. Taken all at
-    /// once, the copy held every request of a shard for 17-57 ms at 1M
-    /// players (up to 137 ms before it was one walk), every checkpoint.
+    /// once, the copy would hold up every request of the shard.
     /// [`CountTree::take_slice`] hands the copies out in key order as the
     /// walk passes them, to be written while the rest is copied.
     ///
