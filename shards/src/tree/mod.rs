@@ -1,0 +1,339 @@
+//! The count tree: how rankd answers "how many players rank before this key?"
+//! in O(log n) without scanning players.
+//!
+//! This is the design of the Google Code Jam ranking library: the whole key
+//! space is split into `branching` equal sub-ranges, each of those again, and
+//! so on; every node counts the players in its sub-range. A rank query walks
+//! one root-to-leaf path and sums the counts of the sibling ranges that come
+//! before the key. Because the boundaries are fixed (they depend only on the
+//! key, never on the data), every shard's tree splits the key space the same
+//! way, which is what lets the router combine shards.
+//!
+//! Keys are `u128`: the high 64 bits are the score mapped so that *smaller is
+//! better* (see [`crate::key`]), the low 64 bits a tiebreak. The tree is exact
+//! over the whole range and sparse: a sub-range only gets a node once it holds
+//! players, and a node whose sub-range holds at most [`LEAF_CAPACITY`] distinct
+//! keys is a sorted *leaf* rather than a chain of single-child nodes (a burst
+//! trie). Memory therefore grows with the players, not with the score range.
+//!
+//! Persistence: only leaves are stored (the inner counts are sums of leaves and
+//! are rebuilt on load). The tree remembers which leaves changed since the last
+//! [`CountTree::take_dirty`] so a batch writes each changed leaf once.
+
+mod encoding;
+mod node;
+mod repack;
+mod snapshot;
+#[cfg(test)]
+mod testing;
+
+pub use encoding::{CorruptLeaf, LeafEncoding};
+pub use node::LeafId;
+pub use repack::Repacked;
+pub use snapshot::{LeafSlice, SlicePicker};
+
+use encoding::decode_leaf;
+use node::{
+    add_at, check_node, collect, digit, empty_slots, leaf_id_of, level_width, max_depth, prefetch_entries, Changes,
+    Leaf, Node,
+};
+use snapshot::Snapshot;
+use std::collections::HashSet;
+
+/// Leaves changed since the last checkpoint; every `add` inserts here.
+type LeafSet = HashSet<LeafId, crate::FastHasher>;
+
+/// A leaf bursts into an inner node once it holds more distinct keys than
+/// this. Small enough that the linear sum inside a leaf stays cheap, large
+/// enough that inner nodes (which cost `branching` counters) stay rare.
+pub const LEAF_CAPACITY: usize = 64;
+
+/// The branching factors a tree can be built with.
+pub const BRANCHINGS: [u32; 8] = [2, 4, 8, 16, 32, 64, 128, 256];
+
+/// Default branching factor: within noise of the fastest on add + rank
+/// (`benches/engine.rs`, group `tree_branching`), where narrower factors are
+/// slower and wide ones take more memory. Data dirs keep the factor they
+/// were made with.
+pub const DEFAULT_BRANCHING: u32 = 16;
+
+/// The count tree of one board window period in one shard.
+#[derive(Debug)]
+pub struct CountTree {
+    bits: u32,
+    root: Node,
+    total: u64,
+    dirty: LeafSet,
+    /// Bumped whenever `dirty` is emptied, which unmarks every leaf at once;
+    /// see [`Leaf::marked`]. Never 0, the mark of a leaf never put there.
+    round: u32,
+    /// Bumped when a snapshot starts copying; see [`Leaf::epoch`].
+    epoch: u32,
+    /// The changed leaves of a checkpoint being taken, if one is.
+    snapshot: Option<Snapshot>,
+}
+
+/// Rejected branching factor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("branching factor {0} is not one of 2, 4, 8, 16, 32, 64, 128, 256")]
+pub struct BadBranching(pub u32);
+
+/// Validates a branching factor and returns its number of key bits per level.
+pub fn branching_bits(branching: u32) -> Result<u32, BadBranching> {
+    if BRANCHINGS.contains(&branching) {
+        Ok(branching.trailing_zeros())
+    } else {
+        Err(BadBranching(branching))
+    }
+}
+
+impl CountTree {
+    /// An empty tree. `branching` must be one of [`BRANCHINGS`].
+    pub fn new(branching: u32) -> Result<Self, BadBranching> {
+        Ok(Self {
+            bits: branching_bits(branching)?,
+            root: Node::Leaf(Leaf::default()),
+            total: 0,
+            dirty: LeafSet::default(),
+            round: 1,
+            epoch: 0,
+            snapshot: None,
+        })
+    }
+
+    /// Number of players (sum of all counts).
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Adds `delta` players at `key`. Removing more than present is a caller
+    /// bug; it is clamped (and caught by [`CountTree::check`] in tests).
+    pub fn add(&mut self, key: u128, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        self.total = self.total.saturating_add_signed(delta);
+        let mut changes = Changes {
+            dirty: &mut self.dirty,
+            round: self.round,
+            epoch: self.epoch,
+            snapshot: self.snapshot.as_mut().filter(|s| s.walk.is_some()).map(|s| &mut s.ahead),
+        };
+        add_at(&mut self.root, self.bits, 0, key, delta, &mut changes);
+    }
+
+    /// Starts loading the leaf that holds `key` into the CPU cache, so a
+    /// [`CountTree::add`] of it soon after does not wait for memory. A score
+    /// change removes one key and adds another, in leaves far apart: asking
+    /// for the second leaf first overlaps the two waits.
+    pub fn prefetch(&self, key: u128) {
+        self.prefetch_many(std::slice::from_ref(&key));
+    }
+
+    /// Starts loading the leaves that hold `keys` into the CPU cache, the
+    /// paths walked side by side a level at a time: each level's nodes are
+    /// independent loads, so their waits for memory overlap, where walking
+    /// one path after another waits for every node in turn.
+    pub fn prefetch_many(&self, keys: &[u128]) {
+        const GROUP: usize = 16;
+        for group in keys.chunks(GROUP) {
+            let mut nodes: [Option<&Node>; GROUP] = [None; GROUP];
+            nodes[..group.len()].fill(Some(&self.root));
+            let mut depth = 0u32;
+            loop {
+                let mut walking = false;
+                for (node, &key) in nodes.iter_mut().zip(group) {
+                    match *node {
+                        Some(Node::Inner(slots)) => {
+                            *node = slots[digit(key, depth, self.bits)].child.as_ref();
+                            walking |= node.is_some();
+                        }
+                        Some(Node::Leaf(leaf)) => {
+                            prefetch_entries(&leaf.entries);
+                            *node = None;
+                        }
+                        None => {}
+                    }
+                }
+                if !walking {
+                    break;
+                }
+                depth += 1;
+            }
+        }
+    }
+
+    /// How many players have a key strictly less than `key` (rank before it).
+    pub fn count_before(&self, key: u128) -> u64 {
+        let mut node = &self.root;
+        let mut depth = 0u32;
+        let mut before = 0u64;
+        loop {
+            match node {
+                Node::Leaf(leaf) => {
+                    prefetch_entries(&leaf.entries);
+                    let end = leaf.entries.partition_point(|e| e.key() < key);
+                    return before + leaf.entries[..end].iter().map(|e| e.count()).sum::<u64>();
+                }
+                Node::Inner(slots) => {
+                    let d = digit(key, depth, self.bits);
+                    before += slots[..d].iter().map(|slot| slot.count).sum::<u64>();
+                    match &slots[d].child {
+                        Some(child) => node = child,
+                        None => return before,
+                    }
+                    depth += 1;
+                }
+            }
+        }
+    }
+
+    /// All `(key, count)` pairs in key order.
+    pub fn entries(&self) -> Vec<(u128, u64)> {
+        let mut out = Vec::new();
+        collect(&self.root, &mut out);
+        out
+    }
+
+    /// Places a stored leaf back into the tree while loading. Leaves may come
+    /// in any order; inner nodes on the way are created as needed.
+    pub fn install_leaf(&mut self, id: LeafId, bytes: &[u8], encoding: LeafEncoding) -> Result<(), CorruptLeaf> {
+        let leaf = decode_leaf(bytes, encoding)?;
+        if leaf.entries.is_empty() {
+            return Ok(());
+        }
+        let leaf_total: u64 = leaf.entries.iter().map(|e| e.count()).sum();
+        if leaf.entries.iter().any(|e| leaf_id_of(e.key(), id.depth, self.bits) != id) {
+            return Err(CorruptLeaf("leaf key outside its range"));
+        }
+        if u32::from(id.depth) > max_depth(self.bits) {
+            return Err(CorruptLeaf("leaf deeper than the tree"));
+        }
+        self.total += leaf_total;
+        let mut node = &mut self.root;
+        for depth in 0..u32::from(id.depth) {
+            if let Node::Leaf(existing) = node {
+                if !existing.entries.is_empty() {
+                    return Err(CorruptLeaf("leaves overlap"));
+                }
+                *node = Node::Inner(empty_slots(level_width(depth, self.bits)));
+            }
+            let Node::Inner(slots) = node else { unreachable!("made inner above") };
+            let slot = &mut slots[digit(id.prefix, depth, self.bits)];
+            slot.count += leaf_total;
+            node = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::empty(self.epoch)));
+        }
+        match node {
+            Node::Leaf(existing) if existing.entries.is_empty() => {
+                *node = Node::Leaf(Leaf { epoch: self.epoch, ..leaf });
+                Ok(())
+            }
+            _ => Err(CorruptLeaf("leaves overlap")),
+        }
+    }
+
+    /// Verifies every inner count equals the sum below it and every leaf is
+    /// sorted, in range and positive. Used by tests and `rankd check`.
+    pub fn check(&self) -> Result<(), String> {
+        let sum = check_node(&self.root, self.bits, 0, 0)?;
+        if sum != self.total {
+            return Err(format!("total {} but nodes sum to {sum}", self.total));
+        }
+        Ok(())
+    }
+
+    fn leaf_at(&self, id: LeafId) -> Option<&Leaf> {
+        let mut node = &self.root;
+        for depth in 0..u32::from(id.depth) {
+            match node {
+                Node::Inner(slots) => node = slots[digit(id.prefix, depth, self.bits)].child.as_ref()?,
+                Node::Leaf(_) => return None,
+            }
+        }
+        match node {
+            Node::Leaf(leaf) if !leaf.entries.is_empty() => Some(leaf),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{extreme_key, loaded, store, Oracle};
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// Writes the leaves changed since the last reload to `disk` and loads
+    /// a fresh tree from it.
+    fn reload(
+        tree: &mut CountTree,
+        disk: &mut BTreeMap<LeafId, Vec<u8>>,
+        branching: u32,
+        encoding: LeafEncoding,
+        copy_all: bool,
+    ) -> CountTree {
+        store(disk, tree.take_dirty_by(copy_all), encoding);
+        loaded(disk, branching, encoding)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        #[test]
+        fn matches_oracle_and_survives_reload(
+            branching in proptest::sample::select(BRANCHINGS.to_vec()),
+            encoding in prop_oneof![Just(LeafEncoding::Fixed), Just(LeafEncoding::Delta)],
+            ops in proptest::collection::vec((extreme_key(), prop_oneof![Just(1i64), Just(-1), Just(3)]), 1..600),
+            probes in proptest::collection::vec(extreme_key(), 1..40),
+            copy_all in proptest::collection::vec(any::<bool>(), 8),
+        ) {
+            let mut tree = CountTree::new(branching).unwrap();
+            let mut oracle = Oracle::default();
+            let mut disk = BTreeMap::new();
+            for (i, (key, delta)) in ops.iter().enumerate() {
+                // Never remove what is not there: the shard never does.
+                let delta = if *delta < 0 && !oracle.0.contains_key(key) { 1 } else { *delta };
+                tree.add(*key, delta);
+                oracle.add(*key, delta);
+                if i % 97 == 0 {
+                    tree = reload(&mut tree, &mut disk, branching, encoding, copy_all[i / 97]);
+                }
+            }
+            tree.check().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(tree.total(), oracle.0.values().sum::<u64>());
+            let entries = oracle.entries();
+            prop_assert_eq!(tree.entries(), entries);
+            tree.prefetch_many(&probes); // walks any shape, keys in any order
+            for probe in probes.iter().chain(oracle.0.keys()) {
+                prop_assert_eq!(tree.count_before(*probe), oracle.before(*probe));
+                prop_assert_eq!(tree.count_before(probe.wrapping_add(1)), oracle.before(probe.wrapping_add(1)));
+            }
+            let reloaded = reload(&mut tree, &mut disk, branching, encoding, copy_all[7]);
+            reloaded.check().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(reloaded.entries(), tree.entries());
+            prop_assert_eq!(reloaded.total(), tree.total());
+        }
+    }
+
+    #[test]
+    fn rejects_bad_branching_and_corrupt_leaves() {
+        assert_eq!(CountTree::new(3).unwrap_err(), BadBranching(3));
+        let mut tree = CountTree::new(16).unwrap();
+        assert!(tree.install_leaf(LeafId { prefix: 0, depth: 0 }, &[1, 2, 3], LeafEncoding::Fixed).is_err());
+        let bad_delta: [&[u8]; 5] = [
+            &[0x80],                                                             // varint cut short
+            &[5, 1],                                                             // entry cut short
+            &[5, 1, 0],                                                          // zero count
+            &[5, 1, 1, 0, 1, 1],                                                 // same key twice
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 1], // 70-bit varint
+        ];
+        for bytes in bad_delta {
+            let mut tree = CountTree::new(16).unwrap();
+            assert!(
+                tree.install_leaf(LeafId { prefix: 0, depth: 0 }, bytes, LeafEncoding::Delta).is_err(),
+                "{bytes:?}"
+            );
+        }
+    }
+}

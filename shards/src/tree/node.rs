@@ -1,0 +1,364 @@
+//! The in-memory layout of a count tree (inner nodes of counted slots,
+//! sorted leaves of packed entries) and the recursive walks over it.
+
+use super::snapshot::CopiesOnWrite;
+#[cfg(doc)]
+use super::CountTree; // for doc links
+use super::{LeafSet, LEAF_CAPACITY};
+
+pub(super) const KEY_BITS: u32 = 128;
+
+/// Where a leaf sits: its depth and the key bits above it (lower bits zero).
+/// This is also the leaf's identity on disk.
+///
+/// Packed to 8-byte alignment: 24 bytes instead of the 32 a 16-aligned
+/// `u128` pads it to. The set of leaves changed since the last checkpoint
+/// holds one per leaf, as does each checkpoint's sorted list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(C, packed(8))]
+pub struct LeafId {
+    /// Key bits shared by every key in the leaf, lower bits cleared.
+    pub prefix: u128,
+    /// Number of levels above the leaf (0 = the root).
+    pub depth: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<LeafId>() == 24);
+
+#[derive(Debug)]
+pub(super) enum Node {
+    Leaf(Leaf),
+    Inner(Box<[Slot]>),
+}
+
+/// Sorted keys of one sub-range with their player counts.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Leaf {
+    pub(super) entries: Vec<Entry>,
+    /// The tree's [`CountTree::epoch`] when the leaf was made or last
+    /// copied into a snapshot: while a snapshot is being copied, a leaf of
+    /// an older epoch is one it still needs as it was.
+    pub(super) epoch: u32,
+    /// The tree's [`CountTree::round`] when the leaf was last put in the
+    /// set of changed leaves: while they are equal it is there, and a
+    /// change need not hash its id into the set again (the set is large:
+    /// an insert waits for memory). Fits in the padding after `epoch`: a
+    /// leaf stays 32 bytes.
+    pub(super) marked: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Leaf>() == 32);
+
+impl Leaf {
+    /// A leaf made now, in the tree's epoch `epoch`: it holds nothing a
+    /// snapshot under way still needs.
+    pub(super) fn empty(epoch: u32) -> Self {
+        Self { entries: Vec::new(), epoch, marked: 0 }
+    }
+}
+
+/// One distinct key of a leaf and how many players hold it.
+///
+/// Leaves hold every player, so this layout is most of a tree's memory: a
+/// plain `(u128, u64)` takes 32 bytes (u128 is 16-aligned), this takes 20.
+/// A count saturates at `u32::MAX` players on one key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(4))]
+pub(super) struct Entry {
+    pub(super) key_high: u64,
+    pub(super) key_low: u64,
+    count: u32,
+}
+
+impl Entry {
+    pub(super) fn new(key: u128, count: u64) -> Self {
+        Self { key_high: (key >> 64) as u64, key_low: key as u64, count: u32::try_from(count).unwrap_or(u32::MAX) }
+    }
+
+    pub(super) fn key(self) -> u128 {
+        (u128::from(self.key_high) << 64) | u128::from(self.key_low)
+    }
+
+    pub(super) fn count(self) -> u64 {
+        u64::from(self.count)
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#x}:{}", self.key(), self.count())
+    }
+}
+
+/// Grows a leaf by a quarter rather than doubling: leaves are small and
+/// many, and doubling would leave a third of their memory unused on average.
+fn reserve_one(entries: &mut Vec<Entry>) {
+    if entries.len() == entries.capacity() {
+        entries.reserve_exact(entries.len() / 4 + 1);
+    }
+}
+
+/// One child sub-range of an inner node: how many players it holds, next to
+/// the child itself. A rank walk sums the counts before its digit and steps
+/// into the child at the digit, so keeping both in one array makes each level
+/// one allocation and a few adjacent cache lines.
+#[derive(Debug)]
+pub(super) struct Slot {
+    pub(super) count: u64,
+    pub(super) child: Option<Node>,
+}
+
+/// The slots of a new inner node with `width` empty sub-ranges.
+pub(super) fn empty_slots(width: usize) -> Box<[Slot]> {
+    std::iter::repeat_with(|| Slot { count: 0, child: None }).take(width).collect()
+}
+
+/// Deepest level a leaf can sit at: below it every key is one value.
+pub(super) fn max_depth(bits: u32) -> u32 {
+    KEY_BITS.div_ceil(bits)
+}
+
+/// Key bits consumed by the level at `depth` (the last level may be narrower).
+pub(super) fn level_bits(depth: u32, bits: u32) -> u32 {
+    bits.min(KEY_BITS - bits * depth)
+}
+
+pub(super) fn level_width(depth: u32, bits: u32) -> usize {
+    1usize << level_bits(depth, bits)
+}
+
+/// The child index of `key` at `depth`.
+pub(super) fn digit(key: u128, depth: u32, bits: u32) -> usize {
+    let used = bits * depth;
+    let width = level_bits(depth, bits);
+    let shift = KEY_BITS - used - width;
+    ((key >> shift) & ((1u128 << width) - 1)) as usize
+}
+
+pub(super) fn leaf_id_of(key: u128, depth: u8, bits: u32) -> LeafId {
+    let used = (bits * u32::from(depth)).min(KEY_BITS);
+    let prefix = if used == 0 { 0 } else { key & (u128::MAX << (KEY_BITS - used)) };
+    LeafId { prefix, depth }
+}
+
+/// Asks the CPU to load a leaf's entries ahead of the binary search. A
+/// leaf is up to ~1.3 KB, and the search's probes each waited for memory in
+/// turn; asked for all at once, the waits overlap.
+pub(super) fn prefetch_entries(entries: &[Entry]) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = entries;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let bytes = std::mem::size_of_val(entries);
+        let start = entries.as_ptr().cast::<i8>();
+        let mut offset = 0;
+        while offset < bytes {
+            // SAFETY: prefetching is a hint that never faults, and the address
+            // is inside the slice.
+            unsafe { std::arch::x86_64::_mm_prefetch(start.add(offset), std::arch::x86_64::_MM_HINT_T0) };
+            offset += 64;
+        }
+    }
+}
+
+/// What an [`add_at`] records besides the counts.
+pub(super) struct Changes<'a> {
+    pub(super) dirty: &'a mut LeafSet,
+    pub(super) round: u32,
+    pub(super) epoch: u32,
+    /// Where a leaf goes, as it was, before its first change while a
+    /// snapshot is being copied.
+    pub(super) snapshot: Option<&'a mut CopiesOnWrite>,
+}
+
+pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes: &mut Changes<'_>) {
+    match node {
+        Node::Leaf(leaf) => {
+            prefetch_entries(&leaf.entries);
+            let id = leaf_id_of(key, depth as u8, bits);
+            if leaf.epoch != changes.epoch {
+                leaf.epoch = changes.epoch;
+                if let Some(snapshot) = changes.snapshot.as_deref_mut() {
+                    if !leaf.entries.is_empty() {
+                        snapshot.insert(id, leaf.entries.as_slice().into());
+                    }
+                }
+            }
+            if leaf.marked != changes.round {
+                leaf.marked = changes.round;
+                changes.dirty.insert(id);
+            }
+            match leaf.entries.binary_search_by(|e| e.key().cmp(&key)) {
+                Ok(i) => {
+                    let count = leaf.entries[i].count().saturating_add_signed(delta);
+                    if count == 0 {
+                        leaf.entries.remove(i);
+                    } else {
+                        leaf.entries[i] = Entry::new(key, count);
+                    }
+                }
+                Err(i) => {
+                    if delta > 0 {
+                        reserve_one(&mut leaf.entries);
+                        leaf.entries.insert(i, Entry::new(key, delta.unsigned_abs()));
+                    }
+                }
+            }
+            if leaf.entries.len() > LEAF_CAPACITY && depth < max_depth(bits) {
+                let entries = std::mem::take(&mut leaf.entries);
+                *node = burst(entries, bits, depth, changes);
+            }
+        }
+        Node::Inner(slots) => {
+            let slot = &mut slots[digit(key, depth, bits)];
+            slot.count = slot.count.saturating_add_signed(delta);
+            let child = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::empty(changes.epoch)));
+            add_at(child, bits, depth + 1, key, delta, changes);
+            if slot.count == 0 {
+                slot.child = None;
+            }
+        }
+    }
+}
+
+/// Clears the mark of every leaf under `node` (see [`CountTree::next_round`]).
+pub(super) fn unmark_all(node: &mut Node) {
+    match node {
+        Node::Leaf(leaf) => leaf.marked = 0,
+        Node::Inner(slots) => slots.iter_mut().filter_map(|slot| slot.child.as_mut()).for_each(unmark_all),
+    }
+}
+
+/// Splits an over-full leaf at `depth` into an inner node with leaf children,
+/// recursing while a child is still over-full.
+fn burst(entries: Vec<Entry>, bits: u32, depth: u32, changes: &mut Changes<'_>) -> Node {
+    let mut slots = empty_slots(level_width(depth, bits));
+    let mut groups: Vec<Vec<Entry>> = vec![Vec::new(); slots.len()];
+    for entry in entries {
+        let d = digit(entry.key(), depth, bits);
+        slots[d].count += entry.count();
+        groups[d].push(entry);
+    }
+    for (d, mut group) in groups.into_iter().enumerate() {
+        group.shrink_to_fit();
+        if let Some(first) = group.first().map(|e| e.key()) {
+            let child_depth = depth + 1;
+            let child = if group.len() > LEAF_CAPACITY && child_depth < max_depth(bits) {
+                burst(group, bits, child_depth, changes)
+            } else {
+                changes.dirty.insert(leaf_id_of(first, child_depth as u8, bits));
+                Node::Leaf(Leaf { entries: group, epoch: changes.epoch, marked: changes.round })
+            };
+            slots[d].child = Some(child);
+        }
+    }
+    Node::Inner(slots)
+}
+
+/// Calls `visit` on every leaf under `node` (whose sub-range starts at
+/// `start`) that starts at or after `from`, in key order, until it returns
+/// false; returns where that leaf starts, for the next walk to go on from,
+/// or `None` if the walk reached the end. The tree may change between
+/// walks: leaves that appear behind the cursor are not visited. The walk of
+/// repacking passes and of snapshot slices.
+pub(super) fn leaves_from(
+    node: &mut Node,
+    bits: u32,
+    depth: u32,
+    start: u128,
+    from: u128,
+    visit: &mut impl FnMut(LeafId, &mut Leaf) -> bool,
+) -> Option<u128> {
+    match node {
+        Node::Leaf(leaf) => {
+            let go_on = start < from || visit(LeafId { prefix: start, depth: depth as u8 }, leaf);
+            (!go_on).then_some(start)
+        }
+        Node::Inner(slots) => {
+            let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
+            for (d, slot) in slots.iter_mut().enumerate() {
+                let child_start = start | ((d as u128) << shift);
+                let child_end = child_start | ((1u128 << shift) - 1);
+                if child_end < from {
+                    continue;
+                }
+                if let Some(child) = &mut slot.child {
+                    if let Some(next) = leaves_from(child, bits, depth + 1, child_start, from, visit) {
+                        return Some(next);
+                    }
+                }
+            }
+            None
+        }
+    }
+}
+
+pub(super) fn collect(node: &Node, out: &mut Vec<(u128, u64)>) {
+    match node {
+        Node::Leaf(leaf) => out.extend(leaf.entries.iter().map(|e| (e.key(), e.count()))),
+        Node::Inner(slots) => slots.iter().filter_map(|slot| slot.child.as_ref()).for_each(|c| collect(c, out)),
+    }
+}
+
+pub(super) fn check_node(node: &Node, bits: u32, depth: u32, prefix: u128) -> Result<u64, String> {
+    match node {
+        Node::Leaf(leaf) => {
+            let id = LeafId { prefix, depth: depth as u8 };
+            for pair in leaf.entries.windows(2) {
+                if pair[0].key() >= pair[1].key() {
+                    return Err(format!("leaf {id:?} not sorted"));
+                }
+            }
+            let mut sum = 0u64;
+            for (key, count) in leaf.entries.iter().map(|e| (e.key(), e.count())) {
+                if count == 0 || leaf_id_of(key, depth as u8, bits) != id {
+                    return Err(format!("leaf {id:?} holds bad entry {key:#x}:{count}"));
+                }
+                sum += count;
+            }
+            Ok(sum)
+        }
+        Node::Inner(slots) => {
+            let width = level_bits(depth, bits);
+            let shift = KEY_BITS - bits * depth - width;
+            let mut sum = 0u64;
+            for (d, slot) in slots.iter().enumerate() {
+                let below = match &slot.child {
+                    Some(c) => check_node(c, bits, depth + 1, prefix | ((d as u128) << shift))?,
+                    None => 0,
+                };
+                if below != slot.count || (slot.child.is_some() && below == 0) {
+                    return Err(format!("inner at depth {depth} child {d}: count {} but {below} below", slot.count));
+                }
+                sum += below;
+            }
+            Ok(sum)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tree::{CountTree, BRANCHINGS};
+
+    #[test]
+    fn dense_cluster_bursts_to_full_depth() {
+        // 1000 keys differing only in the last bits force bursts down to the
+        // deepest level; ranks must stay exact there.
+        for branching in BRANCHINGS {
+            let mut tree = CountTree::new(branching).unwrap();
+            for k in 0..1000u128 {
+                tree.add(u128::MAX - k, 1);
+            }
+            tree.check().unwrap();
+            assert_eq!(tree.count_before(u128::MAX), 999);
+            assert_eq!(tree.count_before(u128::MAX - 500), 499);
+            for k in 0..1000u128 {
+                tree.add(u128::MAX - k, -1);
+            }
+            tree.check().unwrap();
+            assert_eq!(tree.total(), 0);
+            assert!(tree.entries().is_empty());
+        }
+    }
+}
