@@ -14,14 +14,14 @@
 //!
 //! - player records and index entries collect in an `Overlay` that reads
 //!   consult first; every [`ShardOptions::run_every`] players it is written
-//!   as one sorted run per keyspace (`overlay.rs`), after the log
+//!   as one sorted run per keyspace (`crate::overlay`), after the log
 //!   records it covers are durable, and a marker records how far the runs
 //!   reach;
 //! - count trees change in memory; once the log is long enough (see
 //!   `Shard::checkpoint_due`) a snapshot of the changed leaves is taken,
 //!   copied a slice per sealed batch with copy-on-write for leaves about to
 //!   change (`CountTree::begin_snapshot`), each slice written straight
-//!   into tables as it is copied (`checkpoint.rs`), with a marker of
+//!   into tables as it is copied (`crate::checkpoint`), with a marker of
 //!   the log they include; once all are copied and a run of everything
 //!   before them is written, the tables join the keyspace at once and the
 //!   log records they make redundant are deleted.
