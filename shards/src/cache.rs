@@ -22,7 +22,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 
-use crate::shard::Record;
+use crate::record::Record;
 use crate::FastHasher;
 
 /// The sequence marking a cached absence (real sequences never reach it).

@@ -10,6 +10,7 @@
 //! - `log`: the change log, a batch's only per-write storage;
 //! - `overlay`: player records and index entries not yet written, and the
 //!   sorted runs they are written in;
+//! - `record`: a player's stored state in one tree ([`Record`]);
 //! - [`dense`]: distinct-score counting across shards for dense ranks;
 //! - [`board`]: boards, orders, tie rules, windows and write modes;
 //! - [`window`]: which period of a time window a moment falls in.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod key;
 mod log;
 mod overlay;
+mod record;
 pub mod shard;
 pub mod tree;
 pub mod window;
@@ -32,8 +34,9 @@ pub use board::{Board, BoardConfig, Mode, Order, Ties, Window};
 pub use dense::DenseIndex;
 pub use error::ShardError;
 pub use key::TreeId;
+pub use record::Record;
 pub use shard::{
-    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Lookups, Record,
+    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Lookups,
     SealedBatch, Shard, ShardOptions, StorageStats, Upcoming, UpcomingWrite, WrittenBatch, MEMTABLE_OVERRUN,
 };
 pub use tree::{CountTree, Repacked};

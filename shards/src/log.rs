@@ -19,7 +19,7 @@
 
 use crate::error::ShardError;
 use crate::key::{TreeId, TREE_PREFIX_LEN};
-use crate::shard::Record;
+use crate::record::Record;
 
 /// How a data dir's log entries are laid out (recorded in its meta keyspace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use fjall::Keyspace;
 
 use crate::error::ShardError;
 use crate::key::TreeId;
-use crate::shard::Record;
+use crate::record::Record;
 use crate::FastHasher;
 
 /// See the module docs.

@@ -1,0 +1,300 @@
+//! When and how a shard checkpoints its count trees: the leaves changed
+//! since the last checkpoint are copied out a slice per sealed batch (copy
+//! on write for leaves about to change), each slice handed to a
+//! [`LeafWriter`] (`crate::checkpoint`) as it is copied; the batch that
+//! copies the last slice carries the writer, finished after its runs, and
+//! the deletion of the log records the leaves make redundant.
+
+use std::collections::VecDeque;
+
+use super::storage::{expiring_key, LEAVES_THROUGH};
+use super::Shard;
+use crate::checkpoint::{leaf_key, LeafWriter};
+use crate::error::ShardError;
+use crate::key::TreeId;
+use crate::tree::{CountTree, SlicePicker};
+
+/// Slices a checkpoint's writer may fall behind before the shard stops
+/// copying more (see `Shard::copy_checkpoint_slice`): the writer runs at
+/// the lowest priority, and on a busy machine the copies would otherwise
+/// pile up in memory as they did before they were written as they came.
+const MAX_QUEUED_SLICES: usize = 64;
+
+/// A checkpoint waits for at most this many times
+/// [`ShardOptions::checkpoint_every`](super::ShardOptions::checkpoint_every)
+/// logged changes: bounds the log a restart replays (see
+/// docs/performance-history.md).
+const CHECKPOINT_STRETCH: u64 = 4;
+
+/// The shard's checkpoint state: the one being copied, if any, and whether
+/// one was begun since opening (the first comes sooner).
+#[derive(Default)]
+pub(super) struct Checkpoints {
+    /// While a checkpoint's leaves are being copied, a slice each sealed
+    /// batch (see [`CountTree::begin_snapshot`]).
+    pub(super) copying: Option<Checkpointing>,
+    /// Whether a checkpoint was begun since opening (the first comes sooner
+    /// by [`ShardOptions::checkpoint_phase`](super::ShardOptions::checkpoint_phase)).
+    pub(super) begun: bool,
+}
+
+/// A checkpoint's leaves being copied, a slice each sealed batch, and
+/// written as they come (see [`crate::checkpoint`]).
+pub(super) struct Checkpointing {
+    /// The number of the first log record the leaves do not include.
+    through: u64,
+    /// The trees still to copy, in key order: the writer appends every
+    /// leaf to sorted tables.
+    trees: VecDeque<TreeId>,
+    writer: LeafWriter,
+}
+
+impl Shard {
+    /// Whether a log of `logged` changes calls for a checkpoint. A checkpoint
+    /// rewrites every leaf a change touched, and random changes touch nearly
+    /// all leaves long before they number as many as the players, so a
+    /// checkpoint costs about the whole tree and the longer the wait, the
+    /// less each write pays for it: half the players' worth of changes (see
+    /// docs/performance-history.md). The wait is between
+    /// [`ShardOptions::checkpoint_every`](super::ShardOptions::checkpoint_every)
+    /// and [`CHECKPOINT_STRETCH`] times that, so a restart replays a bounded
+    /// log. The first after opening comes sooner by
+    /// [`ShardOptions::checkpoint_phase`](super::ShardOptions::checkpoint_phase).
+    pub(super) fn checkpoint_due(&self, logged: u64) -> bool {
+        let least = self.options.checkpoint_every;
+        let wanted = (self.players() / 2).clamp(least, least.saturating_mul(CHECKPOINT_STRETCH));
+        let phase = if self.checkpoints.begun { 0.0 } else { self.options.checkpoint_phase.clamp(0.0, 1.0) };
+        logged >= wanted - (wanted as f64 * phase) as u64
+    }
+
+    /// Writes every leaf changed since the last checkpoint and deletes the
+    /// log records that led to them, in one atomic batch.
+    pub fn checkpoint(&mut self) -> Result<(), ShardError> {
+        self.checkpoint_with(&[])
+    }
+
+    /// [`Shard::checkpoint`], also marking `expiring` trees as being deleted
+    /// in the same batch: once the log that could rebuild them is gone, the
+    /// mark is what lets a restart finish deleting them.
+    pub(super) fn checkpoint_with(&mut self, expiring: &[TreeId]) -> Result<(), ShardError> {
+        if !self.is_settled() {
+            return Err(ShardError::NeedsCommit);
+        }
+        // Every batch is durable (settled): the overlay may be written.
+        for tree in expiring {
+            self.overlay.forget(&tree.prefix());
+        }
+        let empty = self.empty_overlay();
+        let overlay = std::mem::replace(&mut self.overlay, empty);
+        overlay.write_runs(&self.storage.players, &self.storage.index).map_err(|err| self.rolled_back(err))?;
+        let mut batch = self.storage.db.batch().durability(Some(self.persist_mode()));
+        for tree in expiring {
+            batch.insert(&self.storage.meta, expiring_key(*tree), []);
+        }
+        self.checkpoint_into(&mut batch);
+        batch.commit().map_err(|err| self.rolled_back(err.into()))
+    }
+
+    /// Takes the changed leaves out of the trees at once and adds them, the
+    /// marker of the log they hold, the deletion of that log and the runs'
+    /// marker to `batch`, and starts a new log. `batch` may be written only
+    /// once runs hold every change of that log: the log is the only other
+    /// place those changes are kept. A checkpoint being copied in slices is
+    /// dropped: this one includes everything it would have.
+    pub(super) fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
+        self.abandon_checkpoint();
+        let leaves = &self.storage.leaves;
+        for (id, tree) in &mut self.trees {
+            let written = SlicePicker::default().pick(tree.take_dirty(), self.leaf_encoding, |leaf, bytes| {
+                match bytes {
+                    Some(bytes) => batch.insert(leaves, leaf_key(*id, leaf), bytes),
+                    None => batch.remove(leaves, leaf_key(*id, leaf)),
+                }
+                Ok::<(), std::convert::Infallible>(())
+            });
+            let Ok(()) = written;
+        }
+        batch.insert(leaves, LEAVES_THROUGH, self.log.next.to_be_bytes());
+        self.log.logged = 0;
+        self.close_log(batch, self.log.next);
+    }
+
+    /// Drops the checkpoint being copied, if any: the leaves it would have
+    /// written count as changed again, and what its writer wrote is never
+    /// read.
+    pub(super) fn abandon_checkpoint(&mut self) {
+        let handed_out = self.checkpoints.copying.take().map(|c| c.writer.abandon()).unwrap_or_default();
+        self.trees.values_mut().for_each(CountTree::abandon_snapshot);
+        for (id, leaves) in handed_out {
+            if let Some(tree) = self.trees.get_mut(&id) {
+                tree.mark_changed(leaves);
+            }
+        }
+    }
+
+    /// Starts a checkpoint of the trees as they are now, to be copied a slice
+    /// each sealed batch ([`Shard::copy_checkpoint_slice`]) so no round waits
+    /// for the whole copy, and written by a [`LeafWriter`] as it is copied.
+    /// Changes from now on are logged for the next one. If the writer's
+    /// thread cannot start, the checkpoint waits for the next batch.
+    pub(super) fn begin_checkpoint(&mut self) {
+        let through = self.log.next;
+        let start = LeafWriter::start(
+            self.storage.leaves.clone(),
+            LEAVES_THROUGH,
+            through,
+            self.leaf_encoding,
+            self.options.leaf_writer_start,
+        );
+        let writer = match start {
+            Ok(writer) => writer,
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not start a checkpoint's writer; trying again");
+                return;
+            }
+        };
+        self.trees.values_mut().for_each(CountTree::begin_snapshot);
+        let mut trees: Vec<TreeId> = self.trees.keys().copied().collect();
+        trees.sort_unstable_by_key(TreeId::prefix);
+        self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer });
+        self.checkpoints.begun = true;
+        self.log.logged = 0;
+    }
+
+    /// Copies the next slice of the checkpoint's leaves, at least one leaf
+    /// per write in the batch being sealed, and hands it to the writer; true
+    /// once all are copied (false with no checkpoint under way). A tree has
+    /// no more leaves than players, and the next checkpoint is due after
+    /// half the players' worth of changes or 100k: at a leaf a write, a
+    /// copy is done before the next is due. While the writer is
+    /// [`MAX_QUEUED_SLICES`] behind, nothing more is copied: the copies
+    /// would only wait in memory.
+    pub(super) fn copy_checkpoint_slice(&mut self, writes: usize) -> bool {
+        let Some(checkpoint) = &mut self.checkpoints.copying else { return false };
+        if checkpoint.writer.backlog() > MAX_QUEUED_SLICES {
+            return false;
+        }
+        let mut budget = self.options.checkpoint_slice_leaves.max(writes).max(1);
+        while let Some(&id) = checkpoint.trees.front() {
+            if let Some(tree) = self.trees.get_mut(&id) {
+                budget = tree.continue_snapshot(budget);
+                if let Some(slice) = tree.take_slice().filter(|slice| !slice.is_idle()) {
+                    checkpoint.writer.send(id, slice);
+                }
+                if tree.is_copying_snapshot() {
+                    break; // the budget is spent
+                }
+            }
+            checkpoint.trees.pop_front();
+        }
+        checkpoint.trees.is_empty()
+    }
+
+    /// Ends `checkpoint`, all of whose leaves are copied: adds to `batch`
+    /// the deletion of the log they make redundant and the marker of the
+    /// runs (which now cover every log record: this batch freezes the
+    /// overlay), and returns the writer to finish once the runs are
+    /// written. Trees made since the checkpoint began have nothing in it:
+    /// their leaves go to the next.
+    pub(super) fn finish_checkpoint(
+        &mut self,
+        batch: &mut fjall::OwnedWriteBatch,
+        checkpoint: Checkpointing,
+    ) -> LeafWriter {
+        self.close_log(batch, checkpoint.through);
+        checkpoint.writer
+    }
+
+    /// Adds to `batch` the deletion of the log records before `through`,
+    /// which a checkpoint's leaves now hold, and the runs' marker.
+    fn close_log(&mut self, batch: &mut fjall::OwnedWriteBatch, through: u64) {
+        for number in self.log.first..through {
+            batch.remove(&self.storage.changes, number.to_be_bytes());
+        }
+        self.mark_runs(batch);
+        self.log.first = through;
+        self.begin_repacking();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{all_time_board, ShardOptions};
+    use super::*;
+    use crate::board::{Mode, Order};
+    use crate::key;
+
+    /// Shards given phases take their checkpoints in turn: the first after
+    /// opening comes sooner by the phase's share of the wait, the ones after
+    /// it at the usual wait.
+    #[test]
+    fn the_first_checkpoint_comes_sooner_by_the_phase() {
+        let (board, _) = all_time_board();
+        let open = |phase: f64| {
+            let dir = tempfile::tempdir().unwrap();
+            let options = ShardOptions { checkpoint_every: 100, checkpoint_phase: phase, ..ShardOptions::default() };
+            let mut shard = Shard::open(dir.path(), options).unwrap();
+            // 150 players: half of them is under the least wait, 100 changes.
+            for i in 0..150i64 {
+                shard.write(&board, &format!("p{i}"), i, Mode::Set, i as u64 + 1).unwrap();
+            }
+            (dir, shard)
+        };
+        let (_dir, first) = open(0.0);
+        assert!(!first.checkpoint_due(99) && first.checkpoint_due(100));
+        let (_dir, mut second) = open(0.5);
+        assert!(!second.checkpoint_due(49) && second.checkpoint_due(50), "half the wait sooner");
+        second.begin_checkpoint();
+        assert!(!second.checkpoint_due(99) && second.checkpoint_due(100), "then the usual wait");
+    }
+
+    /// A crash after a checkpoint's leaves are written but before the log
+    /// deletion that follows them (the runs thread writes them in that
+    /// order) leaves log records the leaves already hold: the restart must
+    /// not count them twice, and the next checkpoint deletes them.
+    #[test]
+    fn leaves_written_without_their_log_deletion_are_not_replayed_into() {
+        let dir = tempfile::tempdir().unwrap();
+        let (board, tree) = all_time_board();
+        let keys: Vec<u128> = (0..200).map(|s| key::tree_key(key::score_key(s, Order::Desc), 0)).collect();
+        // Checkpoints are due after a few logged changes.
+        let options = ShardOptions { checkpoint_every: 1, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options.clone()).unwrap();
+        for i in 0..500i64 {
+            shard.write(&board, &format!("p{i}"), i * 37 % 101, Mode::Set, i as u64 + 1).unwrap();
+        }
+        shard.commit().unwrap();
+        for i in 0..300i64 {
+            shard.write(&board, &format!("p{}", i * 7 % 600), 100 + i % 97, Mode::Set, 1000 + i as u64).unwrap();
+        }
+        let sealed = shard.seal();
+        let Some(runs) = sealed.write().unwrap().runs else { panic!("the batch should carry a checkpoint") };
+        shard.durability_handle().sync().unwrap();
+        runs.overlay.write_runs(&runs.players, &runs.index).unwrap();
+        runs.checkpoint.expect("a checkpoint").finish().unwrap();
+        // The crash: `runs.after` (log deletion, runs marker) is never written.
+        drop(runs.after);
+        let (count, before) = (shard.count(tree), shard.count_before(tree, &keys));
+        let record = shard.get(tree, "p7").unwrap();
+        assert!(count > 500, "the second batch adds players");
+        drop((shard, runs.overlay, runs.players, runs.index));
+
+        let mut shard = Shard::open(dir.path(), options.clone()).unwrap();
+        assert!(shard.storage.changes.iter().next().is_some(), "the test must leave log records behind");
+        assert_eq!(shard.count(tree), count);
+        assert_eq!(shard.count_before(tree, &keys), before);
+        assert_eq!(shard.get(tree, "p7").unwrap(), record);
+        shard.check().unwrap();
+
+        shard.write(&board, "p1", 5, Mode::Set, 5000).unwrap();
+        shard.commit().unwrap();
+        shard.checkpoint().unwrap();
+        assert!(shard.storage.changes.iter().next().is_none(), "a checkpoint deletes the records left behind");
+        let (count, before) = (shard.count(tree), shard.count_before(tree, &keys));
+        drop(shard);
+        let shard = Shard::open(dir.path(), options).unwrap();
+        assert_eq!(shard.count(tree), count);
+        assert_eq!(shard.count_before(tree, &keys), before);
+        shard.check().unwrap();
+    }
+}

@@ -1,0 +1,206 @@
+//! One shard's engine: its count trees, players and score index, kept in its
+//! own fjall database and changed in atomic batches.
+//!
+//! Writes are *staged*: they update the in-memory trees and the overlay of
+//! unwritten player records and index entries at once (so later requests
+//! see them) and append the change to the batch's log record.
+//! [`Shard::commit`] writes the batch — that one log record, board configs
+//! and the sequence high-water mark — as ONE fjall write batch and persists
+//! it; the caller acknowledges the batch's requests only after that.
+//!
+//! The log record is a batch's only per-write storage. The count trees,
+//! players and score index each reach storage in bulk, later, and the log
+//! covers each until it has:
+//!
+//! - player records and index entries collect in an `Overlay` that reads
+//!   consult first; every [`ShardOptions::run_every`] players it is written
+//!   as one sorted run per keyspace (`crate::overlay`), after the log
+//!   records it covers are durable, and a marker records how far the runs
+//!   reach;
+//! - count trees change in memory; once the log is long enough (see
+//!   `Shard::checkpoint_due`) a snapshot of the changed leaves is taken,
+//!   copied a slice per sealed batch with copy-on-write for leaves about to
+//!   change (`CountTree::begin_snapshot`), each slice written straight
+//!   into tables as it is copied (`crate::checkpoint`), with a marker of
+//!   the log they include; once all are copied and a run of everything
+//!   before them is written, the tables join the keyspace at once and the
+//!   log records they make redundant are deleted.
+//!
+//! So a restart loads the leaves, replays the (bounded) log past their
+//! marker into the trees, and rebuilds the overlay from the records past the
+//! runs' marker: it never reads the players, and trees, players and index
+//! never disagree after a crash.
+//!
+//! A server splits a commit in three: [`Shard::seal`] turns the open batch
+//! into a [`SealedBatch`] on the shard's thread; another thread writes it to
+//! the journal ([`SealedBatch::write`]), fsyncs, and then writes the runs and
+//! checkpoint the batch may carry ([`WrittenBatch::write_runs`]), so the
+//! shard's thread never waits for storage. Until [`Shard::landed`] says a
+//! sealed batch is done, the overlay it carries stays readable from memory.
+//!
+//! The files of this module, one concept each (`impl Shard` is spread over
+//! them):
+//!
+//! - `options`: [`ShardOptions`] and its defaults;
+//! - `storage`: the fjall database, its keyspaces and their tuning, the
+//!   memtables the shard seals itself, the metadata keys;
+//! - `open`: opening, loading the leaves, replaying the log, moving an older
+//!   log format to the current one, reopening;
+//! - `apply`: a change applied to the trees and the overlay, shared by
+//!   staging and replay;
+//! - `staging`: writes and removals into the open batch;
+//! - `prefetch`: the look ahead before a round's commands;
+//! - `seal`: sealing, writing and committing batches, and the bookkeeping
+//!   of batches in flight;
+//! - `checkpointing`: when and how the trees' leaves are checkpointed (the
+//!   leaves' writer thread is `crate::checkpoint`);
+//! - `repack`: moving leaves off sparse allocator slabs after a checkpoint;
+//! - `expiry`: deleting expired periods and dropped boards;
+//! - `reads`: records, counts and lists;
+//! - `check`: the consistency check.
+
+mod apply;
+mod check;
+mod checkpointing;
+mod expiry;
+mod open;
+mod options;
+mod prefetch;
+mod reads;
+mod repack;
+mod seal;
+mod staging;
+mod storage;
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use self::apply::DenseChange;
+use self::checkpointing::Checkpoints;
+pub use self::options::{Durability, ShardOptions, CHECKPOINT_EVERY, CHECKPOINT_SLICE_LEAVES, RUN_EVERY};
+pub use self::prefetch::{Upcoming, UpcomingWrite};
+pub use self::reads::{Direction, ListEntry};
+pub use self::seal::{Committed, DurabilityHandle, SealedBatch, WrittenBatch};
+use self::staging::Staged;
+use self::storage::Storage;
+pub use self::storage::{StorageStats, MEMTABLE_OVERRUN};
+use crate::board::Board;
+use crate::cache::RecordCache;
+pub use crate::cache::{cached_players_for, Lookups};
+use crate::key::TreeId;
+use crate::overlay::Overlay;
+pub use crate::record::Record;
+use crate::tree::{CountTree, LeafEncoding};
+use crate::FastHasher;
+
+/// One shard: see the module docs.
+pub struct Shard {
+    /// The fjall database and its keyspaces.
+    storage: Storage,
+    options: ShardOptions,
+    /// Where the shard lives, to reopen it after a storage failure.
+    path: PathBuf,
+    trees: HashMap<TreeId, CountTree, FastHasher>,
+    boards: HashMap<u64, Board>,
+    max_seq: u64,
+    max_board_id: u64,
+    /// Where the change log starts and ends.
+    log: LogPositions,
+    staged: Staged,
+    /// Player records and index entries not yet written as runs.
+    overlay: Overlay,
+    /// One entry per sealed batch not yet reported done, oldest first, with
+    /// the overlay it froze for its runs: until those are written, a read
+    /// that misses the current overlay must look there before storage.
+    in_flight: VecDeque<Option<Arc<Overlay>>>,
+    /// Exact cache of player records (reads take `&self`, hence the cell).
+    cache: RefCell<RecordCache>,
+    /// The time writes are applied at (Unix seconds, UTC): decides which
+    /// period of each window a write lands in.
+    now: i64,
+    /// Expired periods whose data is still being deleted, oldest first.
+    expiring: VecDeque<TreeId>,
+    /// How this data dir stores tree leaves (fixed when it was made).
+    leaf_encoding: LeafEncoding,
+    /// The trees a leaf-repacking pass has yet to visit, each with where in
+    /// it to go on (see [`Shard::repack_step`]); the current one last.
+    repacking: Vec<(TreeId, u128)>,
+    /// The checkpoint being copied, if any, and whether one was begun.
+    checkpoints: Checkpoints,
+}
+
+/// The change log's extent, kept in memory so sealing a batch and
+/// checkpointing never read it back: where the next record goes, the oldest
+/// one still needed, and how much a restart would replay.
+#[derive(Debug, Default)]
+struct LogPositions {
+    /// Key of the next change-log record.
+    next: u64,
+    /// Key of the oldest change-log record not yet checkpointed.
+    first: u64,
+    /// Changes logged since the last checkpoint.
+    logged: u64,
+}
+
+impl Shard {
+    /// Sets the time (Unix seconds, UTC) the next writes are applied at. The
+    /// caller owns the clock, so tests can cross period boundaries at will.
+    pub fn set_time(&mut self, unix_seconds: i64) {
+        self.now = unix_seconds;
+    }
+
+    /// The count-tree branching factor.
+    pub fn branching(&self) -> u32 {
+        self.options.branching
+    }
+
+    /// Boards whose config this shard holds (it saw a write or a create).
+    pub fn boards(&self) -> impl Iterator<Item = &Board> {
+        self.boards.values()
+    }
+
+    /// Highest reach sequence this shard has stored.
+    pub fn max_seq(&self) -> u64 {
+        self.max_seq
+    }
+
+    /// Highest board id this shard has ever stored.
+    pub fn max_board_id(&self) -> u64 {
+        self.max_board_id
+    }
+
+    /// Players held in all trees of this shard.
+    pub fn players(&self) -> u64 {
+        self.trees.values().map(CountTree::total).sum()
+    }
+
+    /// Count-tree changes logged since the last checkpoint began: a
+    /// restart after a crash replays these into the trees, and those of the
+    /// checkpoint before while it is still being written.
+    pub fn logged_changes(&self) -> u64 {
+        self.log.logged
+    }
+
+    /// Players whose changed records are held in memory until the next run
+    /// (see [`ShardOptions::run_every`]).
+    pub fn unwritten_players(&self) -> usize {
+        self.overlay.players()
+    }
+
+    /// Record-cache lookups since the last call (see [`Lookups`]).
+    pub fn take_cache_lookups(&mut self) -> Lookups {
+        self.cache.get_mut().take_lookups()
+    }
+}
+
+/// Board 1 (descending, ordinal ties, all-time only) and its one tree: what
+/// the tests of this module write to.
+#[cfg(test)]
+fn all_time_board() -> (Board, TreeId) {
+    use crate::board::{BoardConfig, Order, Ties, Window};
+    let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1 };
+    let board = Board { id: 1, name: "b".into(), config };
+    (board, TreeId { board: 1, window: Window::All.code(), period: 0 })
+}

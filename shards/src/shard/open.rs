@@ -1,0 +1,304 @@
+//! Opening a shard: the data dir's format, the count trees loaded from
+//! their checkpointed leaves, the change log replayed past them into the
+//! trees and the overlay, a data dir of an older log format moved to the
+//! current one, and reopening after a storage failure.
+
+use std::cell::RefCell;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use fjall::{Database, Keyspace, PersistMode};
+
+use super::apply::{apply_change, count_tree, GatheredCounts, TreeCounts};
+use super::checkpointing::Checkpoints;
+use super::options::ShardOptions;
+use super::reads::player_key;
+use super::staging::Staged;
+use super::storage::{
+    read_u64, stored_leaves, Storage, LEAVES_THROUGH, META_BOARD, META_BRANCHING, META_EXPIRING, META_LEAF_ENCODING,
+    META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_RUNS_THROUGH,
+};
+use super::{LogPositions, Shard};
+use crate::board::{Board, BoardConfig};
+use crate::cache::RecordCache;
+use crate::error::ShardError;
+use crate::key::{TreeId, TREE_PREFIX_LEN};
+use crate::log::{self, LogFormat};
+use crate::overlay::Overlay;
+use crate::tree::{self, CountTree, LeafEncoding, LeafId};
+
+impl Shard {
+    /// Opens (or creates) the shard stored at `path` and loads its count trees
+    /// from their stored leaves (not from the players).
+    pub fn open(path: &Path, options: ShardOptions) -> Result<Self, ShardError> {
+        tree::branching_bits(options.branching)?;
+        let started = Instant::now();
+        let storage = Storage::open(path, &options)?;
+        let cached_players = options.cached_players;
+        let run_every = options.run_every;
+        let leaf_encoding = check_format(&storage.db, &storage.meta, options.branching)?;
+        let mut shard = Self {
+            storage,
+            options,
+            path: path.to_path_buf(),
+            trees: HashMap::default(),
+            boards: HashMap::new(),
+            max_seq: 0,
+            max_board_id: 0,
+            log: LogPositions::default(),
+            staged: Staged::default(),
+            overlay: Overlay::new(run_every),
+            in_flight: VecDeque::new(),
+            cache: RefCell::new(RecordCache::new(cached_players)),
+            now: 0,
+            expiring: VecDeque::new(),
+            leaf_encoding,
+            repacking: Vec::new(),
+            checkpoints: Checkpoints::default(),
+        };
+        let opened = started.elapsed();
+        shard.load()?;
+        tracing::info!(
+            path = %path.display(),
+            players = shard.players(),
+            replayed = shard.log.logged,
+            storage_ms = opened.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "shard opened"
+        );
+        Ok(shard)
+    }
+
+    /// (Re)builds the in-memory state from what is on disk.
+    pub(super) fn load(&mut self) -> Result<(), ShardError> {
+        self.cache.get_mut().clear();
+        self.trees.clear();
+        self.boards.clear();
+        self.staged = Staged::default();
+        self.overlay = self.empty_overlay();
+        self.in_flight.clear();
+        let (meta, leaves) = (&self.storage.meta, &self.storage.leaves);
+        self.max_seq = read_u64(meta, META_MAX_SEQ)?;
+        self.max_board_id = read_u64(meta, META_MAX_BOARD)?;
+        for item in meta.prefix(META_BOARD) {
+            let (key, value) = item.into_inner()?;
+            let id_bytes: [u8; 8] =
+                key.get(META_BOARD.len()..).and_then(|b| b.try_into().ok()).ok_or(ShardError::Corrupt("board key"))?;
+            let id = u64::from_be_bytes(id_bytes);
+            let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
+            self.boards.insert(id, Board { id, name, config });
+        }
+        let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
+        for item in stored_leaves(leaves) {
+            let (key, value) = item.into_inner()?;
+            let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
+            let rest = &key[TREE_PREFIX_LEN..];
+            let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
+            let &[depth] = depth else { return Err(ShardError::Corrupt("leaf key")) };
+            let id = LeafId { prefix: u128::from_be_bytes(*prefix), depth };
+            let tree = match self.trees.entry(tree_id) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(CountTree::new(self.options.branching)?),
+            };
+            tree.install_leaf(id, &value, self.leaf_encoding)?;
+        }
+        let format = log_format(meta)?;
+        let runs_through = read_u64(meta, META_RUNS_THROUGH)?;
+        self.replay_log(format, runs_through, leaves_through)?;
+        // Periods whose deletion a restart interrupted: finish it, never serve them.
+        self.expiring.clear();
+        for item in self.storage.meta.prefix(META_EXPIRING) {
+            let key = item.key()?;
+            let tree = TreeId::from_prefix(&key[META_EXPIRING.len()..]).ok_or(ShardError::Corrupt("expiring key"))?;
+            self.trees.remove(&tree);
+            self.overlay.forget(&tree.prefix());
+            self.expiring.push_back(tree);
+        }
+        if format == LogFormat::TreeKeys {
+            self.migrate_log()?;
+        }
+        Ok(())
+    }
+
+    /// Applies the change log on top of the checkpointed leaves (numbers from
+    /// `leaves_through` on), and rebuilds the overlay from the records the
+    /// runs do not cover (numbers from `runs_through` on). Records before
+    /// `leaves_through` are left from a checkpoint whose log deletion a
+    /// crash lost: the next checkpoint deletes them. Runs are durable before
+    /// the leaves that follow them are written, so they cover those too.
+    fn replay_log(&mut self, format: LogFormat, runs_through: u64, leaves_through: u64) -> Result<(), ShardError> {
+        let runs_through = runs_through.max(leaves_through);
+        self.log = LogPositions::default();
+        let mut first = true;
+        let branching = self.options.branching;
+        let mut gathered = GatheredCounts::default();
+        for item in self.storage.changes.iter() {
+            let (key, value) = item.into_inner()?;
+            let number = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| ShardError::Corrupt("log key"))?);
+            if first {
+                self.log.first = number;
+                first = false;
+            }
+            self.log.next = number + 1;
+            if number < leaves_through {
+                continue;
+            }
+            // A dropped board's log entries are dead: its id never returns.
+            match format {
+                LogFormat::TreeKeys => {
+                    for change in log::tree_key_changes(&value)? {
+                        if !self.boards.contains_key(&change.tree.board) {
+                            continue;
+                        }
+                        let tree = count_tree(&mut self.trees, change.tree, branching);
+                        if let Some(key) = change.removed {
+                            tree.add(key, -1);
+                        }
+                        if let Some(key) = change.added {
+                            tree.add(key, 1);
+                        }
+                        self.log.logged += 1;
+                    }
+                }
+                LogFormat::Changes => {
+                    let rebuild = number >= runs_through;
+                    for change in log::changes(&value) {
+                        let change = change?;
+                        let Some(board) = self.boards.get(&change.tree.board) else { continue };
+                        let overlay = rebuild.then(|| (&mut self.overlay, player_key(change.tree, change.player)));
+                        apply_change(TreeCounts::Gather(&mut gathered), overlay, &board.config, &change);
+                        self.log.logged += 1;
+                    }
+                    if gathered.is_full() {
+                        gathered.apply(&mut self.trees, branching);
+                    }
+                }
+            }
+        }
+        gathered.apply(&mut self.trees, branching);
+        // Record numbers never go back: the marker may name a number past an
+        // emptied log, and what it covers must stay covered.
+        self.log.next = self.log.next.max(runs_through);
+        if first {
+            self.log.first = self.log.next;
+        }
+        Ok(())
+    }
+
+    /// Moves a data dir made before runs to the current log format. Its log
+    /// holds count-tree keys only (its batches wrote the players and the
+    /// index themselves, so nothing needs rebuilding there): the trees just
+    /// replayed are checkpointed at once, in the batch that deletes the old
+    /// records and records the new format.
+    fn migrate_log(&mut self) -> Result<(), ShardError> {
+        let mut batch = self.storage.db.batch().durability(Some(PersistMode::SyncAll));
+        self.checkpoint_into(&mut batch);
+        batch.insert(&self.storage.meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
+        batch.commit()?;
+        tracing::info!(path = %self.path.display(), "change log moved to the current format");
+        Ok(())
+    }
+
+    /// Closes the storage and opens it again: after a failed write fjall
+    /// refuses further writes (it marks the database poisoned), so resuming
+    /// after a disk fault clears means reopening. Recovery replays the
+    /// journal, so the state is exactly what was durably committed.
+    pub fn reopen(self) -> Result<Self, ShardError> {
+        let (path, options, now) = (self.path.clone(), self.options.clone(), self.now);
+        drop(self); // fjall locks the directory: release it first
+        let mut shard = Self::open(&path, options)?;
+        shard.now = now;
+        Ok(shard)
+    }
+
+    /// Where the shard's storage lives, and how it was opened: enough to open
+    /// it again (see [`Shard::reopen`]) even after the shard itself is gone.
+    pub fn location(&self) -> (PathBuf, ShardOptions) {
+        (self.path.clone(), self.options.clone())
+    }
+}
+
+/// Checks the branching factor against the one the data dir was made with,
+/// and returns how it stores leaves; a new data dir records both (with the
+/// current leaf encoding).
+fn check_format(db: &Database, meta: &Keyspace, branching: u32) -> Result<LeafEncoding, ShardError> {
+    match meta.get(META_BRANCHING)? {
+        Some(stored) => {
+            let stored = u32::from_be_bytes(stored.as_ref().try_into().map_err(|_| ShardError::Corrupt("branching"))?);
+            if stored != branching {
+                return Err(ShardError::BranchingMismatch { stored, wanted: branching });
+            }
+            match meta.get(META_LEAF_ENCODING)? {
+                None => Ok(LeafEncoding::Fixed),
+                Some(code) => match *code {
+                    [code] => LeafEncoding::from_code(code).ok_or(ShardError::Corrupt("leaf encoding")),
+                    _ => Err(ShardError::Corrupt("leaf encoding")),
+                },
+            }
+        }
+        None => {
+            let encoding = LeafEncoding::Delta;
+            let mut batch = db.batch().durability(Some(PersistMode::SyncAll));
+            batch.insert(meta, META_BRANCHING, branching.to_be_bytes());
+            batch.insert(meta, META_LEAF_ENCODING, [encoding.code()]);
+            batch.insert(meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
+            batch.commit()?;
+            Ok(encoding)
+        }
+    }
+}
+
+/// How the data dir's change log is laid out; data dirs made before there
+/// was a choice record none.
+fn log_format(meta: &Keyspace) -> Result<LogFormat, ShardError> {
+    match meta.get(META_LOG_FORMAT)? {
+        None => Ok(LogFormat::TreeKeys),
+        Some(code) => match *code {
+            [code] => LogFormat::from_code(code).ok_or(ShardError::Corrupt("log format")),
+            _ => Err(ShardError::Corrupt("log format")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::all_time_board;
+    use super::*;
+    use crate::board::{Mode, Order};
+    use crate::key;
+
+    /// Data dirs made before the delta encoding record none: they keep
+    /// writing and reading fixed-size leaves, through checkpoints and
+    /// restarts, while new data dirs use the delta encoding.
+    #[test]
+    fn data_dirs_without_a_recorded_encoding_keep_fixed_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let (board, tree) = all_time_board();
+        {
+            let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+            assert_eq!(shard.leaf_encoding, LeafEncoding::Delta);
+            shard.storage.meta.remove(META_LEAF_ENCODING).unwrap(); // as an older rankd left it
+            shard.storage.db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        assert_eq!(shard.leaf_encoding, LeafEncoding::Fixed);
+        for i in 0..500i64 {
+            shard.write(&board, &format!("p{i}"), i * 37 % 101, Mode::Set, i as u64 + 1).unwrap();
+        }
+        shard.commit().unwrap();
+        shard.checkpoint().unwrap();
+        let stored: Vec<usize> =
+            stored_leaves(&shard.storage.leaves).map(|item| item.into_inner().unwrap().1.len()).collect();
+        assert!(!stored.is_empty() && stored.iter().all(|len| len % 24 == 0), "fixed leaves: {stored:?}");
+        let keys: Vec<u128> = (0..101).map(|s| key::tree_key(key::score_key(s, Order::Desc), 0)).collect();
+        let before = shard.count_before(tree, &keys);
+        drop(shard);
+        let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        assert_eq!(shard.leaf_encoding, LeafEncoding::Fixed);
+        assert_eq!(shard.count(tree), 500);
+        assert_eq!(shard.count_before(tree, &keys), before);
+        shard.check().unwrap();
+    }
+}

@@ -1,0 +1,165 @@
+//! Staging: writes and removals change the in-memory state at once (count
+//! trees, overlay, record cache) and append to the open batch's log record,
+//! which [`Shard::seal`] takes out.
+
+use std::collections::HashMap;
+
+use super::apply::{apply_change, count_tree, DenseChange, TreeCounts};
+use super::reads::PlayerKey;
+use super::storage::{board_meta_key, META_MAX_BOARD};
+use super::Shard;
+use crate::board::{Board, Mode, Order, Ties};
+use crate::error::ShardError;
+use crate::key::TreeId;
+use crate::log;
+use crate::record::Record;
+use crate::window;
+
+/// What the open batch will write: its log record, and meta keys with one
+/// final value each (fjall must never see two values for one key in one
+/// atomic batch).
+#[derive(Default)]
+pub(super) struct Staged {
+    pub(super) meta: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    pub(super) dense: Vec<DenseChange>,
+    /// This batch's score changes, logged as one record ([`crate::log`]).
+    pub(super) log: Vec<u8>,
+    /// Score changes in `log`.
+    pub(super) changes: u64,
+    pub(super) seq_dirty: bool,
+    /// Staged requests of any kind (so an empty batch is skipped).
+    pub(super) ops: usize,
+    /// Staged score writes and removals.
+    pub(super) writes: usize,
+}
+
+impl Shard {
+    /// Whether the open batch holds writes not yet committed.
+    pub fn has_staged(&self) -> bool {
+        self.staged.ops > 0
+    }
+
+    /// Persists `board`'s config in this shard if it is not there yet.
+    pub fn ensure_board(&mut self, board: &Board) {
+        if self.boards.get(&board.id).is_some_and(|b| b == board) {
+            return;
+        }
+        self.boards.insert(board.id, board.clone());
+        self.staged.meta.insert(board_meta_key(board.id), Some(board.config.encode(&board.name)));
+        if board.id > self.max_board_id {
+            self.max_board_id = board.id;
+            self.staged.meta.insert(META_MAX_BOARD.to_vec(), Some(board.id.to_be_bytes().to_vec()));
+        }
+        self.staged.ops += 1;
+    }
+
+    /// Stages a score write to every window of `board` and returns the score
+    /// stored in its first window. `seq` is the write's global arrival
+    /// sequence. An `incr` that would overflow changes nothing.
+    pub fn write(&mut self, board: &Board, player: &str, score: i64, mode: Mode, seq: u64) -> Result<i64, ShardError> {
+        let windows = window::current_trees(board, self.now);
+        let mut plans = Vec::with_capacity(windows.len());
+        for tree in windows {
+            let key = PlayerKey::new(tree, player);
+            let old = self.record(&key)?;
+            let new = combined(mode, board.config.order, old, score)?;
+            plans.push((tree, key, old, new));
+        }
+        self.ensure_board(board);
+        let stored = plans.first().map_or(score, |p| p.3);
+        for (tree, key, old, new) in plans {
+            if old.is_some_and(|o| o.score == new) {
+                continue; // unchanged: keeps when the player reached it
+            }
+            self.stage(board, tree, player, key, old, Some(Record { score: new, seq }));
+        }
+        if seq > self.max_seq {
+            self.max_seq = seq;
+            self.staged.seq_dirty = true;
+        }
+        self.staged.ops += 1;
+        self.staged.writes += 1;
+        Ok(stored)
+    }
+
+    /// Stages `(player, score, seq)` writes in order, all or none: if one
+    /// `incr` would overflow, nothing is staged.
+    pub fn write_many(
+        &mut self,
+        board: &Board,
+        entries: &[(String, i64, u64)],
+        mode: Mode,
+    ) -> Result<Vec<i64>, ShardError> {
+        if mode == Mode::Incr {
+            for tree in window::current_trees(board, self.now) {
+                let mut running: HashMap<&str, i64> = HashMap::new();
+                for (player, score, _) in entries {
+                    let current = match running.get(player.as_str()) {
+                        Some(s) => Some(*s),
+                        None => self.get(tree, player)?.map(|r| r.score),
+                    };
+                    let next = current.unwrap_or(0).checked_add(*score).ok_or(ShardError::Overflow)?;
+                    running.insert(player, next);
+                }
+            }
+        }
+        entries.iter().map(|(player, score, seq)| self.write(board, player, *score, mode, *seq)).collect()
+    }
+
+    /// Stages removing `player` from the current period of every window;
+    /// returns whether they were in the first window.
+    pub fn remove(&mut self, board: &Board, player: &str) -> Result<bool, ShardError> {
+        let mut first = None;
+        for tree in window::current_trees(board, self.now) {
+            let key = PlayerKey::new(tree, player);
+            let old = self.record(&key)?;
+            first.get_or_insert(old.is_some());
+            if old.is_some() {
+                self.stage(board, tree, player, key, old, None);
+            }
+        }
+        self.staged.ops += 1;
+        self.staged.writes += 1;
+        Ok(first.unwrap_or(false))
+    }
+
+    /// Moves `player` from `old` to `new`: in the count tree, the overlay
+    /// and the record cache at once, in storage through the batch's log.
+    fn stage(
+        &mut self,
+        board: &Board,
+        tree: TreeId,
+        player: &str,
+        key: PlayerKey,
+        old: Option<Record>,
+        new: Option<Record>,
+    ) {
+        let change = log::Change { tree, player, old, new };
+        log::push(&mut self.staged.log, &change);
+        self.staged.changes += 1;
+        self.cache.get_mut().put(key.cached, new);
+        let overlay = Some((&mut self.overlay, key.stored));
+        let counts = TreeCounts::Apply(count_tree(&mut self.trees, change.tree, self.options.branching));
+        let dense = apply_change(counts, overlay, &board.config, &change);
+        if board.config.ties == Ties::Dense {
+            self.staged.dense.push(dense);
+        }
+    }
+}
+
+/// The score a write of `score` in `mode` leaves a player with who had
+/// `old`; an `incr` past the range fails.
+pub(super) fn combined(mode: Mode, order: Order, old: Option<Record>, score: i64) -> Result<i64, ShardError> {
+    match (mode, old) {
+        (Mode::Set, _) | (Mode::Best | Mode::Incr, None) => Ok(score),
+        (Mode::Best, Some(old)) => Ok(better(order, old.score, score)),
+        (Mode::Incr, Some(old)) => old.score.checked_add(score).ok_or(ShardError::Overflow),
+    }
+}
+
+fn better(order: Order, a: i64, b: i64) -> i64 {
+    match order {
+        Order::Desc => a.max(b),
+        Order::Asc => a.min(b),
+    }
+}
