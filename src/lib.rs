@@ -1,33 +1,29 @@
 //! rankd, the server: wires the engine in `rankd-shards` to the world.
+//! `docs/ARCHITECTURE.md` follows a request from socket to fsync and back.
 //!
-//! - [`protocol`]: frames and msgpack requests/replies (the contract);
-//! - [`router`]: the router actor — hashes players to shards, fans reads out;
-//! - [`shard`]: the tree-shard actor running the batch loop;
-//! - [`server`]: TCP listener and per-connection pipelining;
-//! - [`transfer`]: `rankd import` / `rankd export`;
-//! - [`config`]: CLI flags and the TOML file;
-//! - [`layout`]: what a data dir holds and the check that it fits;
-//! - [`metrics`]: Prometheus metrics and their HTTP endpoint;
-//! - [`priority`]: background threads at a low CPU priority;
-//! - [`allocator`]: what the server asks of jemalloc beyond malloc and free;
-//! - [`error`]: the one place errors become protocol codes.
+//! - [`request_path`]: what a request passes through — the connection that
+//!   reads frames, the router actor that hashes players to shards and fans
+//!   reads out, the shard actors that apply batches and commit them;
+//! - [`protocol`]: requests decoded from msgpack and replies encoded (the
+//!   words themselves are `rankd-client`'s);
+//! - [`server`]: start-up (data dir layout, opening shards), the listener,
+//!   graceful shutdown;
+//! - [`operations`]: what operators see and tune — Prometheus metrics, CPU
+//!   accounting by thread, the allocator, background thread priorities;
+//! - [`tools`]: the `rankd` command line and its client subcommands,
+//!   import/export, the offline check;
+//! - [`settings`]: every `serve` setting, from flags and the TOML file;
+//! - [`error`]: the one place errors become protocol codes;
+//! - [`clock`]: the wall clock that decides which period a write lands in;
+//! - `hooks` (feature `test-hooks`): test and debug controls.
 
-pub mod allocator;
-pub mod check;
-pub mod cli;
 pub mod clock;
-pub mod config;
-pub mod connection;
 pub mod error;
 #[cfg(feature = "test-hooks")]
 pub mod hooks;
-pub mod layout;
-pub mod metrics;
-pub mod priority;
+pub mod operations;
 pub mod protocol;
-pub mod router;
+pub mod request_path;
 pub mod server;
 pub mod settings;
-pub mod shard;
-pub mod thread_cpu;
-pub mod transfer;
+pub mod tools;

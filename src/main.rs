@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
-use rankd::config::{Cli, Command};
+use rankd::tools::cli::{Cli, Command};
 
 /// jemalloc instead of glibc malloc: requests are allocated on the
 /// connections' thread and freed on shard threads, which glibc's arenas
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Command::Check { data_dir } => match rankd::check::check(&data_dir) {
+        Command::Check { data_dir } => match rankd::tools::check::check(&data_dir) {
             Ok(report) => {
                 println!(
                     "ok: {} shards, {} boards, {} players; trees, index and players agree",
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
             Err(e) => fail(&e),
         },
         Command::Import(args) => block_on(async move {
-            let report = rankd::transfer::import(&args).await?;
+            let report = rankd::tools::transfer::import(&args).await?;
             eprintln!(
                 "imported {} rows in {:.1} s ({:.0} rows/s)",
                 report.rows,
@@ -68,9 +68,9 @@ fn main() -> ExitCode {
             let rows = match &args.out {
                 Some(path) => {
                     let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
-                    rankd::transfer::export(&args, &mut file).await?
+                    rankd::tools::transfer::export(&args, &mut file).await?
                 }
-                None => rankd::transfer::export(&args, &mut std::io::stdout().lock()).await?,
+                None => rankd::tools::transfer::export(&args, &mut std::io::stdout().lock()).await?,
             };
             eprintln!("exported {rows} rows");
             Ok(())
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(&e),
             };
-            match runtime.block_on(rankd::cli::run(client)) {
+            match runtime.block_on(rankd::tools::client_commands::run(client)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
 }
 
 /// Runs a client task on a single-threaded runtime.
-fn block_on(task: impl std::future::Future<Output = Result<(), rankd::transfer::TransferError>>) -> ExitCode {
+fn block_on(task: impl std::future::Future<Output = Result<(), rankd::tools::transfer::TransferError>>) -> ExitCode {
     match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => match runtime.block_on(task) {
             Ok(()) => ExitCode::SUCCESS,

@@ -401,9 +401,12 @@ async fn a_rank_sees_the_writes_sent_before_it() {
     let server = common::Server::start(shards);
     let mut client = server.client().await;
     let ranked = "ranked";
-    let owner = rankd::router::shard_of(ranked, shards);
-    let others: Vec<String> =
-        (0..).map(|i| format!("rival-{i}")).filter(|p| rankd::router::shard_of(p, shards) != owner).take(40).collect();
+    let owner = rankd::request_path::router::shard_of(ranked, shards);
+    let others: Vec<String> = (0..)
+        .map(|i| format!("rival-{i}"))
+        .filter(|p| rankd::request_path::router::shard_of(p, shards) != owner)
+        .take(40)
+        .collect();
     client.set("b", ranked, 1_000_000, Mode::Set).await.unwrap();
     for (i, rival) in others.iter().enumerate() {
         let beaten = i as u64 + 1; // rivals so far, each set above `ranked`
@@ -417,7 +420,7 @@ async fn a_rank_sees_the_writes_sent_before_it() {
             rank.rank,
             beaten + 1,
             "pipelined behind a write to shard {}",
-            rankd::router::shard_of(rival, shards)
+            rankd::request_path::router::shard_of(rival, shards)
         );
         let lone = client.rank("b", ranked).await.unwrap().unwrap();
         assert_eq!((lone.rank, lone.count), (beaten + 1, beaten + 1), "sent alone after the write's answer");

@@ -5,7 +5,7 @@ use rmpv::Value;
 
 use rankd_client::{Call, Client, ClientError, OpKind};
 
-use crate::config::{ClientArgs, Command};
+use crate::tools::cli::{ClientArgs, Command};
 
 /// Runs a client subcommand against a running server; returns the exit code.
 pub async fn run(command: Command) -> Result<(), ClientError> {

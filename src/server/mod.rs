@@ -9,6 +9,8 @@
 //! what it already read, then ask every shard to commit (a `Sync` queued
 //! behind all earlier requests) before the process exits 0.
 
+pub mod layout;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -21,13 +23,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
-use crate::connection::{self, Limits};
-use crate::layout;
-use crate::metrics::{self, Metrics};
-use crate::priority;
-use crate::router::{Router, RouterState};
+use crate::operations::metrics::{self, Metrics};
+use crate::operations::priority;
+use crate::request_path::connection::{self, Limits};
+use crate::request_path::router::{Router, RouterState};
+use crate::request_path::shard::{replace_dense_share, Command, DenseRegistry, ReplyRelay, ShardActor, ShardLink};
 use crate::settings::{DurabilityArg, Secret, ServeSettings};
-use crate::shard::{replace_dense_share, Command, DenseRegistry, ReplyRelay, ShardActor, ShardLink};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +151,7 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
             let actor = ShardActor::new(shard, config.max_batch, dense.clone(), metrics.clone(), index, clock)
                 .with_reply_relay(relay.clone());
             #[cfg(feature = "test-hooks")]
-            let actor = actor.with_slow_disk(crate::shard::SlowDisk {
+            let actor = actor.with_slow_disk(crate::request_path::shard::SlowDisk {
                 commit: config.hooks.commit_delay(),
                 runs: config.hooks.runs_delay(),
             });

@@ -37,10 +37,10 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::error::Error;
-use crate::metrics::Metrics;
+use crate::operations::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
 use crate::protocol::{encode_error, encode_reply, Op, Reply};
-use crate::router::{Dispatch, Router};
+use crate::request_path::router::{Dispatch, Router};
 use crate::settings::Secret;
 use rankd_client::frame::{FrameError, FrameReader};
 use rankd_client::OpKind;

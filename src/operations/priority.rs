@@ -4,7 +4,7 @@
 //! batch loop and committer; the shard's runs thread (writing the overlay
 //! as sorted runs), its checkpoint leaf writer and fjall's worker (flushes
 //! and compaction) only have to keep up on average, and the shard bounds
-//! how far they may fall behind (`MAX_UNWRITTEN_RUNS` in [`crate::shard`]).
+//! how far they may fall behind (`MAX_UNWRITTEN_RUNS` in [`crate::request_path::shard`]).
 //!
 //! At the same priority they took their turns on the cores while the batch
 //! loop waited in the run queue. At nice 19 (1M players, 1 shard, 8 × 64
@@ -28,7 +28,7 @@
 
 use std::io;
 
-use crate::thread_cpu::{current_thread_id, stat_fields, thread_stats};
+use crate::operations::thread_cpu::{current_thread_id, stat_fields, thread_stats};
 
 /// The nice value background threads run at: the lowest, so that where
 /// `SCHED_IDLE` is refused (a seccomp filter, another OS policy) they still

@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rankd_client::protocol::MAX_SET_MANY;
 use rankd_client::{Call, Client, ClientError, Entry, OpKind};
 
-use crate::config::ClientArgs;
+use crate::tools::cli::ClientArgs;
 
 /// Input formats of `rankd import`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -23,9 +23,9 @@ use tokio::sync::oneshot;
 
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::metrics::Metrics;
+use crate::operations::metrics::Metrics;
 use crate::protocol::{Op, Reply, View};
-use crate::shard::{Answer, Command, DenseRegistry, Forward, ShardItem, ShardLink};
+use crate::request_path::shard::{Answer, Command, DenseRegistry, Forward, ShardItem, ShardLink};
 use rankd_client::{BoardInfo, Entry, OpKind, RankInfo};
 
 /// The shard a player lives on. See the module docs; stable across versions.
@@ -45,7 +45,7 @@ pub struct Dispatch {
 }
 
 /// The largest batch whose ranks may be answered in place, from the shards'
-/// engines on this thread (see [`crate::shard::SharedShard`]). Only a batch
+/// engines on this thread (see [`crate::request_path::shard::SharedShard`]). Only a batch
 /// that is `alone` on its connection qualifies: then nothing sent before it
 /// can still be queued for a shard, and its client is waiting on it, so the
 /// two thread wake-ups saved are latency saved. A pipelining client keeps

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::thread_cpu::ThreadCpu;
+use crate::operations::thread_cpu::ThreadCpu;
 use prometheus::{
     Counter, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -466,7 +466,7 @@ impl Metrics {
 
     /// Reads the allocator's statistics; a failed read leaves the gauges.
     fn refresh_allocator(&self) {
-        let Some(stats) = crate::allocator::stats() else { return };
+        let Some(stats) = crate::operations::allocator::stats() else { return };
         for (gauge, bytes) in self.allocator.iter().zip([stats.allocated, stats.active, stats.resident]) {
             gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }

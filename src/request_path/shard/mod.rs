@@ -42,8 +42,8 @@ use tokio::sync::oneshot;
 
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::metrics::Metrics;
-use crate::priority;
+use crate::operations::metrics::Metrics;
+use crate::operations::priority;
 
 /// A shard's engine, shared by its actor, which changes it, and the
 /// router, which answers a lone rank from it on the connections' thread
@@ -456,7 +456,7 @@ fn run_runs(
 /// the storage, which rebuilds every unwritten change).
 fn write_runs(
     answered: Answered,
-    metrics: &crate::metrics::ShardMetrics,
+    metrics: &crate::operations::metrics::ShardMetrics,
     progress: &CommitProgress,
     failed_generation: &mut Option<u64>,
 ) {
@@ -562,7 +562,7 @@ const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 /// Sealed batches whose runs may wait for the runs thread before the batch
 /// loop waits for it. Each holds a frozen overlay (up to ~10 MB at the
 /// default run size) in memory until written; the runs thread runs at a low
-/// priority ([`crate::priority`]), so a loop busy enough to starve it would
+/// priority ([`crate::operations::priority`]), so a loop busy enough to starve it would
 /// otherwise grow them without bound. Normally fewer than one is waiting.
 const MAX_UNWRITTEN_RUNS: usize = 4;
 
@@ -1062,12 +1062,12 @@ impl Handler<Repack> for ShardActor {
 
     /// Looks at a slice of count-tree leaves and moves those on sparse
     /// allocator slabs (see [`Shard::repack_step`] and
-    /// [`crate::allocator::Packer`]).
+    /// [`crate::operations::allocator::Packer`]).
     fn handle(&mut self, _: Repack, ctx: &mut Self::Context) {
         self.repack_scheduled = false;
         let mut engine = self.shard.lock();
         let Some(shard) = engine.as_mut() else { return };
-        let mut packer = crate::allocator::Packer::default();
+        let mut packer = crate::operations::allocator::Packer::default();
         let done = shard.repack_step(REPACK_BUDGET, |leaf| packer.pick(leaf));
         drop(packer);
         drop(engine);
@@ -1144,7 +1144,7 @@ fn dense_index(dense: &mut HashMap<TreeId, DenseIndex>, tree: TreeId, branching:
 /// storage).
 fn commit_group(
     jobs: Vec<CommitJob>,
-    metrics: &crate::metrics::ShardMetrics,
+    metrics: &crate::operations::metrics::ShardMetrics,
     progress: &CommitProgress,
     delay: Duration,
     relay: Option<&ReplyRelay>,
@@ -1204,7 +1204,7 @@ fn commit_group(
 fn answer_all(
     replies: impl IntoIterator<Item = Held>,
     failure: Option<&str>,
-    metrics: &crate::metrics::ShardMetrics,
+    metrics: &crate::operations::metrics::ShardMetrics,
     relay: Option<&ReplyRelay>,
 ) {
     let answers: Vec<Held> =

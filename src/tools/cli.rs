@@ -84,9 +84,9 @@ pub enum Command {
         data_dir: PathBuf,
     },
     /// Load `board,player,score` rows (CSV or msgpack) into a running server.
-    Import(crate::transfer::ImportArgs),
+    Import(crate::tools::transfer::ImportArgs),
     /// Write a board in rank order as CSV.
-    Export(crate::transfer::ExportArgs),
+    Export(crate::tools::transfer::ExportArgs),
 }
 
 /// Where a client subcommand connects and how it prints.

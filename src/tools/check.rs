@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rankd_shards::{Shard, ShardOptions};
 
-use crate::layout::{self, Layout, LayoutError, LAYOUT_FILE};
+use crate::server::layout::{self, Layout, LayoutError, LAYOUT_FILE};
 
 /// What a successful check saw.
 #[derive(Debug, Clone, Default)]

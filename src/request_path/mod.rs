@@ -1,0 +1,8 @@
+//! What a request passes through, in order: [`connection`] reads its frame
+//! and decodes it, [`router`] sends it to the shards that hold its players
+//! (or fans a read out to all of them), and each [`shard`] actor applies it
+//! in its next round and answers once the round is durable.
+
+pub mod connection;
+pub mod router;
+pub mod shard;
