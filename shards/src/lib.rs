@@ -5,6 +5,8 @@
 //! - [`tree`]: the count tree that makes ranks O(log n);
 //! - [`key`]: order-preserving byte layouts of scores and storage keys;
 //! - [`shard`]: one shard's storage and batch application;
+//! - [`commit`]: group commit on a committer and a runs thread, so the
+//!   shard's own thread never waits for storage;
 //! - `cache`: the exact in-memory cache of player records;
 //! - `checkpoint`: a checkpoint's leaves written while they are copied;
 //! - `log`: the change log, a batch's only per-write storage;
@@ -20,6 +22,7 @@
 pub mod board;
 mod cache;
 mod checkpoint;
+pub mod commit;
 pub mod dense;
 pub mod error;
 pub mod key;

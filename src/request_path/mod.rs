@@ -4,5 +4,6 @@
 //! in its next round and answers once the round is durable.
 
 pub mod connection;
+pub mod dense_registry;
 pub mod router;
 pub mod shard;

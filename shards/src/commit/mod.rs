@@ -1,0 +1,207 @@
+//! Group commit off the shard's thread.
+//!
+//! A *committer* thread writes sealed batches to the journal — all that
+//! queued up while it worked — makes them durable with one fsync and hands
+//! their acknowledgements back; a *runs* thread then writes the runs (and
+//! checkpoint leaves) those batches carry, in the order they were sealed.
+//! The shard's own thread only seals and submits, so it never waits for
+//! storage, and the busier the shard the more writes share one fsync.
+//!
+//! Why two threads: writing a run takes far longer than an fsync (tens of
+//! thousands of records into sorted tables), and on the committer it held
+//! up the next group's fsync. A run only has to follow the fsync of its own
+//! batch and come before the next run, which the runs thread's order keeps.
+//!
+//! The [`Pipeline`] counts the jobs it submits; the threads count the jobs
+//! *answered* (acknowledged, or failed) and *finished* (their runs written
+//! too), in `progress.rs`, and keep the failure they met until the owner
+//! takes it. A failure poisons the storage: the rest of the jobs of that
+//! opening (its *generation*) fail too, and the owner must reopen the shard
+//! and call [`Pipeline::reopened`].
+
+mod committer;
+mod hooks;
+mod progress;
+mod runs;
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use hooks::{CommitEvent, CommitHooks, PipelineThread, SlowDisk};
+
+use crate::error::ShardError;
+use crate::shard::{DurabilityHandle, SealedBatch};
+use committer::commit_group;
+use progress::Progress;
+use runs::write_runs;
+
+/// Why a batch could not be made durable; every job of its generation from
+/// then on fails too.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CommitError {
+    /// Writing the batch to the journal failed.
+    #[error("commit failed: {0}")]
+    Write(Arc<ShardError>),
+    /// Making it durable failed.
+    #[error("fsync failed: {0}")]
+    Sync(Arc<ShardError>),
+    /// Writing the runs of an acknowledged batch failed (the change log
+    /// still holds everything acknowledged; reopening rebuilds the runs).
+    #[error("writing runs failed: {0}")]
+    Runs(Arc<ShardError>),
+}
+
+/// A sealed batch on its way to the committer, with what to acknowledge
+/// once it is durable.
+struct Job<A> {
+    batch: SealedBatch,
+    handle: DurabilityHandle,
+    /// Which opening of the storage the batch belongs to: one fsync covers
+    /// every queued job of one opening, and none of another.
+    generation: u64,
+    acks: A,
+}
+
+/// The owner's side of a shard's group-commit pipeline. Jobs are submitted
+/// in the order their batches were sealed; their acknowledgements go to
+/// [`CommitHooks::acknowledge`] once durable (or failed).
+pub struct Pipeline<A> {
+    hooks: Arc<dyn CommitHooks<A>>,
+    progress: Arc<Progress>,
+    /// The committer's queue, once its thread runs; without it jobs are
+    /// committed on the owner's thread (slower, still correct).
+    jobs: Option<mpsc::Sender<Job<A>>>,
+    committer: Option<JoinHandle<()>>,
+    generation: u64,
+    /// Jobs submitted, ever.
+    sent: u64,
+    /// Of those, how many the owner knows are finished.
+    finished: u64,
+    /// Submitted and not yet answered, as of the last [`Pipeline::absorb`].
+    syncs_in_flight: u64,
+    slow_disk: SlowDisk,
+}
+
+/// What the threads did since the owner last looked.
+#[derive(Debug, Default)]
+pub struct Absorbed {
+    /// Jobs that finished since: storage now answers for their batches
+    /// (see [`crate::Shard::landed`]).
+    pub finished: usize,
+    /// The failure the threads met, if any (once).
+    pub failure: Option<CommitError>,
+}
+
+impl<A: Send + 'static> Pipeline<A> {
+    /// A pipeline that commits on the caller's thread until
+    /// [`Pipeline::spawn`] starts its threads.
+    pub fn new(hooks: Arc<dyn CommitHooks<A>>) -> Self {
+        Self {
+            hooks,
+            progress: Arc::default(),
+            jobs: None,
+            committer: None,
+            generation: 0,
+            sent: 0,
+            finished: 0,
+            syncs_in_flight: 0,
+            slow_disk: SlowDisk::default(),
+        }
+    }
+
+    /// Makes the threads sleep first, as a slow disk would.
+    #[cfg(feature = "test-hooks")]
+    pub fn with_slow_disk(mut self, slow_disk: SlowDisk) -> Self {
+        self.slow_disk = slow_disk;
+        self
+    }
+
+    /// Starts the committer and runs threads (`name` goes in their names);
+    /// `on_progress` is called on them whenever jobs are answered or
+    /// finished. If a thread cannot start, its work is done inline.
+    pub fn spawn(&mut self, name: &str, on_progress: Arc<dyn Fn() + Send + Sync>) -> std::io::Result<()> {
+        let (jobs, queue) = mpsc::channel();
+        let (hooks, progress, slow_disk) = (self.hooks.clone(), self.progress.clone(), self.slow_disk);
+        let runs_name = format!("rankd-runs-{name}");
+        let committer = std::thread::Builder::new().name(format!("rankd-commit-{name}")).spawn(move || {
+            committer::run(queue, hooks, progress, on_progress, runs_name, slow_disk);
+        })?;
+        self.jobs = Some(jobs);
+        self.committer = Some(committer);
+        Ok(())
+    }
+
+    /// Hands a sealed batch to the committer; `acks` go to the hooks once it
+    /// is durable. Without a committer, commits it here.
+    pub fn submit(&mut self, batch: SealedBatch, handle: DurabilityHandle, acks: A) {
+        let job = Job { batch, handle, generation: self.generation, acks };
+        self.sent += 1;
+        self.syncs_in_flight += 1;
+        let unsent = match &self.jobs {
+            Some(jobs) => jobs.send(job).err().map(|mpsc::SendError(job)| job),
+            None => Some(job),
+        };
+        if let Some(job) = unsent {
+            let answered = commit_group(vec![job], &*self.hooks, &self.progress, self.slow_disk);
+            write_runs(answered, &*self.hooks, &self.progress, &mut None);
+        }
+    }
+
+    /// Batches handed over and not yet answered, as of the last
+    /// [`Pipeline::absorb`]: while one is, the next seal waits, so that
+    /// everything staged meanwhile joins the next group.
+    pub fn syncs_in_flight(&self) -> u64 {
+        self.syncs_in_flight
+    }
+
+    /// Batches handed over and not yet finished (runs written): while any
+    /// is, the threads hold the storage open.
+    pub fn unfinished(&self) -> u64 {
+        self.sent - self.finished
+    }
+
+    /// Catches up with the threads: how many jobs finished since the last
+    /// call, and the failure they met, if any.
+    pub fn absorb(&mut self) -> Absorbed {
+        let (answered, finished, failure) = self.progress.take();
+        let newly = finished.saturating_sub(self.finished);
+        self.finished = finished.max(self.finished);
+        self.syncs_in_flight = self.sent.saturating_sub(answered);
+        Absorbed { finished: usize::try_from(newly).unwrap_or(usize::MAX), failure }
+    }
+
+    /// Waits until every job submitted is finished (or the committer is
+    /// gone), then absorbs.
+    pub fn settle(&mut self) -> Absorbed {
+        let gone = || self.committer.as_ref().is_some_and(JoinHandle::is_finished);
+        if !self.progress.wait_finished(self.sent, Duration::from_secs(1), gone) {
+            tracing::error!("the committer thread is gone; not waiting for it");
+        }
+        self.absorb()
+    }
+
+    /// Storage was reopened after a failure: later jobs belong to the new
+    /// opening, and are committed even though earlier ones failed.
+    pub fn reopened(&mut self) {
+        self.generation += 1;
+    }
+
+    /// Lets the threads finish every job submitted, then stops them.
+    pub fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(committer) = self.committer.take() {
+            let _ = committer.join();
+        }
+    }
+}
+
+impl<A> Drop for Pipeline<A> {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(committer) = self.committer.take() {
+            let _ = committer.join();
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! How far the pipeline's threads got, shared with the owner so it can wait
+//! for them without a message round trip.
+
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::CommitError;
+
+/// The counts the threads raise and the owner reads.
+#[derive(Default)]
+pub(super) struct Progress {
+    state: Mutex<Counts>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// Jobs answered (durable and acknowledged, or failed), ever.
+    answered: u64,
+    /// Jobs over, ever: answered, and their runs written (or failed), in
+    /// the order they were sealed. Only then may the shard stop reading
+    /// their runs from memory.
+    finished: u64,
+    /// The first failure since the owner last took one.
+    failure: Option<CommitError>,
+}
+
+impl Progress {
+    fn lock(&self) -> MutexGuard<'_, Counts> {
+        // The counts stay consistent whatever panicked while holding them.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts `jobs` answered, keeping `failure` for the owner.
+    pub fn answered(&self, jobs: u64, failure: Option<CommitError>) {
+        self.report(|counts| counts.answered += jobs, failure);
+    }
+
+    /// Counts `jobs` finished, keeping `failure` for the owner.
+    pub fn finished(&self, jobs: u64, failure: Option<CommitError>) {
+        self.report(|counts| counts.finished += jobs, failure);
+    }
+
+    fn report(&self, count: impl FnOnce(&mut Counts), failure: Option<CommitError>) {
+        let mut counts = self.lock();
+        count(&mut counts);
+        if counts.failure.is_none() {
+            counts.failure = failure;
+        }
+        self.changed.notify_all();
+    }
+
+    /// Jobs answered and finished so far, and the failure, taken.
+    pub fn take(&self) -> (u64, u64, Option<CommitError>) {
+        let mut counts = self.lock();
+        (counts.answered, counts.finished, counts.failure.take())
+    }
+
+    /// Waits until `jobs` are finished; checks `gone` every `poll` so a
+    /// dead thread cannot hang the owner. Returns whether they finished.
+    pub fn wait_finished(&self, jobs: u64, poll: Duration, gone: impl Fn() -> bool) -> bool {
+        let mut counts = self.lock();
+        while counts.finished < jobs {
+            let (next, wait) = self.changed.wait_timeout(counts, poll).unwrap_or_else(PoisonError::into_inner);
+            counts = next;
+            if wait.timed_out() && counts.finished < jobs && gone() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn keeps_the_first_failure_until_taken_and_wakes_waiters() {
+        let progress = Arc::new(Progress::default());
+        let failure = |what: &'static str| Some(CommitError::Write(Arc::new(crate::ShardError::Corrupt(what))));
+        progress.answered(2, failure("first"));
+        progress.answered(1, failure("second"));
+        let (answered, finished, taken) = progress.take();
+        assert_eq!((answered, finished), (3, 0));
+        assert!(taken.is_some_and(|e| e.to_string().contains("first")));
+        assert!(progress.take().2.is_none(), "taken once");
+
+        let waiter = {
+            let progress = progress.clone();
+            std::thread::spawn(move || progress.wait_finished(3, Duration::from_millis(10), || false))
+        };
+        progress.finished(3, None);
+        assert!(waiter.join().unwrap());
+        assert!(!progress.wait_finished(4, Duration::from_millis(1), || true), "a gone thread ends the wait");
+    }
+}

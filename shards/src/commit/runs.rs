@@ -1,0 +1,58 @@
+//! The runs thread: writes the runs of answered batches in the order they
+//! were sealed, at a low priority, and tells the owner as they finish.
+
+use std::sync::{mpsc, Arc};
+
+use super::committer::Answered;
+use super::{CommitError, CommitEvent, CommitHooks, PipelineThread, Progress, SlowDisk};
+
+/// The runs thread's loop.
+pub(super) fn run<A: 'static>(
+    queue: mpsc::Receiver<Answered>,
+    hooks: Arc<dyn CommitHooks<A>>,
+    progress: Arc<Progress>,
+    on_progress: Arc<dyn Fn() + Send + Sync>,
+    slow_disk: SlowDisk,
+) {
+    hooks.thread_started(PipelineThread::Runs);
+    let mut failed_generation = None;
+    for answered in queue {
+        slow_disk.before_runs();
+        write_runs(answered, &*hooks, &progress, &mut failed_generation);
+        on_progress();
+    }
+}
+
+/// Writes the runs of one answered group and counts its jobs finished.
+/// Once a run of a storage opening failed, no later run of that opening is
+/// written: its marker would claim the failed run's records were covered,
+/// and a restart would not rebuild them from the log (the owner reopens
+/// the storage, which rebuilds every unwritten change).
+pub(super) fn write_runs<A: 'static>(
+    answered: Answered,
+    hooks: &dyn CommitHooks<A>,
+    progress: &Progress,
+    failed_generation: &mut Option<u64>,
+) {
+    let Answered { jobs, generation, runs } = answered;
+    let mut failure = None;
+    if *failed_generation != Some(generation) {
+        for batch in runs {
+            let checkpoint = batch.carries_checkpoint();
+            match batch.write_runs() {
+                Ok(took) => hooks.observe(CommitEvent::RunsWritten { took, checkpoint }),
+                Err(e) => {
+                    hooks.observe(CommitEvent::Failed);
+                    failure = Some(CommitError::Runs(Arc::new(e)));
+                    *failed_generation = Some(generation);
+                    break;
+                }
+            }
+        }
+    } else {
+        drop(runs);
+    }
+    // The batches (and their storage handles) are gone before the owner may
+    // hear the jobs are over: a reopen needs them gone.
+    progress.finished(jobs, failure);
+}

@@ -1,0 +1,182 @@
+//! The board registry and the global arrival sequence: what the router
+//! decides alone, before any shard is asked.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rankd_shards::{window, Board, BoardConfig, TreeId, Window};
+
+use crate::error::Error;
+use crate::protocol::View;
+
+/// What the router recovered from the shards at start-up.
+pub struct RouterState {
+    /// Every live board.
+    pub boards: Vec<Board>,
+    /// Highest board id ever used.
+    pub max_board_id: u64,
+    /// Highest arrival sequence ever stored.
+    pub max_seq: u64,
+}
+
+/// Boards by name, the next board id and the next arrival sequence (the
+/// reach order of `ordinal` ties, global across shards).
+pub struct Boards {
+    by_name: HashMap<String, Arc<Board>>,
+    next_board_id: u64,
+    next_seq: u64,
+}
+
+/// What `create_board` does with a name.
+#[derive(Debug)]
+pub enum Created {
+    /// A new board: every shard must store its config.
+    New(Arc<Board>),
+    /// The board exists with this config already.
+    Exists,
+}
+
+impl Boards {
+    /// The registry the shards' stored state describes.
+    pub fn new(state: RouterState) -> Self {
+        Self {
+            by_name: state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect(),
+            next_board_id: state.max_board_id + 1,
+            next_seq: state.max_seq + 1,
+        }
+    }
+
+    /// Creates `name` with `config`; a board of that name with another
+    /// config is a conflict.
+    pub fn create(&mut self, name: &str, config: BoardConfig) -> Result<Created, Error> {
+        match self.by_name.get(name) {
+            Some(existing) if existing.config == config => Ok(Created::Exists),
+            Some(_) => Err(Error::Conflict(format!("board `{name}` exists with another config"))),
+            None => Ok(Created::New(self.insert(name, config))),
+        }
+    }
+
+    /// The board a write goes to, created with the default config if new
+    /// (the shards store it with the write).
+    pub fn for_write(&mut self, name: &str) -> Arc<Board> {
+        match self.by_name.get(name) {
+            Some(board) => board.clone(),
+            None => self.insert(name, BoardConfig::default()),
+        }
+    }
+
+    fn insert(&mut self, name: &str, config: BoardConfig) -> Arc<Board> {
+        let board = Arc::new(Board { id: self.next_board_id, name: name.to_string(), config });
+        self.next_board_id += 1;
+        self.by_name.insert(name.to_string(), board.clone());
+        board
+    }
+
+    /// The board called `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&Arc<Board>> {
+        self.by_name.get(name)
+    }
+
+    /// Forgets `name`; the name may be reused at once (with a new id).
+    pub fn remove(&mut self, name: &str) -> Option<Arc<Board>> {
+        self.by_name.remove(name)
+    }
+
+    /// Every board, by name.
+    pub fn sorted(&self) -> Vec<Arc<Board>> {
+        let mut boards: Vec<Arc<Board>> = self.by_name.values().cloned().collect();
+        boards.sort_by(|a, b| a.name.cmp(&b.name));
+        boards
+    }
+
+    /// The next write's arrival sequence.
+    pub fn next_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// The board and tree a read of `name` at `view` looks at, `now` (Unix
+    /// seconds) deciding the periods; `None` when the board does not exist
+    /// (it reads as empty, but the view must still be one some board could
+    /// have).
+    pub fn view(&self, name: &str, view: View, now: i64) -> Result<Option<(Arc<Board>, TreeId)>, Error> {
+        let Some(board) = self.by_name.get(name) else {
+            if view.window == Some(Window::All) && view.period != 0 {
+                return Err(Error::BadRequest("the `all` window has only period 0".into()));
+            }
+            return Ok(None);
+        };
+        let window = view.window.unwrap_or(board.config.windows[0]);
+        if !board.config.windows.contains(&window) {
+            return Err(Error::BadRequest(format!("board `{name}` has no `{window}` window")));
+        }
+        let oldest = if window == Window::All { 0 } else { -i64::from(board.config.keep) };
+        if view.period < oldest {
+            return Err(Error::BadRequest(format!(
+                "period {} is out of range: board `{name}` keeps `{window}` periods 0 to {oldest}",
+                view.period
+            )));
+        }
+        let tree = window::tree_at(board, window, now, view.period)
+            .ok_or_else(|| Error::BadRequest("period before the epoch".into()))?;
+        Ok(Some((board.clone(), tree)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rankd_shards::Order;
+
+    fn boards() -> Boards {
+        let old = Board { id: 7, name: "old".into(), config: BoardConfig::default() };
+        Boards::new(RouterState { boards: vec![old], max_board_id: 9, max_seq: 41 })
+    }
+
+    fn asc() -> BoardConfig {
+        BoardConfig { order: Order::Asc, ..BoardConfig::default() }
+    }
+
+    #[test]
+    fn creating_is_idempotent_for_one_config_and_conflicts_for_another() {
+        let mut boards = boards();
+        let Ok(Created::New(board)) = boards.create("new", asc()) else { panic!("created") };
+        assert_eq!(board.id, 10, "ids continue past the highest ever used");
+        assert!(matches!(boards.create("new", asc()), Ok(Created::Exists)));
+        assert!(matches!(boards.create("new", BoardConfig::default()), Err(Error::Conflict(_))));
+        // A write's implicit creation takes the default config.
+        assert_eq!(boards.for_write("implicit").config, BoardConfig::default());
+        assert!(matches!(boards.create("implicit", asc()), Err(Error::Conflict(_))));
+        // A dropped name is free for another config, under a new id.
+        assert_eq!(boards.remove("new").map(|b| b.id), Some(10));
+        let Ok(Created::New(again)) = boards.create("new", BoardConfig::default()) else { panic!("recreated") };
+        assert_eq!(again.id, 12);
+        assert_eq!(boards.sorted().iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), ["implicit", "new", "old"]);
+    }
+
+    #[test]
+    fn arrival_sequences_continue_past_the_stored_ones() {
+        let mut boards = boards();
+        assert_eq!((boards.next_seq(), boards.next_seq()), (42, 43));
+    }
+
+    #[test]
+    fn a_view_must_be_one_the_board_keeps() {
+        let mut boards = boards();
+        let daily = BoardConfig { windows: vec![Window::Daily, Window::All], keep: 2, ..BoardConfig::default() };
+        assert!(matches!(boards.create("d", daily), Ok(Created::New(_))));
+        let now = 1_780_272_000;
+        let view = |window, period| View { window, period };
+        let (board, today) = boards.view("d", view(None, 0), now).unwrap().unwrap();
+        assert_eq!((board.name.as_str(), today.window), ("d", Window::Daily.code()), "the first window by default");
+        let (_, yesterday) = boards.view("d", view(Some(Window::Daily), -2), now).unwrap().unwrap();
+        assert_ne!(yesterday.period, today.period);
+        let refused = |window, period| boards.view("d", view(window, period), now).unwrap_err().to_string();
+        assert!(refused(Some(Window::Daily), -3).contains("out of range"));
+        assert!(refused(Some(Window::All), -1).contains("out of range"));
+        assert!(refused(Some(Window::Weekly), 0).contains("no `weekly` window"));
+        assert!(boards.view("missing", view(Some(Window::Weekly), -5), now).unwrap().is_none(), "reads as empty");
+        assert!(boards.view("missing", view(Some(Window::All), -1), now).is_err());
+    }
+}

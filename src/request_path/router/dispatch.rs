@@ -1,0 +1,282 @@
+//! One op routed: answered here, or turned into its shards' first-round
+//! commands and the future that finishes it.
+
+use std::time::Instant;
+
+use futures::future::try_join_all;
+use rankd_client::{BoardInfo, OpKind};
+use rankd_shards::{window, Board};
+
+use super::boards::Created;
+use super::reads::{summed_counts, Read};
+use super::{shard_of, Outbox, ReplyFuture, Router};
+use crate::error::Error;
+use crate::protocol::{Op, Reply, View};
+use crate::request_path::shard::command::{answer, reply};
+use crate::request_path::shard::{Command, Forward, Pending};
+
+/// How routing left one op of a batch.
+pub enum Routed {
+    /// Answered while routing, without a shard.
+    Ready(Result<Reply, Error>),
+    /// A `set`: its shard's one answer, awaited in place. Sets make up
+    /// write-heavy batches, and a future of their own each (boxed, then
+    /// tracked by `join_all`) was two allocations and a task per request.
+    Score(Pending<i64>),
+    /// Anything more: a future of its own.
+    Later(ReplyFuture),
+}
+
+/// The replies of a routed batch, in order.
+pub async fn replies(mut routed: Vec<Routed>) -> Vec<Result<Reply, Error>> {
+    // The ops' own futures are polled together (a multi-step read sends its
+    // next round only when polled), in place.
+    let own = routed.iter_mut().filter_map(|routed| match routed {
+        Routed::Later(future) => Some(future),
+        _ => None,
+    });
+    let mut later = futures::future::join_all(own).await.into_iter();
+    let mut replies = Vec::with_capacity(routed.len());
+    for routed in routed {
+        replies.push(match routed {
+            Routed::Ready(reply) => reply,
+            Routed::Score(pending) => answer(pending).await.map(Reply::Score),
+            Routed::Later(_) => later.next().unwrap_or_else(|| Err(Error::Internal("a reply went missing".into()))),
+        });
+    }
+    replies
+}
+
+impl Router {
+    /// Context for a read of `name` at `view`, or `None` if the board does
+    /// not exist (reads of a missing board answer as for an empty board).
+    fn read(&self, op: OpKind, name: &str, view: View) -> Result<Option<Read>, Error> {
+        let Some((board, tree)) = self.boards.view(name, view, self.clock.now())? else { return Ok(None) };
+        Ok(Some(Read {
+            shards: self.shards.clone(),
+            board,
+            tree,
+            dense: self.dense.clone(),
+            fanout: self.metrics.fanout(op).cloned(),
+        }))
+    }
+
+    fn owner(&self, player: &str) -> usize {
+        shard_of(player, self.shards.len())
+    }
+
+    /// A [`Forward`] to every shard but `owner`, and where their counts
+    /// will arrive.
+    fn forward_to_all_but(&self, owner: usize) -> (Forward, Vec<Pending<crate::request_path::shard::Counts>>) {
+        let (to, theirs) = (self.shards.iter().enumerate())
+            .filter(|(i, _)| *i != owner)
+            .map(|(_, link)| {
+                let (sender, pending) = reply();
+                ((link.clone(), sender), pending)
+            })
+            .unzip();
+        (Forward(to), theirs)
+    }
+
+    /// Routes one op: its first-round shard commands go into `outbox`, and
+    /// what it returns says how the op's reply will come. A rank may be
+    /// answered `in_place` (see [`super::IN_PLACE_MAX_BATCH`]).
+    pub(super) fn dispatch(&mut self, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
+        let ready = Routed::Ready;
+        match op {
+            Op::Ping => ready(Ok(Reply::Text("pong"))),
+            Op::Auth { .. } => ready(Ok(Reply::Bool(true))),
+            Op::CreateBoard { board, config } => match self.boards.create(&board, config) {
+                Err(e) => ready(Err(e)),
+                Ok(Created::Exists) => ready(Ok(Reply::Bool(false))),
+                Ok(Created::New(board)) => {
+                    let pending = outbox.ask_all(|reply| Command::EnsureBoard { board: board.clone(), reply });
+                    Routed::Later(Box::pin(async move {
+                        try_join_all(pending.into_iter().map(answer)).await?;
+                        Ok(Reply::Bool(true))
+                    }))
+                }
+            },
+            Op::DropBoard { board } => {
+                let Some(board) = self.boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
+                let board_id = board.id;
+                let pending = outbox.ask_all(|reply| Command::DropBoard { board_id, reply });
+                let dense = self.dense.clone();
+                Routed::Later(Box::pin(async move {
+                    try_join_all(pending.into_iter().map(answer)).await?;
+                    dense.forget_board(board_id);
+                    Ok(Reply::Bool(true))
+                }))
+            }
+            Op::Boards => {
+                let now = self.clock.now();
+                let boards = self.boards.sorted();
+                let counts: Vec<Vec<Pending<_>>> = boards
+                    .iter()
+                    .map(|b| {
+                        let tree = window::current_trees(b, now)[0];
+                        outbox.ask_all(|reply| Command::CountBefore { tree, keys: Vec::new(), reply })
+                    })
+                    .collect();
+                let (started, fanout) = (Instant::now(), self.metrics.fanout(OpKind::Boards).cloned());
+                Routed::Later(Box::pin(async move {
+                    let mut out = Vec::with_capacity(boards.len());
+                    for (board, pending) in boards.iter().zip(counts) {
+                        let (_, count) = summed_counts(pending, 0).await?;
+                        out.push(board_info(board, count));
+                    }
+                    if let Some(h) = fanout {
+                        h.observe(started.elapsed().as_secs_f64());
+                    }
+                    Ok(Reply::Boards(out))
+                }))
+            }
+            Op::Set { board, player, score, mode } => {
+                let board = self.boards.for_write(&board);
+                let seq = self.boards.next_seq();
+                let owner = self.owner(&player);
+                Routed::Score(outbox.ask(owner, |reply| Command::Write { board, player, score, mode, seq, reply }))
+            }
+            Op::SetMany { board, entries, mode } => self.set_many(board, entries, mode, outbox),
+            Op::Get { board, player, view } => match self.read(OpKind::Get, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::MaybeScore(None))),
+                Ok(Some(read)) => {
+                    let tree = read.tree;
+                    let pending = outbox.ask(self.owner(&player), |reply| Command::Get { tree, player, reply });
+                    Routed::Later(Box::pin(async move {
+                        Ok(Reply::MaybeScore(answer(pending).await?.map(|record| record.score)))
+                    }))
+                }
+            },
+            Op::Remove { board, player } => {
+                let Some(board) = self.boards.get(&board).cloned() else { return ready(Ok(Reply::Bool(false))) };
+                let pending = outbox.ask(self.owner(&player), |reply| Command::Remove { board, player, reply });
+                Routed::Later(Box::pin(async move { answer(pending).await.map(Reply::Bool) }))
+            }
+            Op::Count { board, view } => match self.read(OpKind::Count, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Count(0))),
+                Ok(Some(read)) => {
+                    let tree = read.tree;
+                    let started = Instant::now();
+                    let pending = outbox.ask_all(|reply| Command::CountBefore { tree, keys: Vec::new(), reply });
+                    Routed::Later(Box::pin(async move {
+                        let count = summed_counts(pending, 0).await?.1;
+                        read.observe_round(started);
+                        Ok(Reply::Count(count))
+                    }))
+                }
+            },
+            Op::Rank { board, player, view } => match self.read(OpKind::Rank, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Rank(None))),
+                Ok(Some(read)) => self.rank(read, player, outbox, in_place),
+            },
+            Op::RankOfScore { board, score, view } => match self.read(OpKind::RankOfScore, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Count(1))),
+                Ok(Some(read)) => Routed::Later(read.rank_of_score(score, outbox)),
+            },
+            Op::Top { board, limit, offset, view } => match self.read(OpKind::Top, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
+                Ok(Some(read)) => Routed::Later(Box::pin(read.top(limit, offset))),
+            },
+            Op::Around { board, player, before, after, view } => match self.read(OpKind::Around, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
+                Ok(Some(read)) => {
+                    let (tree, name) = (read.tree, player.clone());
+                    let found = outbox.ask(self.owner(&player), |reply| Command::Get { tree, player: name, reply });
+                    Routed::Later(Box::pin(read.around(found, player, before, after)))
+                }
+            },
+        }
+    }
+
+    /// `set_many`: each shard gets its players' entries, all or none.
+    fn set_many(
+        &mut self,
+        board: String,
+        entries: Vec<(String, i64)>,
+        mode: rankd_shards::Mode,
+        outbox: &mut Outbox,
+    ) -> Routed {
+        let board = self.boards.for_write(&board);
+        let n = self.shards.len();
+        let mut per_shard: Vec<ShardPart> = vec![ShardPart::default(); n];
+        let total = entries.len();
+        for (i, (player, score)) in entries.into_iter().enumerate() {
+            let seq = self.boards.next_seq();
+            let part = &mut per_shard[shard_of(&player, n)];
+            part.positions.push(i);
+            part.entries.push((player, score, seq));
+        }
+        let mut positions = Vec::new();
+        let mut pending = Vec::new();
+        for (shard, ShardPart { positions: idx, entries }) in per_shard.into_iter().enumerate() {
+            if !entries.is_empty() {
+                positions.push(idx);
+                let board = board.clone();
+                pending.push(outbox.ask(shard, |reply| Command::WriteMany { board, entries, mode, reply }));
+            }
+        }
+        Routed::Later(Box::pin(async move {
+            let mut out = vec![0i64; total];
+            for (idx, scores) in positions.into_iter().zip(try_join_all(pending.into_iter().map(answer)).await?) {
+                for (i, score) in idx.into_iter().zip(scores) {
+                    out[i] = score;
+                }
+            }
+            Ok(Reply::Scores(out))
+        }))
+    }
+
+    /// `rank`: in place when allowed and every shard's lock is free; else
+    /// to the owner, who forwards to the other shards when the batch holds
+    /// nothing else for them, or else the router asks them after.
+    fn rank(&mut self, read: Read, player: String, outbox: &mut Outbox, in_place: bool) -> Routed {
+        let owner = self.owner(&player);
+        if in_place {
+            let (reply, lookups) = read.rank_in_place(owner, &player);
+            if self.metrics.hot_path {
+                self.metrics.shards[owner].count_lookups(lookups);
+                self.metrics.ranks_in_place.inc_by(u64::from(reply.is_some()));
+            }
+            if let Some(reply) = reply {
+                return Routed::Ready(Ok(reply));
+            }
+        }
+        let (tree, ties, order) = (read.tree, read.ties(), read.board.config.order);
+        let forwarding = outbox.holds_only_for(owner);
+        let (forward, theirs) =
+            if forwarding { self.forward_to_all_but(owner) } else { (Forward::default(), Vec::new()) };
+        let found = outbox.ask(owner, |reply| Command::Rank { tree, player, ties, order, forward, reply });
+        Routed::Later(if forwarding {
+            Box::pin(read.rank_forwarded(found, theirs))
+        } else {
+            Box::pin(read.rank(owner, found))
+        })
+    }
+}
+
+/// One shard's part of a `set_many`.
+#[derive(Default, Clone)]
+struct ShardPart {
+    /// The entries' positions in the request.
+    positions: Vec<usize>,
+    /// The entries, with their arrival sequence.
+    entries: Vec<(String, i64, u64)>,
+}
+
+fn board_info(board: &Board, count: u64) -> BoardInfo {
+    BoardInfo {
+        board: board.name.clone(),
+        order: board.config.order.to_string(),
+        ties: board.config.ties.to_string(),
+        windows: board.config.windows.iter().map(ToString::to_string).collect(),
+        keep: board.config.keep,
+        count,
+    }
+}

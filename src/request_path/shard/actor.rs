@@ -1,0 +1,124 @@
+//! The tree-shard actor: a thin actix shell over [`BatchLoop`]. It runs a
+//! round once its mailbox is drained (a self-notified `Flush` is handled
+//! only after every queued message) or the queue is full, steps leaf
+//! repacking between requests, and hears from the commit pipeline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, AsyncContext, Context, Handler, Message};
+
+use super::batch_loop::BatchLoop;
+use super::link::ShardRequest;
+
+/// The actor. Its state is the loop's; it only remembers which of its own
+/// wake-ups are already in its mailbox.
+pub struct ShardActor {
+    core: BatchLoop,
+    /// A [`Flush`] is in the mailbox.
+    flush_scheduled: bool,
+    /// A [`Repack`] is in the mailbox.
+    repack_scheduled: bool,
+}
+
+/// Sent to self so a round runs once the mailbox is drained.
+struct Flush;
+
+impl Message for Flush {
+    type Result = ();
+}
+
+/// Sent to self while a leaf-repacking pass is under way: one step per
+/// message, so steps queue behind requests and never hold a round up long.
+struct Repack;
+
+impl Message for Repack {
+    type Result = ();
+}
+
+/// From the pipeline's threads: some batches are answered or finished.
+struct CommitDone;
+
+impl Message for CommitDone {
+    type Result = ();
+}
+
+impl ShardActor {
+    /// Wraps a batch loop.
+    pub fn new(core: BatchLoop) -> Self {
+        Self { core, flush_scheduled: false, repack_scheduled: false }
+    }
+
+    /// Queues the next repacking step if a pass is under way.
+    fn schedule_repack(&mut self, ctx: &mut Context<Self>) {
+        if !self.repack_scheduled && self.core.is_repacking() {
+            self.repack_scheduled = true;
+            ctx.notify(Repack);
+        }
+    }
+
+    fn run_round(&mut self, ctx: &mut Context<Self>) {
+        self.core.run_round();
+        self.schedule_repack(ctx);
+    }
+}
+
+impl Actor for ShardActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // The actor runs on its own arbiter's thread from here on.
+        self.core.metrics.threads.register(&format!("shard-{}", self.core.index));
+        let actor = ctx.address();
+        self.core.start_pipeline(Arc::new(move || actor.do_send(CommitDone)));
+        // Idle shards still drop expired periods; busy ones do it between rounds.
+        ctx.run_interval(Duration::from_secs(1), |actor, _| actor.core.maintain());
+    }
+
+    fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
+        self.core.stop();
+        actix::Running::Stop
+    }
+}
+
+impl Handler<ShardRequest> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, ShardRequest(commands): ShardRequest, ctx: &mut Self::Context) {
+        if self.core.enqueue(commands) {
+            self.run_round(ctx);
+        } else if !self.flush_scheduled {
+            self.flush_scheduled = true;
+            ctx.notify(Flush);
+        }
+    }
+}
+
+impl Handler<Flush> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Flush, ctx: &mut Self::Context) {
+        self.flush_scheduled = false;
+        if self.core.has_queued() {
+            self.run_round(ctx);
+        }
+    }
+}
+
+impl Handler<Repack> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Repack, ctx: &mut Self::Context) {
+        self.repack_scheduled = false;
+        self.core.repack_step();
+        self.schedule_repack(ctx);
+    }
+}
+
+impl Handler<CommitDone> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: CommitDone, _: &mut Self::Context) {
+        self.core.after_progress();
+    }
+}

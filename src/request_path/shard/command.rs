@@ -1,0 +1,239 @@
+//! What a shard is asked to do. Each command carries the typed channel its
+//! answer goes back on, so an answer of the wrong kind does not compile.
+
+use std::sync::Arc;
+
+use rankd_shards::{Board, Direction, ListEntry, Mode, Order, Record, Ties, TreeId, Upcoming, UpcomingWrite};
+use tokio::sync::oneshot;
+
+use super::link::ShardLink;
+use crate::error::Error;
+
+/// Where one command's answer goes.
+pub type Reply<T> = oneshot::Sender<Result<T, Error>>;
+
+/// Where the router awaits one command's answer.
+pub type Pending<T> = oneshot::Receiver<Result<T, Error>>;
+
+/// A new reply channel.
+pub fn reply<T>() -> (Reply<T>, Pending<T>) {
+    oneshot::channel()
+}
+
+/// Awaits an answer; a dropped channel means the shard stopped.
+pub async fn answer<T>(pending: Pending<T>) -> Result<T, Error> {
+    pending.await.map_err(|_| Error::Internal("shard stopped".into()))?
+}
+
+/// A shard's count of players before each of some keys, and its total.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// Players ranked before each key, in key order.
+    pub before: Vec<u64>,
+    /// Players in the tree.
+    pub total: u64,
+}
+
+/// A player's record (if present) with this shard's count of players ranked
+/// before it and its total (both 0 when absent): the owner's half of a rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ranked {
+    /// The player's record.
+    pub record: Option<Record>,
+    /// Players on this shard ranked before it.
+    pub before: u64,
+    /// Players on this shard.
+    pub total: u64,
+}
+
+/// One thing a shard is asked to do. One enum, so all kinds keep their FIFO
+/// order in one mailbox.
+#[derive(Debug)]
+pub enum Command {
+    /// Stage a write; answers the score stored.
+    Write { board: Arc<Board>, player: String, score: i64, mode: Mode, seq: u64, reply: Reply<i64> },
+    /// Stage several writes, all or none; answers the scores, in entry order.
+    WriteMany { board: Arc<Board>, entries: Vec<(String, i64, u64)>, mode: Mode, reply: Reply<Vec<i64>> },
+    /// Stage a removal; answers whether the player was there.
+    Remove { board: Arc<Board>, player: String, reply: Reply<bool> },
+    /// Persist a board's config.
+    EnsureBoard { board: Arc<Board>, reply: Reply<()> },
+    /// Delete a board; answers whether it held anything here.
+    DropBoard { board_id: u64, reply: Reply<bool> },
+    /// A player's record.
+    Get { tree: TreeId, player: String, reply: Reply<Option<Record>> },
+    /// The owner's half of a rank, in the round that finds the score. On S
+    /// shards the other S-1 count too, asked by the owner itself when
+    /// `forward` names them, else by the router once this answer is back.
+    Rank { tree: TreeId, player: String, ties: Ties, order: Order, forward: Forward, reply: Reply<Ranked> },
+    /// Players before each key and in total.
+    CountBefore { tree: TreeId, keys: Vec<u128>, reply: Reply<Counts> },
+    /// A slice of the list order.
+    List {
+        tree: TreeId,
+        ties: Ties,
+        order: Order,
+        position: Vec<u8>,
+        direction: Direction,
+        limit: usize,
+        reply: Reply<Vec<ListEntry>>,
+    },
+    /// Commit everything before this and prepare a fast restart (checkpoint
+    /// the trees, flush the memtables).
+    Shutdown { reply: Reply<()> },
+}
+
+impl Command {
+    /// Commands that change what is stored: refused while the shard's
+    /// storage is failing, answered only once durable.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Self::Write { .. }
+                | Self::WriteMany { .. }
+                | Self::Remove { .. }
+                | Self::EnsureBoard { .. }
+                | Self::DropBoard { .. }
+        )
+    }
+
+    /// Maintenance that scans or rewrites storage needs every earlier write
+    /// committed and its runs written first. (Lists do not: they read
+    /// storage under the overlays of everything unwritten.)
+    pub fn needs_committed_state(&self) -> bool {
+        matches!(self, Self::DropBoard { .. } | Self::Shutdown { .. })
+    }
+
+    /// What the command will touch, for the round's look-ahead prefetch.
+    pub fn upcoming(&self) -> Option<Upcoming<'_>> {
+        match self {
+            Self::Write { board, player, score, mode, seq, .. } => {
+                Some(Upcoming::Write(UpcomingWrite { board, player, score: *score, mode: *mode, seq: *seq }))
+            }
+            Self::Rank { tree, player, ties, order, .. } => {
+                Some(Upcoming::Rank { tree: *tree, player, ties: *ties, order: *order })
+            }
+            Self::CountBefore { tree, keys, .. } => Some(Upcoming::CountBefore { tree: *tree, keys }),
+            _ => None,
+        }
+    }
+
+    /// Answers the command with `error` without doing it (overload, a
+    /// closed shard).
+    pub fn refuse(self, error: Error) {
+        match self {
+            Self::Write { reply, .. } => drop(reply.send(Err(error))),
+            Self::WriteMany { reply, .. } => drop(reply.send(Err(error))),
+            Self::Remove { reply, .. } | Self::DropBoard { reply, .. } => drop(reply.send(Err(error))),
+            Self::EnsureBoard { reply, .. } | Self::Shutdown { reply } => drop(reply.send(Err(error))),
+            Self::Get { reply, .. } => drop(reply.send(Err(error))),
+            Self::Rank { reply, .. } => drop(reply.send(Err(error))),
+            Self::CountBefore { reply, .. } => drop(reply.send(Err(error))),
+            Self::List { reply, .. } => drop(reply.send(Err(error))),
+        }
+    }
+}
+
+/// The other shards a rank's owner asks for their counts before the
+/// player's rank key, each with the channel the router awaits that count
+/// on. The owner sends them on as soon as it has the record: one hop
+/// (owner to the other shard) where asking through the router took two,
+/// each a thread wake-up. Without a record (or when its lookup fails) the
+/// channels are dropped, and the router takes the owner's answer. Empty:
+/// the router asks them itself.
+#[derive(Default)]
+pub struct Forward(pub Vec<(ShardLink, Reply<Counts>)>);
+
+impl Forward {
+    /// Asks each shard for its count before `key` in `tree`.
+    pub fn send(self, tree: TreeId, key: u128) {
+        for (link, reply) in self.0 {
+            link.send(vec![Command::CountBefore { tree, keys: vec![key], reply }]);
+        }
+    }
+}
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Forward(to {} shards)", self.0.len())
+    }
+}
+
+/// A write's answer, computed when it was staged, held until its batch is
+/// durable. Each variant pairs a reply channel with an answer of its type.
+#[derive(Debug)]
+pub enum Held {
+    /// A `Write`'s.
+    Score(Reply<i64>, Result<i64, Error>),
+    /// A `WriteMany`'s.
+    Scores(Reply<Vec<i64>>, Result<Vec<i64>, Error>),
+    /// A `Remove`'s or `DropBoard`'s.
+    Bool(Reply<bool>, Result<bool, Error>),
+    /// An `EnsureBoard`'s or `Shutdown`'s.
+    Done(Reply<()>, Result<(), Error>),
+}
+
+impl Held {
+    /// Sends the answer once its batch is over: if the commit failed, a
+    /// success becomes `internal` (it may or may not have applied); a
+    /// refusal (which changed nothing) stays.
+    pub fn send(self, failure: Option<&str>) {
+        fn unless<T>(answer: Result<T, Error>, failure: Option<&str>) -> Result<T, Error> {
+            match (failure, answer) {
+                (Some(why), Ok(_)) => Err(Error::Internal(why.to_string())),
+                (_, answer) => answer,
+            }
+        }
+        match self {
+            Self::Score(reply, answer) => drop(reply.send(unless(answer, failure))),
+            Self::Scores(reply, answer) => drop(reply.send(unless(answer, failure))),
+            Self::Bool(reply, answer) => drop(reply.send(unless(answer, failure))),
+            Self::Done(reply, answer) => drop(reply.send(unless(answer, failure))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> TreeId {
+        TreeId { board: 1, window: 0, period: 0 }
+    }
+
+    #[test]
+    fn writes_wait_for_durability_and_maintenance_for_committed_state() {
+        let board = Arc::new(Board { id: 1, name: "b".into(), config: Default::default() });
+        let write = Command::Write { board, player: "p".into(), score: 1, mode: Mode::Set, seq: 1, reply: reply().0 };
+        let rank = Command::Rank {
+            tree: tree(),
+            player: "p".into(),
+            ties: Ties::Competition,
+            order: Order::Desc,
+            forward: Forward::default(),
+            reply: reply().0,
+        };
+        let drop_board = Command::DropBoard { board_id: 1, reply: reply().0 };
+        let shutdown = Command::Shutdown { reply: reply().0 };
+        assert!(write.is_write() && !write.needs_committed_state() && write.upcoming().is_some());
+        assert!(!rank.is_write() && !rank.needs_committed_state() && rank.upcoming().is_some());
+        assert!(drop_board.is_write() && drop_board.needs_committed_state());
+        assert!(!shutdown.is_write() && shutdown.needs_committed_state());
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_turns_successes_into_internal_and_keeps_refusals() {
+        let (ok, ok_answer) = reply();
+        let (refused, refused_answer) = reply::<i64>();
+        Held::Score(ok, Ok(5)).send(Some("fsync failed"));
+        Held::Score(refused, Err(Error::BadRequest("overflow".into()))).send(Some("fsync failed"));
+        assert_eq!(answer(ok_answer).await, Err(Error::Internal("fsync failed".into())));
+        assert_eq!(answer(refused_answer).await, Err(Error::BadRequest("overflow".into())));
+        let (done, done_answer) = reply();
+        Held::Done(done, Ok(())).send(None);
+        assert_eq!(answer(done_answer).await, Ok(()));
+        let (count, count_answer) = reply::<Counts>();
+        Command::CountBefore { tree: tree(), keys: vec![], reply: count }.refuse(Error::Overloaded("full".into()));
+        assert_eq!(answer(count_answer).await, Err(Error::Overloaded("full".into())));
+    }
+}

@@ -1,0 +1,68 @@
+//! How the router (and a rank's owner) reach a shard.
+
+use actix::{Addr, Message};
+
+use super::actor::ShardActor;
+use super::command::{reply, Command, Pending, Reply};
+use super::engine_cell::EngineCell;
+use crate::error::Error;
+
+/// One mailbox message: the commands a router batch has for this shard, in
+/// order. Batching them makes a pipeline cost one mailbox push per shard.
+pub struct ShardRequest(pub Vec<Command>);
+
+impl Message for ShardRequest {
+    type Result = ();
+}
+
+/// A shard's address, and the count of commands sent to it and not yet
+/// answered (raised here, lowered as they are answered; it is also the
+/// `rankd_shard_mailbox_depth` gauge).
+///
+/// The count is the mailbox bound: actix 0.13 enforces no capacity on
+/// `do_send` (actix issue #329), so a link refuses work past `max_queue` and
+/// answers it `overloaded` at once instead of queueing without limit.
+#[derive(Clone)]
+pub struct ShardLink {
+    /// The actor.
+    pub addr: Addr<ShardActor>,
+    /// Commands queued or in the current round.
+    pub depth: prometheus::IntGauge,
+    /// Most commands that may be queued.
+    pub max_queue: usize,
+    /// The actor's engine, read in place by lone ranks.
+    pub engine: EngineCell,
+}
+
+impl ShardLink {
+    /// Enqueues the command `make` builds around a new reply channel, now,
+    /// and returns where its answer will arrive.
+    pub fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Pending<T> {
+        let (sender, pending) = reply();
+        self.send(vec![make(sender)]);
+        pending
+    }
+
+    /// Enqueues several commands as one mailbox message, or answers them all
+    /// `overloaded` if the shard's queue is full.
+    pub fn send(&self, commands: Vec<Command>) {
+        let queued = usize::try_from(self.depth.get()).unwrap_or(0);
+        if queued + commands.len() > self.max_queue {
+            for command in commands {
+                command.refuse(Error::Overloaded(format!(
+                    "shard has {queued} commands queued (limit {}); retry later",
+                    self.max_queue
+                )));
+            }
+            return;
+        }
+        self.send_unbounded(commands);
+    }
+
+    /// Enqueues regardless of the bound: for control commands (shutdown)
+    /// that must never be shed.
+    pub fn send_unbounded(&self, commands: Vec<Command>) {
+        self.depth.add(commands.len() as i64);
+        self.addr.do_send(ShardRequest(commands));
+    }
+}

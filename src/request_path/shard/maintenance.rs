@@ -1,0 +1,134 @@
+//! Between rounds: the once-a-second work (storage gauges, expired periods),
+//! reopening a failed storage, and repacking count-tree leaves.
+
+use std::time::Instant;
+
+use rankd_shards::Shard;
+
+use super::batch_loop::BatchLoop;
+use crate::operations::allocator::Packer;
+use crate::operations::priority;
+
+/// Keys of expired periods deleted per maintenance step: small enough that
+/// a rollover never holds a round up for long.
+const EXPIRY_BUDGET: usize = 4096;
+
+/// Count-tree leaves looked at per repacking step: keeps a step about as
+/// long as a small round (see docs/performance-history.md).
+const REPACK_BUDGET: usize = 256;
+
+impl BatchLoop {
+    /// While degraded, tries to reopen the storage. Once a second (rounds
+    /// run thousands of times a second), publishes the storage gauges and,
+    /// unless degraded, deletes a bounded slice of expired periods (waiting
+    /// for the pipeline first if it must: sustained writes must not starve
+    /// expiry).
+    pub fn maintain(&mut self) {
+        if self.health.should_reopen(Instant::now(), self.pipeline.unfinished()) {
+            self.try_recover();
+        }
+        let now = self.clock.now();
+        if now == self.last_tick {
+            return;
+        }
+        self.last_tick = now;
+        self.observe_storage();
+        if self.health.is_degraded() {
+            return;
+        }
+        let has_expired = self.engine.with(|shard| {
+            shard.set_time(now);
+            shard.has_expired()
+        });
+        if has_expired != Some(true) {
+            return;
+        }
+        self.settle();
+        if self.health.is_degraded() {
+            return;
+        }
+        match self.engine.with(|shard| shard.expire(EXPIRY_BUDGET)) {
+            Some(Ok(expired)) if !expired.is_empty() => {
+                tracing::info!(shard = self.index, periods = expired.len(), "expired periods dropped");
+                self.dense.forget(&expired);
+            }
+            Some(Err(e)) => {
+                tracing::warn!(shard = self.index, error = %e, "deleting expired periods failed; will retry")
+            }
+            _ => {}
+        }
+    }
+
+    /// Publishes how the shard's storage keeps up.
+    fn observe_storage(&mut self) {
+        let Some(stats) = self.engine.with(|shard| shard.storage_stats()) else { return };
+        let metrics = &self.metrics.shards[self.index];
+        metrics.memtable_bytes.set(i64::try_from(stats.memtable_bytes).unwrap_or(i64::MAX));
+        metrics.sealed_memtables.set(i64::try_from(stats.sealed_memtables).unwrap_or(i64::MAX));
+        // fjall counts from zero again after a reopen: that interval is lost, not negative.
+        metrics.compaction_seconds.inc_by(stats.compacting.saturating_sub(self.compacting_seen).as_secs_f64());
+        self.compacting_seen = stats.compacting;
+    }
+
+    /// Reopens the storage after a failure; on success writes resume.
+    ///
+    /// The batches that failed had already reported their dense changes
+    /// (at seal, so that reads after their answers would see them); the
+    /// reopened storage holds only what was durable, so this shard's share
+    /// of the dense indexes is replaced with what it holds now.
+    fn try_recover(&mut self) {
+        if self.engine.with(|shard| shard.has_staged()) == Some(true) {
+            self.commit_pending(true); // everything staged is answered first
+            return;
+        }
+        let reopened = match self.engine.take() {
+            Some(shard) => {
+                self.reported_dense.get_or_insert_with(|| shard.dense_score_counts());
+                shard.reopen()
+            }
+            // An earlier attempt failed and dropped the shard: open it afresh.
+            None => Shard::open(&self.location.0, self.location.1.clone()),
+        };
+        self.pipeline.reopened();
+        match reopened {
+            Ok(mut shard) => {
+                tracing::warn!(shard = self.index, "storage reopened; accepting writes again");
+                // The reopened storage's workers were started by this thread.
+                priority::make_fjall_workers_background();
+                shard.set_time(self.clock.now());
+                self.shard_metrics().players.set(shard.players() as i64);
+                let reported = self.reported_dense.take().unwrap_or_default();
+                self.dense.replace_share(&reported, &shard.dense_score_counts());
+                self.engine.put(shard);
+                self.health.recovered();
+                self.shard_metrics().degraded.set(0);
+            }
+            Err(e) => {
+                // Reopening from the data dir needs no in-memory state, so
+                // nothing is lost: retry next second.
+                self.health.reopen_failed(Instant::now());
+                tracing::error!(shard = self.index, error = %e, "reopening storage failed; retrying");
+            }
+        }
+    }
+
+    /// Whether a leaf-repacking pass is under way (a sealed batch may have
+    /// checkpointed and started one).
+    pub fn is_repacking(&self) -> bool {
+        self.engine.with(|shard| shard.is_repacking()) == Some(true)
+    }
+
+    /// Looks at a slice of count-tree leaves and moves those on sparse
+    /// allocator slabs; one step at a time, so steps queue behind requests.
+    pub fn repack_step(&mut self) {
+        let Some(done) = self.engine.with(|shard| {
+            let mut packer = Packer::default();
+            shard.repack_step(REPACK_BUDGET, |leaf| packer.pick(leaf))
+        }) else {
+            return;
+        };
+        let metrics = self.shard_metrics();
+        metrics.repack_visited.inc_by(done.visited as u64);
+        metrics.repack_moved.inc_by(done.moved as u64);
+    }
+}

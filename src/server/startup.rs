@@ -1,0 +1,128 @@
+//! Start-up: the data dir checked against the settings, every shard opened
+//! in parallel (each loads its count trees from their stored leaves), what
+//! the router needs rebuilt from them, and one shard actor started per
+//! thread.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::{Actor, Arbiter};
+use rankd_shards::{Board, Durability, Shard, ShardOptions};
+
+use super::layout;
+use super::StartError;
+use crate::clock::Clock;
+use crate::operations::metrics::Metrics;
+use crate::operations::priority;
+use crate::request_path::dense_registry::DenseRegistry;
+use crate::request_path::router::RouterState;
+use crate::request_path::shard::{BatchLoop, LoopParts, ReplyRelay, ShardActor, ShardCommitHooks, ShardLink};
+use crate::settings::{DurabilityArg, ServeSettings};
+
+/// Opens the data dir and every shard, in parallel.
+pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
+    layout::check_or_create(&config.data_dir, config.shards, config.branching)?;
+    let options = ShardOptions {
+        branching: config.branching,
+        durability: match config.durability {
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::Buffered => Durability::Buffered,
+        },
+        // A quarter of the cache budget for fjall's block cache, the rest
+        // for player records, split evenly between the shards.
+        cache_bytes: (config.cache_bytes() / 4 / config.shards as u64).max(1 << 20),
+        cached_players: rankd_shards::cached_players_for(config.cache_bytes() / 4 * 3 / config.shards as u64),
+        leaf_writer_start: Some(|| priority::make_background("leaves")),
+        ..ShardOptions::default()
+    };
+    #[cfg(feature = "test-hooks")]
+    let options = {
+        let hooks = &config.hooks;
+        ShardOptions {
+            run_every: hooks.run_every.unwrap_or(options.run_every),
+            checkpoint_every: hooks.checkpoint_every.unwrap_or(options.checkpoint_every),
+            checkpoint_slice_leaves: hooks.checkpoint_slice_leaves.unwrap_or(options.checkpoint_slice_leaves),
+            ..options
+        }
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..config.shards)
+            .map(|i| {
+                // Shards take their checkpoints in turn (see `checkpoint_phase`).
+                let options = ShardOptions { checkpoint_phase: i as f64 / config.shards as f64, ..options.clone() };
+                let dir = layout::shard_dir(&config.data_dir, i);
+                scope.spawn(move || Shard::open(&dir, options).map_err(|e| StartError::Shard(i, e)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(StartError::Io(std::io::Error::other("shard open panicked")))))
+            .collect()
+    })
+}
+
+/// Boards, sequence and dense indexes recovered from the shards.
+pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry) {
+    let mut boards: HashMap<String, Board> = HashMap::new();
+    for board in shards.iter().flat_map(|s| s.boards()) {
+        // A half-finished drop can leave an older board of the same name in
+        // some shard; the newest id is the live one.
+        if boards.get(&board.name).is_none_or(|b| b.id < board.id) {
+            boards.insert(board.name.clone(), board.clone());
+        }
+    }
+    // Each shard adds its share of every live dense board's indexes, the way
+    // a recovering shard replaces its share (a half-finished drop's
+    // leftovers are not indexed).
+    let dense = DenseRegistry::new(branching);
+    let live: std::collections::HashSet<u64> = boards.values().map(|b| b.id).collect();
+    for shard in shards {
+        let mut share = shard.dense_score_counts();
+        share.retain(|tree, _| live.contains(&tree.board));
+        dense.replace_share(&HashMap::new(), &share);
+    }
+    let state = RouterState {
+        boards: boards.into_values().collect(),
+        max_board_id: shards.iter().map(Shard::max_board_id).max().unwrap_or(0),
+        max_seq: shards.iter().map(Shard::max_seq).max().unwrap_or(0),
+    };
+    (state, dense)
+}
+
+/// Starts one shard actor per shard, each on its own arbiter (thread);
+/// returns their links and the arbiters, to stop at shutdown.
+pub fn start_shards(
+    shards: Vec<Shard>,
+    config: &ServeSettings,
+    dense: &DenseRegistry,
+    metrics: &Arc<Metrics>,
+    clock: Clock,
+    relay: &ReplyRelay,
+) -> (Vec<ShardLink>, Vec<Arbiter>) {
+    let mut arbiters = Vec::new();
+    let mut links = Vec::new();
+    for (index, shard) in shards.into_iter().enumerate() {
+        let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relay: Some(relay.clone()) };
+        let parts = LoopParts {
+            max_batch: config.max_batch,
+            dense: dense.clone(),
+            metrics: metrics.clone(),
+            index,
+            clock,
+            hooks,
+        };
+        let core = BatchLoop::new(shard, parts);
+        #[cfg(feature = "test-hooks")]
+        let core = core.with_slow_disk(rankd_shards::commit::SlowDisk {
+            commit: config.hooks.commit_delay(),
+            runs: config.hooks.runs_delay(),
+        });
+        let engine = core.engine();
+        let arbiter = Arbiter::new();
+        let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| ShardActor::new(core));
+        let depth = metrics.shards[index].mailbox_depth.clone();
+        links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue, engine });
+        arbiters.push(arbiter);
+    }
+    (links, arbiters)
+}
