@@ -147,6 +147,16 @@ impl Shard {
     }
 }
 
+impl Shard {
+    /// The changes of dense trees' score sets staged since the last call
+    /// (or seal). A server that reports them as they are staged, not at
+    /// seal, lets a dense rank right behind a write see it, as every other
+    /// read does.
+    pub fn take_dense_changes(&mut self) -> Vec<DenseChange> {
+        std::mem::take(&mut self.staged.dense)
+    }
+}
+
 /// The score a write of `score` in `mode` leaves a player with who had
 /// `old`; an `incr` past the range fails.
 pub(super) fn combined(mode: Mode, order: Order, old: Option<Record>, score: i64) -> Result<i64, ShardError> {

@@ -262,8 +262,14 @@ impl Read {
     pub fn rank_of_score(self, score: i64, outbox: &mut Outbox) -> super::ReplyFuture {
         let sk = score_key(score, self.board.config.order);
         if self.ties() == Ties::Dense {
-            let rank = 1 + self.dense.distinct_before(self.tree, sk);
-            return Box::pin(async move { Ok(Reply::Count(rank)) });
+            // The distinct-score index is read once every shard has applied
+            // what was sent to it before (a count with no keys is the
+            // cheapest such round), so a write sent before is seen.
+            let pending = outbox.ask_all(self.count_before(Vec::new()));
+            return Box::pin(async move {
+                summed_counts(pending, 0).await?;
+                Ok(Reply::Count(1 + self.dense.distinct_before(self.tree, sk)))
+            });
         }
         // Ordinal: a newcomer ranks after everyone already at the score.
         let key = match (self.ties(), sk.checked_add(1)) {

@@ -214,7 +214,12 @@ impl BatchLoop {
         };
         let mut engine = self.engine.lock();
         match (engine.as_mut(), refusal) {
-            (Some(shard), None) => apply(shard, command, &mut |shard| answered(Some(shard))),
+            (Some(shard), None) => {
+                let held = apply(shard, command, &mut |shard| answered(Some(shard)));
+                // Reported now, not at seal: later reads of the round see it.
+                self.dense.apply(shard.take_dense_changes());
+                held
+            }
             (None, _) => {
                 answered(None);
                 command.refuse(crate::error::Error::Internal("shard storage is closed; retrying".into()));
