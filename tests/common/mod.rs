@@ -58,14 +58,14 @@ impl Server {
         self.child.id()
     }
 
-    /// Resident memory of the server process, bytes (Linux).
+    /// Resident memory of the server process, bytes (Linux). Panics if
+    /// `/proc/<pid>/status` cannot be read or has no parsable `VmRSS` line:
+    /// a memory bound checked against a made-up 0 would pass unchecked.
     pub fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        let path = format!("/proc/{}/status", self.pid());
+        let status =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read the server's RSS from {path}: {e}"));
+        parse_vm_rss(&status).unwrap_or_else(|| panic!("no parsable `VmRSS: <n> kB` line in {path}:\n{status}"))
     }
 
     /// The data dir.
@@ -113,6 +113,12 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `VmRSS` of a `/proc/<pid>/status` text, in bytes.
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().strip_suffix("kB")?.trim();
+    kb.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
 /// Runs `rankd serve` and waits for its "listening on" line; returns the
