@@ -1,12 +1,14 @@
 //! Test harness: runs the real `rankd serve` binary on a free loopback port
-//! and a temporary data dir, and can kill -9 and restart it.
+//! and a temporary data dir, and can kill -9 and restart it; plus polling
+//! helpers ([`wait_for`], [`wait_until`]) so tests wait on the condition they
+//! need, with a deadline and a message, instead of sleeping and hoping.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rankd::client::Client;
 
@@ -88,14 +90,9 @@ impl Server {
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(std::time::Instant::now() < deadline, "server did not exit within 30 s of SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_blocking(Duration::from_secs(30), "the server to exit after SIGTERM", || {
+            self.child.try_wait().expect("wait").ok_or_else(|| "still running".to_string())
+        })
     }
 
     /// Starts the server again on the same data dir (after kill9/terminate).
@@ -105,6 +102,73 @@ impl Server {
         self.child = child;
         self.addr = addr;
         self.metrics_addr = metrics_addr;
+    }
+
+    /// The server's `/metrics` page (Prometheus text format).
+    pub fn metrics_text(&self) -> String {
+        let mut stream = std::net::TcpStream::connect(&self.metrics_addr)
+            .unwrap_or_else(|e| panic!("connect to the metrics endpoint {}: {e}", self.metrics_addr));
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics_addr).expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read /metrics");
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        assert!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "GET /metrics: {head}");
+        body.to_string()
+    }
+
+    /// A metric's current value: the sum of the samples of `name` whose
+    /// labels contain all of `labels` (e.g. `r#"outcome="overloaded""#`).
+    /// Panics if the server exports no such series.
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let text = self.metrics_text();
+        sample(&text, name, labels).unwrap_or_else(|| panic!("no sample of {name} with labels {labels:?} in /metrics"))
+    }
+}
+
+/// The sum of every sample of `name` whose labels contain all of `labels`
+/// in a Prometheus text page; `None` if there is none.
+pub fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .map(|l| {
+            l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("bad sample line: {l}"))
+        })
+        .reduce(|a, b| a + b)
+}
+
+/// How often the wait helpers look again.
+const POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// Polls `check` until it returns `Ok` and returns that value. `check`
+/// answers `Err` with what it saw; once `timeout` has passed the test fails
+/// naming `what` it waited for and the last thing seen.
+pub async fn wait_for<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(Instant::now() < deadline, "waited {timeout:?} for {what} in vain; last seen: {seen}"),
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// [`wait_for`] a condition that is simply true or false.
+pub async fn wait_until(timeout: Duration, what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    wait_for(timeout, what, async || if condition().await { Ok(()) } else { Err("not yet".to_string()) }).await
+}
+
+/// [`wait_for`] outside an async runtime: polls with a thread sleep.
+pub fn wait_for_blocking<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(seen) => assert!(Instant::now() < deadline, "waited {timeout:?} for {what} in vain; last seen: {seen}"),
+        }
+        std::thread::sleep(POLL_EVERY);
     }
 }
 
