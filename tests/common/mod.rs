@@ -159,6 +159,14 @@ impl Server {
         self.metrics_addr = metrics_addr;
     }
 
+    /// Restarts with environment variable `key` set to `value` from now on
+    /// (e.g. a clock moved forward while the server was down).
+    pub fn restart_with_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+        self.restart();
+    }
+
     /// Everything the server printed on stdout so far, over all its runs.
     pub fn stdout_text(&self) -> String {
         String::from_utf8_lossy(&self.stdout.lock().expect("stdout buffer")).into_owned()
