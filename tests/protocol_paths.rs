@@ -6,19 +6,30 @@
 //!   `drop_board`, when the name takes a new config;
 //! - `drop_board` answers true, then false; a dropped board with periodic
 //!   windows reads as empty in every window and period, and comes back
-//!   under a new config with none of its old periods.
+//!   under a new config with none of its old periods;
+//! - `window` and `period` on `rank`, `rank_of_score` and `around` (and the
+//!   other reads) of a board with all four windows, after writes in four
+//!   different days, weeks and months, against an oracle of the periods;
+//!   a period beyond `keep` or a window the board lacks is `bad_request`;
+//! - `set_many` and `remove` on boards with windows (every window's current
+//!   period; results from the first window), and what `boards` reports.
 //!
 //! Time moves by restarting the server with its clock shifted
 //! (`RANKD_DEBUG_CLOCK_OFFSET_SECS`) to a later instant: nothing waits.
 
 mod common;
 
+use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rankd::client::{set_call, Call, Client};
 use rankd::protocol::{BoardInfo, Entry, RankInfo};
 use rmpv::Value;
 
+/// 2026-04-29 12:00 UTC, a Wednesday: April, the week of Monday April 27.
+const APR_29: i64 = 1_777_464_000;
+/// 2026-05-20 12:00 UTC, a Wednesday: May, the week of May 18.
+const MAY_20: i64 = 1_779_278_400;
 /// 2026-05-27 12:00 UTC, a Wednesday: the week of May 25.
 const MAY_27: i64 = 1_779_883_200;
 /// 2026-05-28 12:00 UTC, the Thursday after: a new day only.
@@ -97,6 +108,81 @@ fn info(board: &str, order: &str, ties: &str, windows: &[&str], keep: u32, count
 
 async fn boards(client: &mut Client) -> Vec<BoardInfo> {
     client.boards().await.expect("boards")
+}
+
+// ------------------------------------------------------- period oracle --
+
+/// Days from 1970-01-01 to a civil date's month: the month's index since
+/// year 0 (Howard Hinnant's `civil_from_days`).
+fn month_index(days: i64) -> i64 {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    year * 12 + month - 1
+}
+
+/// Which period of `window` the instant `t` falls in (UTC; weeks start on
+/// Monday, and 1970-01-01 was a Thursday).
+fn period_of(window: &str, t: i64) -> i64 {
+    let days = t.div_euclid(86_400);
+    match window {
+        "all" => 0,
+        "daily" => days,
+        "weekly" => (days + 3).div_euclid(7),
+        "monthly" => month_index(days),
+        other => panic!("no window {other}"),
+    }
+}
+
+/// A `desc`, `competition` board as protocol.md defines one with windows:
+/// every write and remove acts on each window's current period, reads look
+/// at one window's period `0` or `-k`.
+struct Oracle {
+    windows: Vec<&'static str>,
+    periods: HashMap<(&'static str, i64), BTreeMap<String, i64>>,
+}
+
+impl Oracle {
+    fn new(windows: &[&'static str]) -> Self {
+        Self { windows: windows.to_vec(), periods: HashMap::new() }
+    }
+
+    /// An `incr` at `now`; returns the score in the first window.
+    fn incr(&mut self, now: i64, player: &str, by: i64) -> i64 {
+        let mut first = None;
+        for &w in &self.windows {
+            let score = self.periods.entry((w, period_of(w, now))).or_default().entry(player.to_string()).or_insert(0);
+            *score += by;
+            first.get_or_insert(*score);
+        }
+        first.expect("a board has a window")
+    }
+
+    /// A `remove` at `now`; returns whether the player was in the first
+    /// window's current period.
+    fn remove(&mut self, now: i64, player: &str) -> bool {
+        let mut first = None;
+        for &w in &self.windows {
+            let removed = self.periods.entry((w, period_of(w, now))).or_default().remove(player).is_some();
+            first.get_or_insert(removed);
+        }
+        first.expect("a board has a window")
+    }
+
+    /// The view's players, best first (ties by name bytes), with ranks.
+    fn view(&self, now: i64, window: &str, period: i64) -> Vec<Entry> {
+        let w = self.windows.iter().find(|w| **w == window).expect("a window of the board");
+        let held = self.periods.get(&(*w, period_of(w, now) + period)).cloned().unwrap_or_default();
+        let mut list: Vec<(String, i64)> = held.into_iter().collect();
+        list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.as_bytes().cmp(b.0.as_bytes())));
+        let better = |score: i64| list.iter().filter(|(_, s)| *s > score).count() as u64;
+        list.iter().map(|(p, s)| Entry { player: p.clone(), score: *s, rank: better(*s) + 1 }).collect()
+    }
 }
 
 /// Every read of one view (window and period, or the defaults) against the
@@ -296,4 +382,170 @@ async fn a_dropped_board_with_windows_reads_empty_and_comes_back_with_a_new_conf
     assert_eq!(boards(&mut c).await, vec![info("w", "desc", "dense", &new_windows, 3, 1)]);
     check_view(&mut c, "w", Some(("all", 0)), &dee, &["dee", "ann", "bob"], &[6, 7, 8]).await;
     check_view(&mut c, "w", Some(("weekly", -1)), &[], &["ann"], &[0]).await;
+}
+
+/// A board with all four windows and one with `daily` and `weekly` only,
+/// written on four days: April 29; May 20 (new month, week and day); May
+/// 27 (new week and day); May 28 (new day). Then every read of every view
+/// matches the oracle, the views differ from each other, and `set_many`,
+/// `remove` and `boards` act on and report windows as protocol.md says.
+#[tokio::test]
+async fn reads_writes_and_boards_follow_each_window_and_period() {
+    let season_windows = ["all", "daily", "weekly", "monthly"];
+    let mut season = Oracle::new(&season_windows);
+    let mut short = Oracle::new(&["daily", "weekly"]);
+    let mut server = server_at(APR_29);
+    let mut c = server.client().await;
+    assert_eq!(
+        ok(&mut c, create("season", "desc", "competition", &season_windows, 2), "season").await,
+        Value::from(true)
+    );
+    assert_eq!(
+        ok(&mut c, create("short", "desc", "competition", &["daily", "weekly"], 1), "short").await,
+        Value::from(true)
+    );
+
+    // Each day: its instant, its incrs on `season`, its incrs on `short`.
+    type Writes<'a> = &'a [(&'a str, i64)];
+    let days: [(i64, Writes, Writes); 4] = [
+        (APR_29, &[("ann", 50), ("bob", 40), ("cat", 10)], &[]),
+        (MAY_20, &[("bob", 30), ("cat", 25), ("dan", 5)], &[]),
+        (MAY_27, &[("ann", 5), ("dan", 20), ("eve", 15)], &[("hal", 4), ("jon", 9), ("kim", 2)]),
+        (MAY_28, &[("cat", 12), ("eve", 3), ("fay", 12)], &[("ivy", 6)]),
+    ];
+    for (i, (day, writes, short_writes)) in days.iter().enumerate() {
+        if i > 0 {
+            c = move_clock(&mut server, *day).await;
+        }
+        // `set` answers the first window's score: all-time on `season`,
+        // today's on `short`.
+        for (board, oracle, writes) in [("season", &mut season, writes), ("short", &mut short, short_writes)] {
+            for (player, by) in writes.iter() {
+                let want = oracle.incr(*day, player, *by);
+                assert_eq!(c.set(board, player, *by, "incr").await.unwrap(), want, "{board}: incr {player} on {day}");
+            }
+        }
+    }
+    let now = MAY_28;
+    // The configs survived three restarts.
+    let same = create("season", "desc", "competition", &season_windows, 2);
+    assert_eq!(ok(&mut c, same, "same config").await, Value::from(false));
+
+    // The four current views hold different players or scores (so a
+    // server answering every window from one would fail below).
+    let current: Vec<Vec<Entry>> = season_windows.iter().map(|w| season.view(now, w, 0)).collect();
+    for (i, a) in current.iter().enumerate() {
+        for b in &current[i + 1..] {
+            assert_ne!(a, b, "the oracle's views should differ");
+        }
+    }
+    let players = ["ann", "bob", "cat", "dan", "eve", "fay", "gus"];
+    let probes = [100, 50, 30, 25, 20, 12, 11, 5, 0, i64::MIN, i64::MAX];
+    let check_all = async |c: &mut Client, season: &Oracle, short: &Oracle, context: &str| {
+        eprintln!("checking every view: {context}");
+        for window in season_windows {
+            let periods: &[i64] = if window == "all" { &[0] } else { &[0, -1, -2] };
+            for &period in periods {
+                check_view(c, "season", Some((window, period)), &season.view(now, window, period), &players, &probes)
+                    .await;
+            }
+        }
+        // No window: the first one's current period.
+        check_view(c, "season", None, &season.view(now, "all", 0), &players, &probes).await;
+        for (window, period) in [("daily", 0), ("daily", -1), ("weekly", 0), ("weekly", -1)] {
+            let expected = short.view(now, window, period);
+            check_view(c, "short", Some((window, period)), &expected, &["hal", "ivy", "jon", "kim"], &[0, 5, 9]).await;
+        }
+        check_view(c, "short", None, &short.view(now, "daily", 0), &["hal", "ivy", "jon", "kim"], &[0, 5, 9]).await;
+    };
+    check_all(&mut c, &season, &short, "after the four days").await;
+    // Spot checks of the oracle itself, worked out by hand: cat is third
+    // all-time (47 after bob 70, ann 55), first this month (37), third this
+    // week tied with fay (12, after dan 20, eve 18), first today tied with fay.
+    let cat =
+        |window: &str| season.view(now, window, 0).into_iter().find(|e| e.player == "cat").map(|e| (e.score, e.rank));
+    assert_eq!(
+        [cat("all"), cat("monthly"), cat("weekly"), cat("daily")],
+        [Some((47, 3)), Some((37, 1)), Some((12, 3)), Some((12, 1))]
+    );
+
+    // A view the board cannot have is a bad_request, for every read.
+    let reads = |board: &str| {
+        vec![
+            Call::new("rank").with("board", board).with("player", "cat"),
+            Call::new("rank_of_score").with("board", board).with("score", 10),
+            Call::new("around").with("board", board).with("player", "cat"),
+            Call::new("get").with("board", board).with("player", "cat"),
+            Call::new("count").with("board", board),
+            Call::new("top").with("board", board),
+        ]
+    };
+    let bad_views: [(&str, &str, i64, &str); 6] = [
+        ("season", "daily", -3, "beyond keep 2"),
+        ("season", "monthly", -3, "beyond keep 2"),
+        ("season", "all", -1, "`all` has no past periods"),
+        ("season", "weekly", 1, "a future period"),
+        ("short", "all", 0, "a window `short` lacks"),
+        ("short", "daily", -2, "beyond keep 1"),
+    ];
+    for (board, window, period, why) in bad_views {
+        for call in reads(board) {
+            let call = at_view(call, Some((window, period)));
+            assert_eq!(code(&mut c, call, why).await, "bad_request", "{board} {window} {period}: {why}");
+        }
+    }
+    for call in reads("short") {
+        let call = call.with("window", "monthly");
+        assert_eq!(code(&mut c, call, "monthly").await, "bad_request", "a window `short` lacks, default period");
+    }
+
+    // set_many updates every window's current period and answers the first
+    // window's scores, in entry order.
+    let batch = [("ann", 1), ("gus", 7), ("cat", -2)];
+    let want: Vec<i64> = batch.iter().map(|(p, by)| season.incr(now, p, *by)).collect();
+    assert_eq!(want, [56, 7, 45], "all-time totals");
+    assert_eq!(ok(&mut c, set_many("season", &batch, "incr"), "set_many").await, entries_scores(&want));
+    let batch = [("hal", 1), ("ivy", 2)];
+    let want: Vec<i64> = batch.iter().map(|(p, by)| short.incr(now, p, *by)).collect();
+    assert_eq!(want, [1, 8], "today's totals (hal's weekly total is 5)");
+    assert_eq!(ok(&mut c, set_many("short", &batch, "incr"), "set_many").await, entries_scores(&want));
+
+    // remove: true if in the first window's current period; gone from every
+    // window's current period; past periods keep the player.
+    for (board, player) in [
+        ("season", "bob"), // all-time and this month, not this week or today
+        ("season", "eve"), // in every current period
+        ("season", "zed"), // nowhere
+        ("short", "jon"),  // this week, but not today: false, and still removed from the week
+        ("short", "ivy"),  // today and this week
+    ] {
+        let oracle = if board == "season" { &mut season } else { &mut short };
+        let want = oracle.remove(now, player);
+        assert_eq!(c.remove(board, player).await.unwrap(), want, "{board}: remove {player}");
+    }
+    let listed = |view: Vec<Entry>| view.into_iter().map(|e| e.player).collect::<Vec<_>>();
+    assert_eq!(listed(season.view(now, "weekly", -1)), ["bob", "cat", "dan"], "the oracle: last week keeps bob");
+    assert_eq!(listed(short.view(now, "weekly", 0)), ["hal", "kim"], "the oracle: jon and ivy left this week");
+    check_all(&mut c, &season, &short, "after set_many and remove").await;
+
+    // boards: each board's config, and the count of its first window's
+    // current period (all-time for `season`, today for `short`).
+    let season_count = season.view(now, "all", 0).len() as u64;
+    let short_count = short.view(now, "daily", 0).len() as u64;
+    assert_eq!((season_count, short_count), (5, 1), "the oracle's counts");
+    assert_ne!(short.view(now, "weekly", 0).len() as u64, short_count, "`short`'s weekly count differs");
+    assert_eq!(
+        boards(&mut c).await,
+        vec![
+            info("season", "desc", "competition", &season_windows, 2, season_count),
+            info("short", "desc", "competition", &["daily", "weekly"], 1, short_count),
+        ]
+    );
+
+    // All of it durable: the same after a kill -9.
+    drop(c);
+    server.kill9();
+    server.restart();
+    let mut c = server.client().await;
+    check_all(&mut c, &season, &short, "after kill -9").await;
 }
