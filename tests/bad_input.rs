@@ -1058,6 +1058,8 @@ async fn other_clients_are_unaffected_by_a_hostile_client() {
                 }
             }
             drop(rude);
+            // Pacing, not a synchronisation: spreads the rude connections
+            // over the good client's run instead of all at its start.
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };

@@ -95,15 +95,16 @@ async fn check_consistent(client: &mut Client) {
     assert_eq!(listed, count, "count and the score index agree");
 }
 
-/// Waits (bounded) until some write is acknowledged, so a kill or SIGTERM
-/// lands while writes are being acknowledged: a fixed delay alone once ended
-/// before the first ack on a loaded machine.
-async fn first_ack(acked: &Mutex<Acked>, when: &str) {
-    let started = std::time::Instant::now();
-    while acked.lock().sets.is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(30), "{when}: no write acknowledged in 30 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Waits (bounded) until `at_least` writes are acknowledged, so a kill or
+/// SIGTERM lands while writes are being acknowledged: a fixed delay alone
+/// once ended before the first ack on a loaded machine.
+async fn acks(acked: &Mutex<Acked>, at_least: usize, when: &str) {
+    let what = format!("{at_least} acknowledged writes {when}");
+    common::wait_for(Duration::from_secs(30), &what, async || match acked.lock().sets.len() {
+        n if n >= at_least => Ok(()),
+        n => Err(format!("{n} acknowledged")),
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,7 +130,8 @@ async fn kill_9_cycles(mut server: common::Server, seed: u64) {
         let acked = Arc::new(Mutex::new(Acked::default()));
         let writers: Vec<_> =
             (0..4).map(|id| tokio::spawn(writer(server.addr.clone(), cycle, id, acked.clone()))).collect();
-        first_ack(&acked, &format!("cycle {cycle}")).await;
+        acks(&acked, 1, &format!("in cycle {cycle}")).await;
+        // The random moment is the point (not a synchronisation).
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..450))).await;
         server.kill9();
         for w in writers {
@@ -158,8 +160,8 @@ async fn sigterm_under_load_exits_zero_and_keeps_acknowledged_writes() {
     let mut server = common::Server::start(2);
     let acked = Arc::new(Mutex::new(Acked::default()));
     let writers: Vec<_> = (0..3).map(|id| tokio::spawn(writer(server.addr.clone(), 9, id, acked.clone()))).collect();
-    first_ack(&acked, "before SIGTERM").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Three batches' worth: the writers are well under way.
+    acks(&acked, 300, "before SIGTERM").await;
     let status = tokio::task::spawn_blocking(move || {
         let status = server.terminate();
         (server, status)

@@ -1,8 +1,9 @@
 //! The crash loop: several clients write and read while the server is
-//! killed with SIGKILL at random moments, dozens of times. After every kill
-//! the data dir passes `rankd check` (trees, index and players agree), and
-//! after every restart every acknowledged write is there with its value:
-//! sets, removes and increments.
+//! killed with SIGKILL at random moments, dozens of times. Each kill comes
+//! after the cycle's first acknowledged write, so every cycle has writes of
+//! its own to check. After every kill the data dir passes `rankd check`
+//! (trees, index and players agree), and after every restart every
+//! acknowledged write is there with its value: sets, removes and increments.
 //!
 //! `RANKD_CRASH_CYCLES` sets the number of cycles (default 24; more on demand).
 
@@ -26,6 +27,8 @@ struct Ledger {
     in_doubt: HashMap<String, Option<i64>>,
     /// counter -> (acknowledged incrs, sent incrs).
     counters: HashMap<String, (u64, u64)>,
+    /// Writes acknowledged in the current cycle (reset before each).
+    acked_this_cycle: usize,
 }
 
 /// Writes unique players, removes some of its own acknowledged ones, and
@@ -57,6 +60,7 @@ async fn writer(addr: String, cycle: usize, id: usize, ledger: Arc<Mutex<Ledger>
             break;
         };
         let mut ledger = ledger.lock();
+        ledger.acked_this_cycle += replies.iter().filter(|r| r.is_ok()).count();
         for ((player, effect), reply) in effects.into_iter().zip(&replies) {
             if reply.is_ok() {
                 if effect.is_some() {
@@ -113,10 +117,19 @@ async fn acknowledged_writes_survive_dozens_of_kill_9s() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(24);
     let mut checked_total = 0usize;
     for cycle in 0..cycles {
+        ledger.lock().acked_this_cycle = 0;
         let mut tasks: Vec<_> =
             (0..3).map(|id| tokio::spawn(writer(server.addr.clone(), cycle, id, ledger.clone()))).collect();
         tasks.push(tokio::spawn(reader(server.addr.clone())));
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(50..400))).await;
+        // A kill before any acknowledgment would leave the cycle nothing of
+        // its own to check, as a fixed delay may on a loaded machine.
+        common::wait_until(Duration::from_secs(30), &format!("cycle {cycle}'s first acknowledged write"), async || {
+            ledger.lock().acked_this_cycle > 0
+        })
+        .await;
+        // Then the kill lands at a random moment of the writing: the
+        // randomness is what this test is about, not a synchronisation.
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..350))).await;
         server.kill9();
         for task in tasks {
             task.await.expect("client task");
@@ -130,6 +143,9 @@ async fn acknowledged_writes_survive_dozens_of_kill_9s() {
             (ledger.expected.clone(), ledger.in_doubt.clone(), ledger.counters.clone())
         };
         let players: Vec<(&String, &Option<i64>)> = expected.iter().collect();
+        let this_cycle = format!("c{cycle}-");
+        let checked_this_cycle = players.iter().filter(|(p, _)| p.starts_with(&this_cycle)).count();
+        assert!(checked_this_cycle > 0, "cycle {cycle}: no acknowledged write of its own to check");
         for chunk in players.chunks(1000) {
             let calls: Vec<Call> = chunk
                 .iter()
@@ -153,6 +169,10 @@ async fn acknowledged_writes_survive_dozens_of_kill_9s() {
             );
         }
         checked_total += expected.len();
+        eprintln!(
+            "cycle {cycle}: {checked_this_cycle} of its own acknowledged writes checked, {} in all",
+            expected.len()
+        );
         drop(client);
     }
     eprintln!("{cycles} kill -9 cycles; {checked_total} acknowledged-write checks; lost: 0");

@@ -52,17 +52,42 @@ async fn a_thousand_greedy_connections_stay_bounded_and_others_are_served() {
         ],
     );
     let baseline = server.rss_bytes();
+    // The peak RSS seen while the flood comes in: what must stay bounded.
+    let mut flooded = baseline;
+    let mut offered = 0usize;
     let mut flooders = Vec::with_capacity(FLOODERS);
     for c in 0..FLOODERS {
         let mut stream = TcpStream::connect(&server.addr).await.expect("connect");
         let frames = set_frames(c, PER_CONNECTION);
-        // Write what the socket takes without blocking on the rest: the
-        // server stops reading once this connection has 256 requests in flight.
-        let _ = tokio::time::timeout(Duration::from_millis(20), stream.write_all(&frames)).await;
+        // Write what the socket takes without blocking on the rest (the
+        // server stops reading once this connection has 256 requests in
+        // flight), counting what went: `write` writes nothing if cancelled.
+        let mut written = 0;
+        let _ = tokio::time::timeout(Duration::from_millis(20), async {
+            while let Ok(n @ 1..) = stream.write(&frames[written..]).await {
+                written += n;
+            }
+        })
+        .await;
+        offered += written;
         flooders.push(stream);
+        if c % 25 == 0 {
+            flooded = flooded.max(server.rss_bytes());
+        }
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let flooded = server.rss_bytes();
+    // Wait until the server has read every byte the flooders wrote (and so
+    // queued, answered or shed every request they sent), sampling RSS.
+    common::wait_for(Duration::from_secs(60), "the server to read the whole flood", async || {
+        flooded = flooded.max(server.rss_bytes());
+        let open = server.metric("rankd_connections_open", &[]);
+        let received = server.metric("rankd_received_bytes_total", &[]);
+        if open == FLOODERS as f64 && received >= offered as f64 {
+            Ok(())
+        } else {
+            Err(format!("{open} connections open, {received} of the {offered} bytes written received"))
+        }
+    })
+    .await;
 
     // A well-behaved client is still served while the flood sits there.
     let mut client = server.client().await;
@@ -98,19 +123,30 @@ async fn a_thousand_greedy_connections_stay_bounded_and_others_are_served() {
         }
     }
     eprintln!(
-        "RSS baseline {} MiB, under {FLOODERS} flooding connections {} MiB; ping in {ping_time:?}; \
-         sampled replies: {ok} acknowledged, {shed} overloaded",
+        "RSS baseline {} MiB, under {FLOODERS} flooding connections {} MiB at peak ({} MiB of requests \
+         written); ping in {ping_time:?}; sampled replies: {ok} acknowledged, {shed} overloaded",
         baseline >> 20,
-        flooded >> 20
+        flooded >> 20,
+        offered >> 20
     );
     assert!(ok + shed > 0, "the flooders got replies");
     assert!(shed > 0, "with 256k requests offered to 2k-command shard queues on a slow disk, some were shed");
     assert!(flooded < 1 << 30, "RSS {} MiB under the flood: not bounded", flooded >> 20);
     drop(flooders);
     // Once the flood is gone (the queued commands take a few slow commits),
-    // everything is normal again.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(client.set("calm", "q", 2, Mode::Set).await.unwrap(), 2);
+    // everything is normal again: until then a write may only be shed.
+    common::wait_for(Duration::from_secs(60), "a write to be accepted once the flood is gone", async || {
+        match client.set("calm", "q", 2, Mode::Set).await {
+            Ok(score) => {
+                assert_eq!(score, 2);
+                Ok(())
+            }
+            Err(e) if e.code() == Some("overloaded") => Err(e.to_string()),
+            Err(e) => panic!("after the flood, a write failed with {e}"),
+        }
+    })
+    .await;
+    assert_eq!(client.get("calm", "q").await.unwrap(), Some(2));
 }
 
 #[tokio::test]
@@ -127,7 +163,15 @@ async fn connections_over_the_limit_are_told_and_closed() {
     assert_eq!(reply["err"]["code"].as_str(), Some("overloaded"));
     assert!(extra.read_raw::<Value>().await.unwrap().is_none(), "then closed");
     drop(held.pop());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    common::wait_for(Duration::from_secs(10), "the server to see a held connection close", async || {
+        let open = server.metric("rankd_connections_open", &[]);
+        if open == 2.0 {
+            Ok(())
+        } else {
+            Err(format!("{open} connections open"))
+        }
+    })
+    .await;
     let mut again = server.client().await;
     assert_eq!(again.ping().await.unwrap(), "pong", "a freed slot is usable");
 }
@@ -141,7 +185,9 @@ async fn idle_and_half_open_connections_are_closed() {
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await.expect("closed within 5 s");
     assert!(matches!(read, Ok(0) | Err(_)), "the server closed the idle connection");
-    // An active client is not affected by the timeout.
+    // An active client is not affected by the timeout: requests 400 ms
+    // apart (under the 1 s timeout) for longer than the timeout. The pauses
+    // are the thing under test, not a synchronisation.
     let mut client = server.client().await;
     for _ in 0..3 {
         client.call::<Value>(Call::new(OpKind::Ping)).await.unwrap();

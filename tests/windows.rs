@@ -2,9 +2,11 @@
 //! rollover starts new periods empty and keeps the previous ones readable,
 //! and a board with windows survives kill -9 across a rollover.
 //!
-//! The server's clock is shifted (`RANKD_DEBUG_CLOCK_OFFSET_SECS`) to a few
+//! The server's clock is shifted (`--debug-clock-offset-secs`) to a few
 //! seconds before 2026-06-01 00:00:00 UTC, a Monday and the first of a
-//! month: day, week and month all roll over together.
+//! month: day, week and month all roll over together. The tests wait for
+//! the real clock to get there (that is what they test), polling the
+//! server until it shows the new period.
 
 mod common;
 
@@ -16,19 +18,34 @@ use rmpv::Value;
 /// 2026-06-01T00:00:00Z.
 const BOUNDARY: i64 = 1_780_272_000;
 
-/// Starts a server whose clock reads `lead` seconds before the boundary.
-fn server_before_boundary(lead: i64) -> (common::Server, SystemTime) {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
-    let offset = (BOUNDARY - lead - now).to_string();
-    let server = common::Server::start_with(2, &["--debug-clock-offset-secs", offset.as_str()]);
-    let rollover = SystemTime::now() + Duration::from_secs(lead as u64);
-    (server, rollover)
+/// Seconds between starting a server and its clock crossing the boundary:
+/// time enough to start it and write before the boundary on a loaded machine.
+const LEAD: u64 = 5;
+
+/// Starts a server whose clock reads [`LEAD`] seconds before the boundary;
+/// returns it and the real instant its clock reaches the boundary.
+fn server_before_boundary() -> (common::Server, SystemTime) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let offset = (BOUNDARY - (now + LEAD) as i64).to_string();
+    let server = common::Server::start_with(2, &[common::CLOCK_OFFSET, offset.as_str()]);
+    // The server's clock is its whole Unix seconds plus the offset, so it
+    // reads BOUNDARY from this instant on.
+    (server, UNIX_EPOCH + Duration::from_secs(now + LEAD))
 }
 
-async fn wait_until(at: SystemTime) {
-    if let Ok(left) = at.duration_since(SystemTime::now()) {
-        tokio::time::sleep(left + Duration::from_millis(300)).await;
-    }
+/// Fails clearly if the writes meant to land before the rollover were
+/// acknowledged after it: the test would then check nothing it claims to.
+fn assert_still_before(rollover: SystemTime) {
+    assert!(
+        SystemTime::now() < rollover,
+        "the writes before the boundary took more than {LEAD} s to be acknowledged: raise LEAD"
+    );
+}
+
+/// How long a test may wait for the server to show the new period: the
+/// lead, plus slack for a loaded machine.
+fn rollover_timeout() -> Duration {
+    Duration::from_secs(LEAD + 20)
 }
 
 async fn get(client: &mut Client, board: &str, player: &str, window: &str, period: i64) -> Option<i64> {
@@ -65,7 +82,7 @@ async fn create(client: &mut Client, board: &str, mode_windows: &[&str], keep: u
 
 #[tokio::test]
 async fn rollover_starts_new_periods_and_keeps_the_previous_ones() {
-    let (server, rollover) = server_before_boundary(3);
+    let (server, rollover) = server_before_boundary();
     let mut client = server.client().await;
     create(&mut client, "season", &["all", "daily", "weekly", "monthly"], 2).await;
     // Before the boundary: totals with incr; one write updates every window.
@@ -74,8 +91,18 @@ async fn rollover_starts_new_periods_and_keeps_the_previous_ones() {
     for window in ["all", "daily", "weekly", "monthly"] {
         assert_eq!(get(&mut client, "season", "ann", window, 0).await, Some(10), "{window} before rollover");
     }
+    assert_still_before(rollover);
 
-    wait_until(rollover).await;
+    // Polls until the server's clock has crossed the boundary (real time
+    // passing is the thing under test): today's period is then empty and
+    // yesterday's holds the two players.
+    common::wait_for(rollover_timeout(), "the daily period to roll over", async || {
+        match (count(&mut client, "season", "daily", 0).await, count(&mut client, "season", "daily", -1).await) {
+            (0, 2) => Ok(()),
+            seen => Err(format!("(today, yesterday) counts {seen:?}")),
+        }
+    })
+    .await;
     client
         .pipeline::<Value>(&[set_call("season", "ann", 5, Mode::Incr), set_call("season", "cy", 1, Mode::Incr)])
         .await
@@ -121,14 +148,22 @@ async fn rollover_starts_new_periods_and_keeps_the_previous_ones() {
 
 #[tokio::test]
 async fn windows_survive_kill_9_across_a_rollover() {
-    let (mut server, rollover) = server_before_boundary(2);
+    let (mut server, rollover) = server_before_boundary();
     let mut client = server.client().await;
     create(&mut client, "daily_best", &["daily", "all"], 1).await;
     client.set("daily_best", "ann", 50, Mode::Best).await.unwrap();
     client.set("daily_best", "ann", 40, Mode::Best).await.unwrap();
+    assert_still_before(rollover);
     drop(client);
-    wait_until(rollover).await;
     let mut client = server.client().await;
+    // Until the server's clock crosses the boundary, ann's 50 is today's.
+    common::wait_for(rollover_timeout(), "the daily period to roll over", async || {
+        match get(&mut client, "daily_best", "ann", "daily", 0).await {
+            None => Ok(()),
+            seen => Err(format!("ann's daily score {seen:?}")),
+        }
+    })
+    .await;
     assert_eq!(client.set("daily_best", "ann", 30, Mode::Best).await.unwrap(), 30, "today's best starts afresh");
     drop(client);
     server.kill9();

@@ -4,8 +4,31 @@
 //!
 //! `RANKD_FUZZ_AMP=1` prints every new maximum of peak-bytes / input-bytes,
 //! which measures the decoder's memory amplification.
+//!
+//! The targets' bounds are here too, so `tests/fuzz_memory.rs`, which
+//! replays `regressions/` under this allocator in CI, checks the same ones.
+
+// Each includer uses part of it.
+#![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
+
+/// `parse_request`'s bound, fixed part: bytes one input may allocate at peak
+/// whatever its size.
+pub const PARSE_FIXED: usize = 64 << 10;
+/// `parse_request`'s bound, per input byte (rmpv's `ValueRef` tree is ~100
+/// bytes per input byte in the worst case; 512 flags anything super-linear).
+pub const PARSE_PER_BYTE: usize = 512;
+
+/// `frames`'s bound, fixed part for a stream read with `max_frame`: the
+/// 16 KiB initial buffer, growth to one frame (x2 for `BytesMut` doubling),
+/// and the events list.
+pub fn frames_fixed(max_frame: usize) -> usize {
+    (64 << 10) + 2 * (max_frame + 4)
+}
+/// `frames`'s bound, per input byte (each frame also goes through the
+/// `parse_request` checks).
+pub const FRAMES_PER_BYTE: usize = 1024;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 pub struct Meter;

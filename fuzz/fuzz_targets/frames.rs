@@ -24,7 +24,5 @@ fuzz_target!(|data: &[u8]| {
     let peak = alloc_meter::peak_during(|| {
         rankd_fuzz::check_frames(stream, max_frame, chunk);
     });
-    // 16 KiB initial buffer, growth to one frame (x2 for BytesMut doubling),
-    // the events list, and the per-frame parse allowance.
-    alloc_meter::check(peak, stream.len(), (64 << 10) + 2 * (max_frame + 4), 1024);
+    alloc_meter::check(peak, stream.len(), alloc_meter::frames_fixed(max_frame), alloc_meter::FRAMES_PER_BYTE);
 });

@@ -11,14 +11,9 @@ use libfuzzer_sys::fuzz_target;
 #[global_allocator]
 static METER: alloc_meter::Meter = alloc_meter::Meter;
 
-/// Fixed allowance, and allowance per input byte (rmpv's `ValueRef` tree is
-/// ~100 bytes per input byte in the worst case; 512 flags anything super-linear).
-const FIXED: usize = 64 << 10;
-const PER_BYTE: usize = 512;
-
 fuzz_target!(|data: &[u8]| {
     let peak = alloc_meter::peak_during(|| {
         rankd_fuzz::check_parse(data);
     });
-    alloc_meter::check(peak, data.len(), FIXED, PER_BYTE);
+    alloc_meter::check(peak, data.len(), alloc_meter::PARSE_FIXED, alloc_meter::PARSE_PER_BYTE);
 });
