@@ -79,6 +79,8 @@ struct Table {
     /// Keys are xxh3 of names clients choose; the seeded hasher keeps names
     /// made to collide in xxh3 from colliding in buckets.
     records: HashMap<u128, Record, FastHasher>,
+    /// Records it may hold: its share of the budget, sized so hashbrown
+    /// never grows the table past it.
     capacity: usize,
 }
 
@@ -99,6 +101,7 @@ impl Table {
 /// The exact record cache: see the module docs.
 #[derive(Debug)]
 pub(crate) struct RecordCache {
+    /// Tables of falling powers of two (see the module docs), largest first.
     tables: Vec<Table>,
     /// `tables` capacities summed, the range keys are spread over.
     capacity: u64,

@@ -46,10 +46,14 @@ struct Outcome {
 /// (see the module docs). Dropped without [`LeafWriter::finish`], it
 /// abandons them.
 pub(crate) struct LeafWriter {
+    /// The thread's queue; dropped (`None`) to tell it no more slices come.
     slices: Option<mpsc::Sender<(TreeId, LeafSlice)>>,
     /// Slices sent and not yet written.
     queued: Arc<AtomicUsize>,
+    /// Set when the checkpoint is dropped: the thread writes nothing more
+    /// and never finishes the ingestion.
     abandoned: Arc<AtomicBool>,
+    /// The writing thread, joined (`None` after) to learn how it ended.
     thread: Option<JoinHandle<Outcome>>,
 }
 

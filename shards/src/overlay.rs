@@ -181,7 +181,9 @@ fn merge_newest<T>(
 /// key shares (see docs/performance-history.md).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Position {
+    /// The position's first 8 bytes: settles nearly every comparison.
     score_key: u64,
+    /// The bytes after the score key (sequence, name), compared on a tie.
     rest: Box<[u8]>,
 }
 

@@ -217,6 +217,8 @@ fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
 
 /// The map's fields, keyed by UTF-8 strings (checked once, here).
 struct Fields<'a> {
+    /// Key and value of each entry, borrowed from the frame (nothing is
+    /// copied); looked up by a scan, as a request has a handful.
     pairs: Vec<(ValueRef<'a>, ValueRef<'a>)>,
 }
 
