@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Unix time in seconds (UTC); tests may shift it (`test-hooks`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Clock {
+    /// Seconds added to the system clock: 0 but in tests (`test-hooks`).
     offset_secs: i64,
 }
 

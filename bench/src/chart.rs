@@ -68,20 +68,29 @@ pub fn draw(path: &Path, title: &str, points: &[Point], redis: Option<Figures>) 
     draw_with(path, title, points, redis, font_ready())
 }
 
+/// One chart of the picture: one figure against shard count.
 struct Panel<'a> {
+    /// The y axis's label: the figure and its unit.
     y_desc: &'a str,
+    /// `(shards, figure)` of each rankd run.
     points: Vec<(i32, f64)>,
+    /// A line to compare against (Redis, or the scaling aim), if any.
     reference: Option<Reference>,
     /// Formats a value, given the axis top (for the number of decimals).
     format: fn(f64, f64) -> String,
+    /// Whether the legend goes upper left rather than upper right: a curve
+    /// that rises to the right (throughput) leaves that corner free.
     legend_left: bool,
 }
 
 /// A horizontal line across a panel: Redis's figure, or an aim.
 #[derive(Clone, Copy)]
 struct Reference {
+    /// Where the line is drawn, in the panel's unit.
     value: f64,
+    /// What it is, written above its right end.
     label: &'static str,
+    /// Tells it apart from rankd's curve.
     color: RGBColor,
 }
 

@@ -36,6 +36,7 @@ const MAX_PAGE: u64 = 4 << 20;
 /// What a server's own counters say at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ServerSample {
+    /// CPU seconds so far.
     pub cpu: ServerCpu,
     /// Empty when the server does not say (Redis).
     pub latency: Histograms,
@@ -51,6 +52,7 @@ impl ServerSample {
 /// CPU seconds a server has used so far, in all and by thread.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ServerCpu {
+    /// All threads together: what CPU per operation is computed from.
     pub total: f64,
     /// Empty when the server does not say (Redis).
     pub by_thread: BTreeMap<String, f64>,

@@ -274,10 +274,15 @@ enum Keys {
 
 /// Draws the load's operations.
 struct Generator {
+    /// Seeded per connection, so a run can be repeated exactly.
     rng: StdRng,
+    /// How players are picked (`--distribution`).
     keys: Keys,
+    /// Which operations are drawn (`--workload`).
     workload: Workload,
+    /// Share of writes in `mixed` (`--write-ratio`).
     write_ratio: f64,
+    /// Scores are drawn from `0..score_range` (`--score-range`).
     score_range: i64,
 }
 

@@ -17,19 +17,19 @@ pub struct Report {
     pub target: String,
     /// The server's version, when it says (Redis `INFO server`).
     pub server_version: Option<String>,
-    /// The load.
+    /// The workload run (`--workload`).
     pub workload: Workload,
-    /// Write mode.
+    /// How writes combined with the stored scores (`--mode`).
     pub mode: Mode,
     /// How players were picked.
     pub distribution: KeyDistribution,
     /// Zipf exponent, for `zipf`.
     pub zipf_exponent: Option<f64>,
-    /// Distinct players.
+    /// Distinct players the load picked from (`--players`).
     pub players: u64,
-    /// Connections.
+    /// Connections the load used (`--connections`).
     pub connections: usize,
-    /// Pipeline depth.
+    /// Requests each connection kept in flight (`--pipeline`).
     pub pipeline: usize,
     /// The `--rate` offered, ops/s (none: as fast as answered).
     #[serde(default)]
@@ -48,7 +48,7 @@ pub struct Report {
     pub p99_us: u64,
     /// 99.9th percentile.
     pub p999_us: u64,
-    /// Maximum.
+    /// Slowest request's latency, microseconds.
     pub max_us: u64,
     /// How the load maps onto the target, where it matters.
     pub notes: Vec<String>,
@@ -60,7 +60,7 @@ pub struct Report {
     #[serde(default)]
     pub server_cpu_by_thread: std::collections::BTreeMap<String, f64>,
     /// Latency by op as the server measured it, without the way there and
-    /// back (rankd given `--server-metrics`; see `bench/server_latency.rs`).
+    /// back (rankd given `--server-metrics`; see `server_latency.rs`).
     #[serde(default)]
     pub server_latency: std::collections::BTreeMap<String, OpLatency>,
     /// CPU seconds this load generator used during the measurement.

@@ -179,10 +179,13 @@ fn parse_int(line: &[u8]) -> Result<i64, RespError> {
 
 /// A connection to a Redis server.
 pub struct Connection {
+    /// Replies, read while a pipeline is still being written.
     read: OwnedReadHalf,
+    /// Commands, written a pipeline at a time.
     write: OwnedWriteHalf,
     /// Received bytes; `buf[start..]` is not parsed yet.
     buf: Vec<u8>,
+    /// Where the unparsed bytes of `buf` begin.
     start: usize,
 }
 

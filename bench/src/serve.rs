@@ -25,6 +25,8 @@ pub fn locate_rankd() -> Result<PathBuf, BenchError> {
 
 /// A `rankd serve` child process.
 pub struct ServeProcess {
+    /// The process, sent SIGTERM by [`ServeProcess::stop`] and killed if
+    /// dropped still running.
     child: Child,
     /// Its client address, `host:port`.
     pub addr: String,

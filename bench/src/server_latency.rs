@@ -2,13 +2,12 @@
 //! `rankd_request_duration_seconds` histograms: how much of what the load
 //! generator measured was the server, and how much the way there and back.
 //!
-//! On a busy 2-core machine the two differ a lot. At 10M players on 2
-//! shards with writers flat out, the client saw unpipelined ranks at p99
-//! 1.1-2.0 ms while the server had answered all but 0.3-1.9% of them
-//! within 1 ms: the rest was thread hand-offs between processes. The
-//! figures are estimates within the server's bucket bounds (25 us, 50,
-//! 100, 250, 500, 1 ms, ...), interpolated inside a bucket the way
-//! Prometheus's `histogram_quantile` does.
+//! On a busy 2-core machine the two differ a lot: much of a slow tail the
+//! client sees is thread hand-offs between processes, not the server (see
+//! docs/performance-history.md). The figures are estimates within the
+//! server's bucket bounds (25 us, 50, 100, 250, 500, 1 ms, ...),
+//! interpolated inside a bucket the way Prometheus's `histogram_quantile`
+//! does.
 
 use std::collections::BTreeMap;
 

@@ -239,8 +239,12 @@ pub(crate) enum Conn {
 }
 
 pub(crate) struct RedisConn {
+    /// The RESP connection the load goes through.
     conn: Connection,
+    /// Whether ranks are asked `WITHSCORE` (Redis 7.2+), as rankd's carry
+    /// the score.
     rank_withscore: bool,
+    /// The pipeline being encoded, reused batch after batch.
     out: Vec<u8>,
 }
 

@@ -19,8 +19,11 @@ const MAX_REPLY: usize = 64 << 20;
 
 /// A connection to a rankd server.
 pub struct Client {
+    /// Replies, read while requests are still being written.
     reader: FrameReader<OwnedReadHalf>,
+    /// Requests, written whole pipelines at a time.
     writer: OwnedWriteHalf,
+    /// The id of the next request: replies are matched to calls by it.
     next_id: u64,
 }
 

@@ -52,8 +52,11 @@ impl From<std::io::Error> for FrameError {
 /// Reads frames from a byte stream. Cancel-safe: everything read so far stays
 /// in the buffer, so it can sit in a `select!`.
 pub struct FrameReader<R> {
+    /// The stream the frames come from.
     inner: R,
+    /// Bytes read and not yet handed out: kept across cancelled reads.
     buf: BytesMut,
+    /// Frames announced longer are refused before their body is read.
     max_frame: usize,
 }
 

@@ -23,9 +23,9 @@ pub struct RankInfo {
 /// One row of `top` / `around`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
-    /// Player name.
+    /// Who holds this row.
     pub player: String,
-    /// Score.
+    /// Their score.
     pub score: i64,
     /// 1-based rank under the board's tie rule.
     pub rank: u64,
@@ -34,7 +34,7 @@ pub struct Entry {
 /// One row of `boards`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoardInfo {
-    /// Name.
+    /// The board's name, as clients address it.
     pub board: String,
     /// `desc` or `asc`.
     pub order: String,
@@ -51,13 +51,17 @@ pub struct BoardInfo {
 /// An error reply's body.
 #[derive(Debug, Deserialize)]
 struct ErrBody {
+    /// The error code, kept as text so a newer server's codes still read.
     code: String,
+    /// The server's explanation, for people.
     msg: String,
 }
 
 /// A decoded reply: its id, and its result as `T` or the server's error.
 pub(crate) struct Envelope<T> {
+    /// The request's id: how a reply is matched to its call.
     pub id: u64,
+    /// `ok` decoded as `T`, or the server's error.
     pub result: Result<T, ClientError>,
 }
 

@@ -10,14 +10,13 @@
 //! rebuilt. When a table is full, an arbitrary tenth of it is evicted: misses
 //! only cost a storage read.
 //!
-//! A miss is dear, though: under pipelined `set` at 1M players a read that
-//! missed cost ~7 µs on the shard's thread (bloom probes through a dozen
-//! level-0 tables, a block read and checksummed), and at a ~13% miss rate
-//! that was a fifth of the thread. So the cache uses all of its budget:
+//! A miss is dear, though: bloom probes through a dozen level-0 tables and
+//! a block read and checksummed, on the shard's thread (see
+//! docs/performance-history.md). So the cache uses all of its budget:
 //! hashbrown sizes a table in powers of two, and one table fills a budget
-//! only down to the power of two below it (48 MiB held 917k records, not
-//! the 1.3M that fit). The cache is therefore a few tables of falling
-//! powers of two, each taking the share of keys its size calls for.
+//! only down to the power of two below it. The cache is therefore a few
+//! tables of falling powers of two, each taking the share of keys its size
+//! calls for.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -80,6 +79,8 @@ struct Table {
     /// Keys are xxh3 of names clients choose; the seeded hasher keeps names
     /// made to collide in xxh3 from colliding in buckets.
     records: HashMap<u128, Record, FastHasher>,
+    /// Records it may hold: its share of the budget, sized so hashbrown
+    /// never grows the table past it.
     capacity: usize,
 }
 
@@ -100,6 +101,7 @@ impl Table {
 /// The exact record cache: see the module docs.
 #[derive(Debug)]
 pub(crate) struct RecordCache {
+    /// Tables of falling powers of two (see the module docs), largest first.
     tables: Vec<Table>,
     /// `tables` capacities summed, the range keys are spread over.
     capacity: u64,

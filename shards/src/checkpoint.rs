@@ -4,26 +4,25 @@
 //! A checkpoint copies nearly every leaf of a shard's trees (random writes
 //! touch them all between checkpoints), a slice with each sealed batch. Held
 //! until the copy was done and then written by the runs thread, the copies
-//! were ~20 bytes a player for a second or two each checkpoint: at 10M
-//! players on 2 shards they took the server from ~460 to ~585 MiB allocated
-//! (66 bytes a player resident, one shard at a time). So each slice goes to
-//! a [`LeafWriter`] as soon as it is copied: its own thread picks the
-//! changed leaves out, encodes them and appends them to an ingestion
-//! (fjall's sorted-tables writer), which holds little more than the block it
-//! is filling. The tables join the keyspace only when the ingestion
-//! finishes, all at once, which the runs thread asks for once the log the
-//! leaves cover is durable and the runs before them are written; until then
-//! they are files no reader sees, and a crash leaves them for fjall to
-//! delete at the next start.
+//! raised the server's memory peak at every checkpoint (see
+//! docs/performance-history.md). So each slice goes to a [`LeafWriter`] as
+//! soon as it is copied: its own thread picks the changed leaves out,
+//! encodes them and appends them to an ingestion (fjall's sorted-tables
+//! writer), which holds little more than the block it is filling. The
+//! tables join the keyspace only when the ingestion finishes, all at once,
+//! which the runs thread asks for once the log the leaves cover is durable
+//! and the runs before them are written; until then they are files no
+//! reader sees, and a crash leaves them for fjall to delete at the next
+//! start.
 //!
-//! Why tables and not a write batch: written as a batch, a checkpoint (~20
-//! MB of leaves at 1M players) went through fjall's journal and memtables
-//! while holding the journal's writer lock: every acknowledgment waited
-//! behind it (commits of 100+ ms, 2-3 per 10 s), the next fsync carried its
-//! megabytes, and the memtables were flushed to tables once more later.
-//! The marker of the log the leaves hold goes into the same tables, so a
-//! crash between their finishing and the log deletion that follows cannot
-//! replay a record into leaves that hold it.
+//! Why tables and not a write batch: written as a batch, a checkpoint went
+//! through fjall's journal and memtables while holding the journal's writer
+//! lock: every acknowledgment waited behind it (see
+//! docs/performance-history.md), the next fsync carried its megabytes, and
+//! the memtables were flushed to tables once more later. The marker of the
+//! log the leaves hold goes into the same tables, so a crash between their
+//! finishing and the log deletion that follows cannot replay a record into
+//! leaves that hold it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -47,10 +46,14 @@ struct Outcome {
 /// (see the module docs). Dropped without [`LeafWriter::finish`], it
 /// abandons them.
 pub(crate) struct LeafWriter {
+    /// The thread's queue; dropped (`None`) to tell it no more slices come.
     slices: Option<mpsc::Sender<(TreeId, LeafSlice)>>,
     /// Slices sent and not yet written.
     queued: Arc<AtomicUsize>,
+    /// Set when the checkpoint is dropped: the thread writes nothing more
+    /// and never finishes the ingestion.
     abandoned: Arc<AtomicBool>,
+    /// The writing thread, joined (`None` after) to learn how it ended.
     thread: Option<JoinHandle<Outcome>>,
 }
 

@@ -15,7 +15,10 @@ use crate::tree::{BadBranching, CountTree};
 /// Distinct scores of one tree over all shards.
 #[derive(Debug)]
 pub struct DenseIndex {
+    /// Players holding each score key, over all shards: a score leaves
+    /// `distinct` only when its last player does.
     players_at: HashMap<u64, u64>,
+    /// One entry per distinct score key, for counting those before a score.
     distinct: CountTree,
 }
 

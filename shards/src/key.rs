@@ -105,8 +105,7 @@ pub fn list_position(ties: Ties, score_key: u64, seq: u64, player: &str) -> Vec<
 /// A list position after its score key: `[seq, ordinal only] ‖ player`.
 ///
 /// Sized exactly: the overlay boxes it, and a spare capacity meant a
-/// reallocation per write (in a `set` profile of the shard thread,
-/// reallocation fell from ~4% to ~2% of its samples).
+/// reallocation per write (see docs/performance-history.md).
 pub fn list_position_tail(ties: Ties, seq: u64, player: &str) -> Vec<u8> {
     let seq_len = if ties == Ties::Ordinal { 8 } else { 0 };
     let mut out = Vec::with_capacity(seq_len + player.len());

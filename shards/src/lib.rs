@@ -46,7 +46,7 @@ pub use tree::{CountTree, Repacked};
 
 /// The hasher of the maps the hot paths touch (the record cache, staged
 /// keys, the trees, a tree's dirty leaves): foldhash, several times cheaper
-/// than std's SipHash on short keys (`tree/add` at 10M players: a third
-/// faster) and, like it, seeded at random per process, so keys that clients
-/// choose (names, scores) cannot be aimed at one bucket.
+/// than std's SipHash on short keys (see docs/performance-history.md) and,
+/// like it, seeded at random per process, so keys that clients choose
+/// (names, scores) cannot be aimed at one bucket.
 pub(crate) type FastHasher = foldhash::fast::RandomState;

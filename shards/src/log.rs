@@ -53,9 +53,15 @@ impl LogFormat {
 /// One logged score change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Change<'a> {
+    /// The tree the player's score changed in.
     pub tree: TreeId,
+    /// Whose score: with `tree`, the player's storage key.
     pub player: &'a str,
+    /// The record before (`None`: a new player), whose tree key and index
+    /// entry replay removes.
     pub old: Option<Record>,
+    /// The record after (`None`: removed), whose tree key and index entry
+    /// replay adds.
     pub new: Option<Record>,
 }
 
@@ -125,8 +131,11 @@ fn next_change(bytes: &[u8]) -> Result<(Change<'_>, &[u8]), ShardError> {
 /// one arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TreeKeyChange {
+    /// The tree whose count tree changed.
     pub tree: TreeId,
+    /// The tree key that lost a player, if any.
     pub removed: Option<u128>,
+    /// The tree key that gained a player, if any.
     pub added: Option<u128>,
 }
 

@@ -9,10 +9,9 @@
 //! hash-map insert and two ordered-map inserts in memory; durability comes
 //! from the change log ([`crate::log`]), and every so often the changes are
 //! written as one sorted run per keyspace with fjall's bulk ingestion
-//! (straight to table files: no journal, no memtable). At 1M players a
-//! build that merely skipped the per-write inserts ran `set` at 196-201k
-//! ops/s against 80-92k: the ceiling this design aims at (runs and their
-//! compaction take some of it back).
+//! (straight to table files: no journal, no memtable). A build without the
+//! per-write inserts set the ceiling this design aims at; runs and their
+//! compaction take some of it back (see docs/performance-history.md).
 //!
 //! An overlay holds one final value per key: the newest record of a player
 //! (`None`: removed) and whether an index entry exists. Writing a run is
@@ -49,13 +48,9 @@ pub(crate) struct Overlay {
 /// players. A run holds up to two index changes a player (the old entry's
 /// removal, the new one), so merging every `run_every / 4` would move a
 /// change ~4 times on average. Capped so that the recent map stays small
-/// enough to be cheap to insert into. Timed alone (65 536 writes of two
-/// changes each, one tree): one map for everything 680-920 ns a write,
-/// merging every 4096 420-560 ns, every 16 384 380-520 ns. In the server,
-/// whose count trees and record cache share the CPU caches with the map,
-/// 4096 was the better cap: at the default run size the shard thread took
-/// 3.06 us a write against 3.37 with 16 384 (means of five alternating
-/// pairs, 1M players, 8 x 64 `set`; the pairs' spread was 0.5 us).
+/// enough to be cheap to insert into: in the server, where the count trees
+/// and the record cache share the CPU caches with it, 4096 beat larger caps
+/// (see docs/performance-history.md).
 fn index_merge_every(run_every: usize) -> usize {
     (run_every / 4).clamp(2, 4_096)
 }
@@ -64,10 +59,9 @@ fn index_merge_every(run_every: usize) -> usize {
 /// tree prefix): `true` present, `false` removed.
 ///
 /// Two layers: a sorted vector of settled changes and a small ordered map
-/// of recent ones over it, merged when the map fills. Inserting every
-/// change into one ordered map that grows to a whole run's changes (~130k
-/// at the default run size) was ~16% of the shard thread under `set`: each
-/// insert walked megabytes of nodes, a cache miss a level. The small map
+/// of recent ones over it, merged when the map fills. In one ordered map
+/// grown to a whole run's changes, each insert walked megabytes of nodes, a
+/// cache miss a level (see docs/performance-history.md); the small map
 /// stays in cache, and a merge is one sequential pass.
 #[derive(Debug, Default)]
 struct IndexChanges {
@@ -182,13 +176,14 @@ fn merge_newest<T>(
 /// A list position as the overlay orders it: the score key inline, then the
 /// rest of the position's bytes. Orders exactly as the bytes do (the score
 /// key is their big-endian first 8 bytes), but a comparison is nearly
-/// always one integer compare inside the map's node. Keyed by whole byte
-/// positions, inserting into the map was ~23% of the shard thread under
-/// `set` (a pointer chase and a `memcmp` per key compared, over 13 bytes
-/// of tree prefix every key shared).
+/// always one integer compare inside the map's node, where whole byte
+/// positions cost a pointer chase and a `memcmp` over the tree prefix every
+/// key shares (see docs/performance-history.md).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Position {
+    /// The position's first 8 bytes: settles nearly every comparison.
     score_key: u64,
+    /// The bytes after the score key (sequence, name), compared on a tie.
     rest: Box<[u8]>,
 }
 
@@ -310,13 +305,11 @@ impl Overlay {
 }
 
 /// A key's first 32 bytes as two big-endian integers, zero-padded: a sort
-/// key that orders a run's player keys without calling `memcmp`. Sorting
-/// them as byte slices was ~16% of the runs thread's samples (a libc
-/// `memcmp` per comparison, ~16 comparisons a key); the common tree prefix
-/// and a name fit in 32 bytes, so heads settle nearly every comparison
-/// (runs thread 1.34 -> 1.24 us a write at 1M players). Padding can
-/// only make different keys compare equal, never reverse them, so equal
-/// heads fall back to comparing the whole keys.
+/// key that orders a run's player keys without a libc `memcmp` per
+/// comparison (see docs/performance-history.md). The common tree prefix and
+/// a name fit in 32 bytes, so heads settle nearly every comparison. Padding
+/// can only make different keys compare equal, never reverse them, so
+/// equal heads fall back to comparing the whole keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct KeyHead(u128, u128);
 

@@ -43,11 +43,15 @@ fn worth_moving(ptr: *const u8) -> bool {
     struct SlabUse {
         /// The size class's current slab; null when every slab is full.
         current_slab: usize,
+        /// Free regions of the allocation's slab: with `regions`, how full it is.
         free: usize,
+        /// Regions of the allocation's slab.
         regions: usize,
         /// Bytes of the slab (of the allocation, if it is not on a slab).
         slab_bytes: usize,
+        /// Free regions of every slab of the size class: the average to beat.
         class_free: usize,
+        /// Regions of every slab of the size class.
         class_regions: usize,
     }
     static QUERY: std::sync::OnceLock<Option<([usize; 4], usize)>> = std::sync::OnceLock::new();
@@ -100,6 +104,8 @@ fn worth_moving(ptr: *const u8) -> bool {
 /// thread's next allocations, so a step that moves nothing leaves it alone.
 #[derive(Debug, Default)]
 pub struct Packer {
+    /// Whether this packer turned the thread cache off, so dropping it
+    /// turns it back on (and a step that moved nothing never touched it).
     cache_off: bool,
 }
 

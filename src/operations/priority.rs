@@ -7,20 +7,14 @@
 //! how far they may fall behind (`MAX_UNWRITTEN_RUNS` in [`crate::request_path::shard`]).
 //!
 //! At the same priority they took their turns on the cores while the batch
-//! loop waited in the run queue. At nice 19 (1M players, 1 shard, 8 × 64
-//! pipelined `set`, the background threads reniced on one running server,
-//! alternating every 12 s): 171.9k / 170.2k / 179.8k sets/s against
-//! 164.8k / 159.7k / 161.4k at nice 0, p99 10.9–11.3 ms against 12.0–12.9 ms.
-//!
-//! Nice 19 still lets a background thread finish its time slice before a
-//! woken request thread gets the core: the scheduler (EEVDF) protects a
-//! running thread until it reaches its deadline, whatever its weight, and
-//! at ~250k sets/s the committer, connections and batch-loop threads each
-//! waited ~0.15 s a second for a core. `SCHED_IDLE` threads are preempted
-//! as soon as any other thread wakes on their core (the kernel's wake-up
-//! check says so outright), and they still take every idle cycle. Against
-//! nice 19 (same load, four pairs, alternating): 243.3k / 254.1k /
-//! 234.2k / 244.7k sets/s against 237.3k / 245.3k / 228.7k / 231.4k.
+//! loop waited in the run queue, so they run at nice 19. That alone still
+//! lets a background thread finish its time slice before a woken request
+//! thread gets the core: the scheduler (EEVDF) protects a running thread
+//! until it reaches its deadline, whatever its weight. So they also run
+//! under `SCHED_IDLE`, whose threads are preempted as soon as any other
+//! thread wakes on their core (the kernel's wake-up check says so outright)
+//! and still take every idle cycle. Each step bought writes per second (see
+//! docs/performance-history.md).
 //!
 //! Linux keeps a nice value and a policy per thread, so `setpriority` and
 //! `sched_setscheduler` on a thread id change that thread alone; lowering

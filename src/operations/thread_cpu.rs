@@ -21,6 +21,7 @@ pub const TICKS_PER_SECOND: f64 = 100.0;
 pub struct ThreadCpu {
     /// `rankd_thread_cpu_seconds_total{thread}`.
     pub counter: CounterVec,
+    /// Roles and last readings, shared by registering threads and scrapes.
     state: Mutex<State>,
 }
 

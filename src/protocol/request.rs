@@ -106,9 +106,10 @@ pub fn parse(body: &[u8]) -> Result<Request, Rejected> {
 type Parsed = (u64, Result<Op, (Option<OpKind>, Error)>);
 
 /// Most msgpack values (at any depth) a request may hold: a full `set_many`
-/// is 3 per entry plus a few fields. Decoding allocates per value, so this
-/// bounds the memory one frame can cost to a few MB whatever its shape
-/// (fuzzing found 1-pair maps cost ~108x their size in a value tree).
+/// is 3 per entry plus a few fields. Decoding allocates per value (tiny
+/// maps cost many times their size in a value tree: see
+/// docs/performance-history.md), so this bounds the memory one frame can
+/// cost to a few MB whatever its shape.
 const MAX_VALUES: usize = 3 * MAX_SET_MANY + 256;
 
 /// Walks the msgpack structure without allocating: refuses frames that are
@@ -216,6 +217,8 @@ fn parse_inner(body: &[u8]) -> Result<Parsed, (u64, Error)> {
 
 /// The map's fields, keyed by UTF-8 strings (checked once, here).
 struct Fields<'a> {
+    /// Key and value of each entry, borrowed from the frame (nothing is
+    /// copied); looked up by a scan, as a request has a handful.
     pairs: Vec<(ValueRef<'a>, ValueRef<'a>)>,
 }
 

@@ -33,19 +33,25 @@ pub enum Reply {
 
 #[derive(Serialize)]
 struct OkFrame<'a> {
+    /// The request's id, so a pipelining client can match the reply.
     id: u64,
+    /// The result, borrowed: encoded without a copy.
     ok: &'a Reply,
 }
 
 #[derive(Serialize)]
 struct ErrFrame<'a> {
+    /// The request's id (0 when it could not be read).
     id: u64,
+    /// What went wrong, in place of `ok`.
     err: ErrBody<'a>,
 }
 
 #[derive(Serialize)]
 struct ErrBody<'a> {
+    /// What a client program branches on.
     code: rankd_client::ErrorCode,
+    /// What a person reads.
     msg: &'a str,
 }
 

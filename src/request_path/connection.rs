@@ -60,8 +60,12 @@ pub struct Limits {
 /// A dispatched batch once answered: its encoded replies, how many
 /// requests it held, and whether it held a multi-step read.
 struct Done {
+    /// The framed replies, in request order, to append to the next write.
     bytes: Vec<u8>,
+    /// Requests the batch held, to take off `Connection::inflight_requests`.
     requests: usize,
+    /// Whether it held a multi-step read, to take off
+    /// `Connection::multi_outstanding`.
     multi: bool,
 }
 type InFlight = Pin<Box<dyn Future<Output = Done>>>;
@@ -90,8 +94,11 @@ enum Slot {
 }
 
 struct Connection {
+    /// Where every decoded request goes, in the order sent.
     router: Addr<Router>,
+    /// Where each request's outcome and latency are counted.
     metrics: Arc<Metrics>,
+    /// Dispatched batches, answered in the order they were sent.
     inflight: FuturesOrdered<InFlight>,
     /// Requests dispatched and not yet answered.
     inflight_requests: usize,

@@ -13,7 +13,9 @@ use rankd_shards::{DenseChange, DenseIndex, TreeId};
 /// shards and the router; every call takes the lock once.
 #[derive(Clone)]
 pub struct DenseRegistry {
+    /// One index per dense-ranked tree, shared by every shard and the router.
     indexes: Arc<Mutex<HashMap<TreeId, DenseIndex>>>,
+    /// The branching factor new indexes' count trees are built with.
     branching: u32,
 }
 

@@ -98,11 +98,11 @@ pub enum TransferError {
 /// One `board,player,score` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
-    /// Board name.
+    /// The board it goes to: consecutive rows of one board share a `set_many`.
     pub board: String,
-    /// Player name.
+    /// The player whose score it sets.
     pub player: String,
-    /// Score.
+    /// The score written (under the import's `--mode`).
     pub score: i64,
 }
 
@@ -235,7 +235,9 @@ async fn send(client: &mut Client, calls: &mut Vec<Call>) -> Result<u64, Transfe
 }
 
 struct CountingReader<R> {
+    /// The input file or standard input.
     inner: R,
+    /// Advanced by every byte read: the import's progress.
     bar: ProgressBar,
 }
 

@@ -11,6 +11,8 @@ use crate::shard::WrittenBatch;
 pub(super) struct Answered {
     /// How many jobs the group held.
     pub jobs: u64,
+    /// The storage opening the group wrote to: after a failed run, no later
+    /// run of that opening is written.
     pub generation: u64,
     /// Batches carrying runs or leaving a memtable full; empty if the group
     /// failed (nothing of it is known durable, so no run of it may be

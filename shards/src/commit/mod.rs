@@ -56,11 +56,14 @@ pub enum CommitError {
 /// A sealed batch on its way to the committer, with what to acknowledge
 /// once it is durable.
 struct Job<A> {
+    /// What the committer writes to the journal.
     batch: SealedBatch,
+    /// What makes it durable: the last job's handle syncs the whole group.
     handle: DurabilityHandle,
     /// Which opening of the storage the batch belongs to: one fsync covers
     /// every queued job of one opening, and none of another.
     generation: u64,
+    /// Handed to [`CommitHooks::acknowledge`] once the batch is durable.
     acks: A,
 }
 
@@ -68,12 +71,16 @@ struct Job<A> {
 /// in the order their batches were sealed; their acknowledgements go to
 /// [`CommitHooks::acknowledge`] once durable (or failed).
 pub struct Pipeline<A> {
+    /// Where acknowledgements and events go, shared with the threads.
     hooks: Arc<dyn CommitHooks<A>>,
+    /// How far the threads got, shared with them.
     progress: Arc<Progress>,
     /// The committer's queue, once its thread runs; without it jobs are
     /// committed on the owner's thread (slower, still correct).
     jobs: Option<mpsc::Sender<Job<A>>>,
+    /// The committer thread (which owns the runs thread), joined on stop.
     committer: Option<JoinHandle<()>>,
+    /// The storage opening new jobs belong to; see [`Pipeline::reopened`].
     generation: u64,
     /// Jobs submitted, ever.
     sent: u64,
@@ -81,6 +88,7 @@ pub struct Pipeline<A> {
     finished: u64,
     /// Submitted and not yet answered, as of the last [`Pipeline::absorb`].
     syncs_in_flight: u64,
+    /// Test sleeps for the threads; nothing without `test-hooks`.
     slow_disk: SlowDisk,
 }
 

@@ -9,7 +9,9 @@ use super::CommitError;
 /// The counts the threads raise and the owner reads.
 #[derive(Default)]
 pub(super) struct Progress {
+    /// The counts, raised by the threads and read by the owner.
     state: Mutex<Counts>,
+    /// Signalled on every report, for an owner waiting for jobs to finish.
     changed: Condvar,
 }
 

@@ -15,7 +15,7 @@ use crate::FastHasher;
 /// index can follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DenseChange {
-    /// Which tree.
+    /// The tree whose score set changed: each has its own distinct-score index.
     pub tree: TreeId,
     /// Score key that lost a player.
     pub removed: Option<u64>,
@@ -48,6 +48,8 @@ pub(super) enum TreeCounts<'a> {
 /// the log had before it.
 #[derive(Debug, Default)]
 pub(super) struct GatheredCounts {
+    /// `(tree, key, delta)` in log order until [`GatheredCounts::apply`]
+    /// sorts them.
     changes: Vec<(TreeId, u128, i64)>,
 }
 

@@ -46,6 +46,8 @@ pub(super) struct Checkpointing {
     /// The trees still to copy, in key order: the writer appends every
     /// leaf to sorted tables.
     trees: VecDeque<TreeId>,
+    /// Writes each slice as it is copied; finished by the batch that copies
+    /// the last one.
     writer: LeafWriter,
 }
 

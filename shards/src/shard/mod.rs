@@ -99,15 +99,23 @@ use crate::FastHasher;
 pub struct Shard {
     /// The fjall database and its keyspaces.
     storage: Storage,
+    /// How it was opened: kept to reopen it the same way.
     options: ShardOptions,
     /// Where the shard lives, to reopen it after a storage failure.
     path: PathBuf,
+    /// Each tree's counts, in memory: what ranks are answered from.
     trees: HashMap<TreeId, CountTree, FastHasher>,
+    /// Configs of the boards this shard holds, by id: their order and tie
+    /// rule key every change, live or replayed.
     boards: HashMap<u64, Board>,
+    /// Highest reach sequence stored, so a restarted server's sequences
+    /// keep rising.
     max_seq: u64,
+    /// Highest board id stored, so a restarted server never reuses one.
     max_board_id: u64,
     /// Where the change log starts and ends.
     log: LogPositions,
+    /// What the open batch will write when sealed.
     staged: Staged,
     /// Player records and index entries not yet written as runs.
     overlay: Overlay,

@@ -21,7 +21,8 @@ pub struct ShardOptions {
     pub branching: u32,
     /// When a commit returns.
     pub durability: Durability,
-    /// fjall block cache, bytes.
+    /// fjall's block cache, bytes: keeps hot table blocks in memory for
+    /// record-cache misses and list scans.
     pub cache_bytes: u64,
     /// Least logged tree changes between leaf checkpoints (see
     /// `Shard::checkpoint_due`).

@@ -18,9 +18,9 @@ use crate::tree::CountTree;
 pub struct ListEntry {
     /// Index bytes after the tree prefix; compares like the list order.
     pub position: Vec<u8>,
-    /// Player name.
+    /// Who holds the position.
     pub player: String,
-    /// Score.
+    /// Their score, decoded from the position's score key.
     pub score: i64,
     /// Reach sequence (ordinal boards only, else 0).
     pub seq: u64,
@@ -39,7 +39,9 @@ pub enum Direction {
 /// and used by each step of it (the read of the old record, the cache
 /// update, the overlay).
 pub(super) struct PlayerKey {
+    /// The key in the players' keyspace and the overlays.
     pub(super) stored: Vec<u8>,
+    /// The record cache's key: a hash of `stored`.
     pub(super) cached: u128,
 }
 

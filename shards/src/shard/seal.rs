@@ -40,6 +40,7 @@ pub struct SealedBatch {
     pub dense: Vec<DenseChange>,
     /// Score writes and removals in the batch.
     pub writes: usize,
+    /// Passed on to the written batch, which seals full memtables.
     memtables: Memtables,
     /// Runs to write once the batch is durable.
     runs: Option<Runs>,
@@ -48,8 +49,11 @@ pub struct SealedBatch {
 /// The overlay a batch froze when sealed, to be written as runs once the
 /// batch's log record is durable, and what follows them.
 pub(super) struct Runs {
+    /// The frozen overlay, shared with the shard's reads until it lands.
     pub(super) overlay: Arc<Overlay>,
+    /// Where its player records go.
     pub(super) players: Keyspace,
+    /// Where its index entries go.
     pub(super) index: Keyspace,
     /// At a checkpoint, the writer of its leaves: finished once the runs
     /// are written.
@@ -88,7 +92,9 @@ impl SealedBatch {
 pub struct WrittenBatch {
     /// How long writing the batch took.
     pub took: Duration,
+    /// Runs still to write, now that the batch is in the journal.
     pub(super) runs: Option<Runs>,
+    /// Full memtables to seal after the runs (see [`SealedBatch::write`]).
     memtables: Memtables,
 }
 
@@ -131,7 +137,9 @@ impl WrittenBatch {
 /// whichever thread commits (the server's committer).
 #[derive(Clone)]
 pub struct DurabilityHandle {
+    /// The shard's database: persisting it covers every batch written.
     db: Database,
+    /// fsync, or hand to the OS, per [`Durability`](super::Durability).
     mode: PersistMode,
 }
 

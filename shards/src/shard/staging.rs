@@ -20,12 +20,15 @@ use crate::window;
 /// atomic batch).
 #[derive(Default)]
 pub(super) struct Staged {
+    /// Meta keys to write (`None`: delete), one final value each.
     pub(super) meta: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Changes to dense trees' score sets, for the engine-wide indexes.
     pub(super) dense: Vec<DenseChange>,
     /// This batch's score changes, logged as one record ([`crate::log`]).
     pub(super) log: Vec<u8>,
     /// Score changes in `log`.
     pub(super) changes: u64,
+    /// Whether `max_seq` rose, so the batch stores it.
     pub(super) seq_dirty: bool,
     /// Staged requests of any kind (so an empty batch is skipped).
     pub(super) ops: usize,

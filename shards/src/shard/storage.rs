@@ -18,6 +18,7 @@ use crate::key::TreeId;
 /// The fjall database and its keyspaces, opened together: everything the
 /// shard stores goes through these handles.
 pub(super) struct Storage {
+    /// The database: write batches, persistence, and the journal.
     pub(super) db: Database,
     /// Player records, by tree prefix and name.
     pub(super) players: Keyspace,
@@ -89,7 +90,9 @@ impl Storage {
 /// reaches, and the committer rotates them here, once per full memtable.
 #[derive(Clone)]
 pub(super) struct Memtables {
+    /// Every keyspace of the shard, shared with sealed batches.
     pub(super) keyspaces: Arc<[Keyspace]>,
+    /// Size past which a memtable is sealed ([`ShardOptions::memtable_bytes`]).
     pub(super) limit: u64,
 }
 

@@ -60,9 +60,13 @@ pub const DEFAULT_BRANCHING: u32 = 16;
 /// The count tree of one board window period in one shard.
 #[derive(Debug)]
 pub struct CountTree {
+    /// Key bits each level takes: log2 of the branching factor.
     bits: u32,
+    /// The top of the tree: a leaf until it bursts.
     root: Node,
+    /// Players held, so a count of all needs no walk.
     total: u64,
+    /// Leaves changed since the last checkpoint, the ones it must write.
     dirty: LeafSet,
     /// Bumped whenever `dirty` is emptied, which unmarks every leaf at once;
     /// see [`Leaf::marked`]. Never 0, the mark of a leaf never put there.

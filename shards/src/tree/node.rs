@@ -34,6 +34,7 @@ pub(super) enum Node {
 /// Sorted keys of one sub-range with their player counts.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Leaf {
+    /// Sorted by key, so a rank's last step is a binary search.
     pub(super) entries: Vec<Entry>,
     /// The tree's [`CountTree::epoch`] when the leaf was made or last
     /// copied into a snapshot: while a snapshot is being copied, a leaf of
@@ -65,8 +66,13 @@ impl Leaf {
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(C, packed(4))]
 pub(super) struct Entry {
+    /// The key's high half (the score key): halves rather than a `u128`,
+    /// so the packed entry needs no 16-byte alignment.
     pub(super) key_high: u64,
+    /// The key's low half (the tiebreak).
     pub(super) key_low: u64,
+    /// Players on the key, saturating at `u32::MAX` (see [`Entry::new`]):
+    /// four bytes keep an entry at 20.
     count: u32,
 }
 
@@ -104,7 +110,9 @@ fn reserve_one(entries: &mut Vec<Entry>) {
 /// one allocation and a few adjacent cache lines.
 #[derive(Debug)]
 pub(super) struct Slot {
+    /// Players in the sub-range: what a rank walk sums before its digit.
     pub(super) count: u64,
+    /// The sub-range's node, absent while it holds no player.
     pub(super) child: Option<Node>,
 }
 
@@ -163,8 +171,12 @@ pub(super) fn prefetch_entries(entries: &[Entry]) {
 
 /// What an [`add_at`] records besides the counts.
 pub(super) struct Changes<'a> {
+    /// The tree's changed leaves, which every changed leaf joins.
     pub(super) dirty: &'a mut LeafSet,
+    /// The tree's [`CountTree::round`]: a leaf marked with it is in `dirty`.
     pub(super) round: u32,
+    /// The tree's [`CountTree::epoch`]: a leaf of another is copied before
+    /// it changes, while a snapshot is being copied.
     pub(super) epoch: u32,
     /// Where a leaf goes, as it was, before its first change while a
     /// snapshot is being copied.

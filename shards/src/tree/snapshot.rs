@@ -228,7 +228,9 @@ const MOSTLY_CHANGED_PLAYERS_PER_LEAF: u64 = 64;
 /// Copies of leaves' entries, in one buffer, each leaf with its place in it.
 #[derive(Debug, Default)]
 struct LeafCopies {
+    /// Each leaf copied, in key order, with where its entries sit in `entries`.
     leaves: Vec<(LeafId, std::ops::Range<usize>)>,
+    /// Every copied leaf's entries, back to back: one allocation, not one a leaf.
     entries: Vec<Entry>,
 }
 
@@ -259,7 +261,10 @@ impl LeafCopies {
 /// writing thread.
 #[derive(Debug)]
 pub struct LeafSlice {
+    /// The snapshot's changed leaves, in the first slice only: what a
+    /// [`SlicePicker`] picks out of the copies.
     changed: Option<LeafSet>,
+    /// Leaves the walk copied, in key order.
     walked: LeafCopies,
     /// Copied on write; none is among `walked`.
     ahead: CopiesOnWrite,
