@@ -20,7 +20,7 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
 fi
 
 if ! command -v redis-server >/dev/null; then
-  echo "installing Debian's redis-server package for tests/bench_smoke.rs (the Redis comparison)"
+  echo "installing Debian's redis-server package for bench/tests/smoke.rs (the Redis comparison)"
   apt_install redis-server
 fi
 

@@ -39,7 +39,7 @@ pub enum KeyDistribution {
     Zipf,
 }
 
-/// `rankd bench`: a run, or the `sweep` subcommand.
+/// `rankd-bench`: a run, or the `sweep` subcommand.
 #[derive(Debug, Clone, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct BenchCommand {
@@ -51,7 +51,7 @@ pub struct BenchCommand {
     pub run: BenchArgs,
 }
 
-/// `rankd bench` subcommands.
+/// `rankd-bench` subcommands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum BenchSub {
     /// Start a fresh `rankd serve` for each shard count, run the same load on
@@ -59,7 +59,7 @@ pub enum BenchSub {
     Sweep(SweepArgs),
 }
 
-/// `rankd bench` flags for a single run.
+/// `rankd-bench` flags for a single run.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// rankd server address (when no --target is given).

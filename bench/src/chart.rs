@@ -55,7 +55,7 @@ fn font_ready() -> bool {
             plotters::style::register_font(FAMILY, FontStyle::Normal, bytes).is_ok()
         });
         if !registered {
-            eprintln!("rankd bench: no usable font at {}; drawing the chart without text", path.display());
+            eprintln!("rankd-bench: no usable font at {}; drawing the chart without text", path.display());
         }
         registered
     })

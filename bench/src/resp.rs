@@ -1,5 +1,5 @@
 //! A small pipelined RESP (Redis serialization protocol) client, just enough
-//! for `rankd bench --target redis://...`: commands are encoded as arrays of
+//! for `rankd-bench --target redis://...`: commands are encoded as arrays of
 //! bulk strings; replies are parsed incrementally from one read buffer
 //! (simple strings, errors, integers, bulk strings, arrays and nulls, plus the
 //! RESP3 null `_` for good measure).

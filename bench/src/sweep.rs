@@ -15,7 +15,7 @@ use crate::report::{csv_field, print, Report};
 use crate::serve::{self, ServeProcess};
 use crate::target::Target;
 
-/// `rankd bench sweep` flags.
+/// `rankd-bench sweep` flags.
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
     /// Shard counts to try, comma-separated.
@@ -177,7 +177,7 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         _ => String::new(),
     };
     let title = format!(
-        "rankd bench sweep: {}{mode}, {} players, {} x {} in flight",
+        "rankd-bench sweep: {}{mode}, {} players, {} x {} in flight",
         format!("{:?}", load.workload).to_lowercase(),
         load.players,
         load.connections,

@@ -1,4 +1,4 @@
-//! What `rankd bench` measures: rankd over its msgpack protocol, or Redis
+//! What `rankd-bench` measures: rankd over its msgpack protocol, or Redis
 //! with the equivalent sorted-set commands over [`crate::resp`].
 //!
 //! | load              | rankd                 | Redis                                        |

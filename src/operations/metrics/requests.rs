@@ -29,7 +29,7 @@ fn outcome_index(outcome: Outcome) -> usize {
     }
 }
 
-/// The request-latency histogram's name; `rankd bench` reads it back
+/// The request-latency histogram's name; `rankd-bench` reads it back
 /// (`bench/src/server_latency.rs`).
 pub(crate) const REQUEST_DURATION: &str = "rankd_request_duration_seconds";
 
