@@ -9,8 +9,8 @@ use rankd_shards::{DenseChange, DenseIndex, TreeId};
 
 /// A dense rank counts distinct better scores over the whole board, which no
 /// shard knows alone: each shard reports how its trees' score sets change
-/// as it seals a batch, and the router reads the sum here. Shared by the
-/// shards and the router; every call takes the lock once.
+/// as it stages each write, and the router reads the sum here. Shared by
+/// the shards and the router; every call takes the lock once.
 #[derive(Clone)]
 pub struct DenseRegistry {
     /// One index per dense-ranked tree, shared by every shard and the router.
@@ -28,9 +28,10 @@ impl DenseRegistry {
         Self { indexes: Arc::default(), branching }
     }
 
-    /// Applies a sealed batch's changes of dense trees' score sets.
-    pub fn apply(&self, changes: Vec<DenseChange>) {
-        if changes.is_empty() {
+    /// Applies changes of dense trees' score sets (without taking the lock
+    /// when there are none: most boards are not dense).
+    pub fn apply(&self, changes: impl ExactSizeIterator<Item = DenseChange>) {
+        if changes.len() == 0 {
             return;
         }
         let mut indexes = self.indexes.lock();
@@ -113,10 +114,10 @@ mod tests {
         let reported = HashMap::from([(tree(1), vec![(10, 1), (20, 1)]), (tree(2), vec![(5, 1)])]);
         let holds = HashMap::from([(tree(1), vec![(20, 1)]), (tree(3), vec![(7, 2)])]);
         // Another shard holds 10 in tree 1 too.
-        registry.apply(vec![added(tree(1), 10)]);
+        registry.apply([added(tree(1), 10)].into_iter());
         for (t, counts) in &reported {
             for &(sk, n) in counts {
-                registry.apply((0..n).map(|_| added(*t, sk)).collect());
+                registry.apply((0..n as usize).map(|_| added(*t, sk)));
             }
         }
         registry.replace_share(&reported, &holds);
@@ -131,7 +132,7 @@ mod tests {
     fn dropped_boards_and_expired_trees_are_forgotten() {
         let registry = DenseRegistry::new(16);
         let other = TreeId { board: 1, window: 1, period: 7 };
-        registry.apply(vec![added(tree(1), 3), added(other, 3), added(tree(2), 3)]);
+        registry.apply([added(tree(1), 3), added(other, 3), added(tree(2), 3)].into_iter());
         registry.forget(&[other]);
         assert_eq!(registry.distinct_before(other, u64::MAX), 0);
         assert_eq!(registry.distinct_before(tree(1), u64::MAX), 1);

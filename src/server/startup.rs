@@ -16,7 +16,7 @@ use crate::operations::metrics::Metrics;
 use crate::operations::priority;
 use crate::request_path::dense_registry::DenseRegistry;
 use crate::request_path::router::RouterState;
-use crate::request_path::shard::{BatchLoop, LoopParts, ReplyRelay, ShardActor, ShardCommitHooks, ShardLink};
+use crate::request_path::shard::{BatchLoop, LoopParts, ReplyRelay, ShardActor, ShardLink};
 use crate::settings::{DurabilityArg, ServeSettings};
 
 /// Opens the data dir and every shard, in parallel.
@@ -102,14 +102,13 @@ pub fn start_shards(
     let mut arbiters = Vec::new();
     let mut links = Vec::new();
     for (index, shard) in shards.into_iter().enumerate() {
-        let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relay: Some(relay.clone()) };
         let parts = LoopParts {
             max_batch: config.max_batch,
             dense: dense.clone(),
             metrics: metrics.clone(),
             index,
             clock,
-            hooks,
+            relay: Some(relay.clone()),
         };
         let core = BatchLoop::new(shard, parts);
         #[cfg(feature = "test-hooks")]

@@ -80,6 +80,7 @@ pub(super) fn commit_group<A: 'static>(
     slow_disk: SlowDisk,
 ) -> Answered {
     let count = jobs.len() as u64;
+    let on_panic = progress.settled_on_panic(count, true);
     let generation = jobs.first().map_or(0, |job| job.generation);
     let writes_something = jobs.iter().any(|job| !job.batch.is_empty());
     let (mut failure, mut handle, mut writes) = (None, None, 0);
@@ -117,6 +118,7 @@ pub(super) fn commit_group<A: 'static>(
     // Answered, not over: the batches with runs keep their storage handles
     // until `write_runs` drops them, and only then are the jobs over (what
     // a reopen waits for).
+    on_panic.done();
     progress.answered(count, failure);
     Answered { jobs: count, generation, runs }
 }

@@ -15,9 +15,11 @@
 //! The [`Pipeline`] counts the jobs it submits; the threads count the jobs
 //! *answered* (acknowledged, or failed) and *finished* (their runs written
 //! too), in `progress.rs`, and keep the failure they met until the owner
-//! takes it. A failure poisons the storage: the rest of the jobs of that
-//! opening (its *generation*) fail too, and the owner must reopen the shard
-//! and call [`Pipeline::reopened`].
+//! takes it. A failure poisons the storage: the owner must stop sealing,
+//! reopen the shard and call [`Pipeline::reopened`]. Within a group, the
+//! batches after a failed write are not written; after a failed run, no
+//! later run of that opening (its *generation*) is, since its marker would
+//! claim the failed run's records.
 
 mod committer;
 mod hooks;
@@ -37,8 +39,8 @@ use committer::commit_group;
 use progress::Progress;
 use runs::write_runs;
 
-/// Why a batch could not be made durable; every job of its generation from
-/// then on fails too.
+/// Why a batch could not be made durable, or its runs written: the storage
+/// must be reopened.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CommitError {
     /// Writing the batch to the journal failed.
@@ -51,6 +53,10 @@ pub enum CommitError {
     /// still holds everything acknowledged; reopening rebuilds the runs).
     #[error("writing runs failed: {0}")]
     Runs(Arc<ShardError>),
+    /// A pipeline thread panicked; its jobs count as failed, so the owner
+    /// reopens the storage instead of waiting for them forever.
+    #[error("a commit pipeline thread panicked")]
+    Panicked,
 }
 
 /// A sealed batch on its way to the committer, with what to acknowledge
@@ -88,6 +94,9 @@ pub struct Pipeline<A> {
     finished: u64,
     /// Submitted and not yet answered, as of the last [`Pipeline::absorb`].
     syncs_in_flight: u64,
+    /// Committing inline: the opening whose run failed, whose later runs
+    /// must not be written (the threads keep their own).
+    inline_failed_generation: Option<u64>,
     /// Test sleeps for the threads; nothing without `test-hooks`.
     slow_disk: SlowDisk,
 }
@@ -115,6 +124,7 @@ impl<A: Send + 'static> Pipeline<A> {
             sent: 0,
             finished: 0,
             syncs_in_flight: 0,
+            inline_failed_generation: None,
             slow_disk: SlowDisk::default(),
         }
     }
@@ -142,8 +152,9 @@ impl<A: Send + 'static> Pipeline<A> {
     }
 
     /// Hands a sealed batch to the committer; `acks` go to the hooks once it
-    /// is durable. Without a committer, commits it here.
-    pub fn submit(&mut self, batch: SealedBatch, handle: DurabilityHandle, acks: A) {
+    /// is durable. Without a committer, commits it here and returns `true`:
+    /// the owner should then [`absorb`](Self::absorb) before sealing more.
+    pub fn submit(&mut self, batch: SealedBatch, handle: DurabilityHandle, acks: A) -> bool {
         let job = Job { batch, handle, generation: self.generation, acks };
         self.sent += 1;
         self.syncs_in_flight += 1;
@@ -151,10 +162,10 @@ impl<A: Send + 'static> Pipeline<A> {
             Some(jobs) => jobs.send(job).err().map(|mpsc::SendError(job)| job),
             None => Some(job),
         };
-        if let Some(job) = unsent {
-            let answered = commit_group(vec![job], &*self.hooks, &self.progress, self.slow_disk);
-            write_runs(answered, &*self.hooks, &self.progress, &mut None);
-        }
+        let Some(job) = unsent else { return false };
+        let answered = commit_group(vec![job], &*self.hooks, &self.progress, self.slow_disk);
+        write_runs(answered, &*self.hooks, &self.progress, &mut self.inline_failed_generation);
+        true
     }
 
     /// Batches handed over and not yet answered, as of the last
@@ -195,7 +206,9 @@ impl<A: Send + 'static> Pipeline<A> {
     pub fn reopened(&mut self) {
         self.generation += 1;
     }
+}
 
+impl<A> Pipeline<A> {
     /// Lets the threads finish every job submitted, then stops them.
     pub fn stop(&mut self) {
         self.jobs = None;
@@ -207,9 +220,6 @@ impl<A: Send + 'static> Pipeline<A> {
 
 impl<A> Drop for Pipeline<A> {
     fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(committer) = self.committer.take() {
-            let _ = committer.join();
-        }
+        self.stop();
     }
 }

@@ -43,6 +43,13 @@ impl Progress {
         self.report(|counts| counts.finished += jobs, failure);
     }
 
+    /// A guard that, dropped by a panic before [`Settled::done`], counts
+    /// `jobs` answered (if `answering`) and finished, as failed: so a
+    /// panicking thread cannot leave the owner waiting for them forever.
+    pub fn settled_on_panic(&self, jobs: u64, answering: bool) -> Settled<'_> {
+        Settled { progress: self, jobs, answering, done: false }
+    }
+
     fn report(&self, count: impl FnOnce(&mut Counts), failure: Option<CommitError>) {
         let mut counts = self.lock();
         count(&mut counts);
@@ -73,6 +80,34 @@ impl Progress {
     }
 }
 
+/// See [`Progress::settled_on_panic`].
+pub(super) struct Settled<'a> {
+    progress: &'a Progress,
+    jobs: u64,
+    /// Whether the jobs were not answered yet either.
+    answering: bool,
+    /// Counted the normal way: nothing to do on drop.
+    done: bool,
+}
+
+impl Settled<'_> {
+    /// The jobs were counted the normal way.
+    pub fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Settled<'_> {
+    fn drop(&mut self) {
+        if !self.done && std::thread::panicking() {
+            if self.answering {
+                self.progress.answered(self.jobs, Some(CommitError::Panicked));
+            }
+            self.progress.finished(self.jobs, Some(CommitError::Panicked));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +131,21 @@ mod tests {
         progress.finished(3, None);
         assert!(waiter.join().unwrap());
         assert!(!progress.wait_finished(4, Duration::from_millis(1), || true), "a gone thread ends the wait");
+    }
+
+    #[test]
+    fn a_panic_before_the_jobs_are_counted_counts_them_failed() {
+        let progress = Arc::new(Progress::default());
+        let panicking = progress.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = panicking.settled_on_panic(2, true);
+            panic!("a commit thread dies");
+        })
+        .join();
+        let (answered, finished, failure) = progress.take();
+        assert_eq!((answered, finished), (2, 2));
+        assert!(matches!(failure, Some(CommitError::Panicked)));
+        progress.settled_on_panic(5, true).done();
+        assert_eq!(progress.take().0, 2, "counted the normal way: not again");
     }
 }

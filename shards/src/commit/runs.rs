@@ -35,6 +35,7 @@ pub(super) fn write_runs<A: 'static>(
     failed_generation: &mut Option<u64>,
 ) {
     let Answered { jobs, generation, runs } = answered;
+    let on_panic = progress.settled_on_panic(jobs, false);
     let mut failure = None;
     if *failed_generation != Some(generation) {
         for batch in runs {
@@ -54,5 +55,6 @@ pub(super) fn write_runs<A: 'static>(
     }
     // The batches (and their storage handles) are gone before the owner may
     // hear the jobs are over: a reopen needs them gone.
+    on_panic.done();
     progress.finished(jobs, failure);
 }

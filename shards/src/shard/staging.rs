@@ -155,8 +155,8 @@ impl Shard {
     /// (or seal). A server that reports them as they are staged, not at
     /// seal, lets a dense rank right behind a write see it, as every other
     /// read does.
-    pub fn take_dense_changes(&mut self) -> Vec<DenseChange> {
-        std::mem::take(&mut self.staged.dense)
+    pub fn drain_dense_changes(&mut self) -> std::vec::Drain<'_, DenseChange> {
+        self.staged.dense.drain(..)
     }
 }
 

@@ -74,14 +74,22 @@ impl Message for Dispatch {
 /// Which ops of a batch may have their ranks answered in place: with
 /// in-place ranks `enabled`, a batch `alone` on its connection and at most
 /// [`IN_PLACE_MAX_BATCH`] long, every op up to and including its first
-/// write (nothing of the batch is queued for a shard before then).
-pub fn in_place_allowed<'a>(enabled: bool, alone: bool, ops: &'a [Op]) -> impl Iterator<Item = bool> + 'a {
-    let mut allowed = enabled && alone && ops.len() <= IN_PLACE_MAX_BATCH;
-    ops.iter().map(move |op| {
-        let may = allowed;
-        allowed &= !op.is_write();
+/// write (nothing of the batch is queued for a shard before then). Asked op
+/// by op, in order.
+pub struct InPlace(bool);
+
+impl InPlace {
+    /// The policy for a batch of `ops` ops.
+    pub fn new(enabled: bool, alone: bool, ops: usize) -> Self {
+        Self(enabled && alone && ops <= IN_PLACE_MAX_BATCH)
+    }
+
+    /// Whether `op`, the next of the batch, may be answered in place.
+    pub fn allows(&mut self, op: &Op) -> bool {
+        let may = self.0;
+        self.0 &= !op.is_write();
         may
-    })
+    }
 }
 
 /// The router actor. See the module docs.
@@ -126,9 +134,13 @@ impl Handler<Dispatch> for Router {
 
     fn handle(&mut self, Dispatch { ops, alone }: Dispatch, _: &mut Self::Context) -> Self::Result {
         let mut outbox = Outbox::new(self.shards.len());
-        let allowed: Vec<bool> = in_place_allowed(self.in_place_ranks, alone, &ops).collect();
-        let routed: Vec<Routed> =
-            ops.into_iter().zip(allowed).map(|(op, in_place)| self.dispatch(op, &mut outbox, in_place)).collect();
+        let mut in_place = InPlace::new(self.in_place_ranks, alone, ops.len());
+        let routed: Vec<Routed> = (ops.into_iter())
+            .map(|op| {
+                let allowed = in_place.allows(&op);
+                self.dispatch(op, &mut outbox, allowed)
+            })
+            .collect();
         outbox.send(&self.shards);
         Box::pin(dispatch::replies(routed))
     }
@@ -155,7 +167,10 @@ mod tests {
     fn ranks_are_answered_in_place_only_for_a_short_lone_batch_before_its_first_write() {
         let rank = || Op::Rank { board: "b".into(), player: "p".into(), view: Default::default() };
         let set = || Op::Set { board: "b".into(), player: "p".into(), score: 1, mode: Mode::Set };
-        let allowed = |enabled, alone, ops: &[Op]| in_place_allowed(enabled, alone, ops).collect::<Vec<_>>();
+        let allowed = |enabled, alone, ops: &[Op]| {
+            let mut policy = InPlace::new(enabled, alone, ops.len());
+            ops.iter().map(|op| policy.allows(op)).collect::<Vec<_>>()
+        };
         assert_eq!(allowed(true, true, &[rank(), rank()]), [true, true]);
         assert_eq!(allowed(true, true, &[rank(), set(), rank()]), [true, true, false], "not after a write");
         assert_eq!(allowed(true, false, &[rank()]), [false], "not behind other requests in flight");

@@ -2,7 +2,7 @@
 //! message per shard.
 
 use crate::request_path::shard::command::reply;
-use crate::request_path::shard::{Command, Pending, Reply, ShardLink};
+use crate::request_path::shard::{Command, Pending, Responder, ShardLink};
 
 /// Gathered while the router routes a batch, then sent: one mailbox push
 /// and at most one wake-up of each shard thread per batch, not per request.
@@ -19,14 +19,14 @@ impl Outbox {
 
     /// Queues the command `make` builds around a new reply channel for
     /// `shard`; returns where its answer will arrive.
-    pub fn ask<T>(&mut self, shard: usize, make: impl FnOnce(Reply<T>) -> Command) -> Pending<T> {
+    pub fn ask<T>(&mut self, shard: usize, make: impl FnOnce(Responder<T>) -> Command) -> Pending<T> {
         let (sender, pending) = reply();
         self.per_shard[shard].push(make(sender));
         pending
     }
 
     /// The same command for every shard, in shard order.
-    pub fn ask_all<T>(&mut self, make: impl Fn(Reply<T>) -> Command) -> Vec<Pending<T>> {
+    pub fn ask_all<T>(&mut self, make: impl Fn(Responder<T>) -> Command) -> Vec<Pending<T>> {
         (0..self.per_shard.len()).map(|shard| self.ask(shard, &make)).collect()
     }
 
@@ -56,7 +56,7 @@ mod tests {
     use super::*;
     use rankd_shards::TreeId;
 
-    fn count(reply: Reply<crate::request_path::shard::Counts>) -> Command {
+    fn count(reply: Responder<crate::request_path::shard::Counts>) -> Command {
         Command::CountBefore { tree: TreeId { board: 1, window: 0, period: 0 }, keys: Vec::new(), reply }
     }
 

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::protocol::Reply;
 use crate::request_path::dense_registry::DenseRegistry;
 use crate::request_path::shard::command::answer;
-use crate::request_path::shard::{Command, Counts, Pending, Ranked, ShardLink};
+use crate::request_path::shard::{Command, Counts, Pending, Ranked, Responder, ShardLink};
 
 /// Counts before each of `keys` keys, summed over the shards answering, and
 /// the total.
@@ -52,7 +52,7 @@ impl Read {
         }
     }
 
-    fn count_before(&self, keys: Vec<u128>) -> impl Fn(crate::request_path::shard::Reply<Counts>) -> Command {
+    fn count_before(&self, keys: Vec<u128>) -> impl Fn(Responder<Counts>) -> Command {
         let tree = self.tree;
         move |reply| Command::CountBefore { tree, keys: keys.clone(), reply }
     }
@@ -265,9 +265,10 @@ impl Read {
             // The distinct-score index is read once every shard has applied
             // what was sent to it before (a count with no keys is the
             // cheapest such round), so a write sent before is seen.
-            let pending = outbox.ask_all(self.count_before(Vec::new()));
+            let (started, pending) = (Instant::now(), outbox.ask_all(self.count_before(Vec::new())));
             return Box::pin(async move {
                 summed_counts(pending, 0).await?;
+                self.observe_round(started);
                 Ok(Reply::Count(1 + self.dense.distinct_before(self.tree, sk)))
             });
         }

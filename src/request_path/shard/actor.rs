@@ -118,7 +118,10 @@ impl Handler<Repack> for ShardActor {
 impl Handler<CommitDone> for ShardActor {
     type Result = ();
 
-    fn handle(&mut self, _: CommitDone, _: &mut Self::Context) {
-        self.core.after_progress();
+    fn handle(&mut self, _: CommitDone, ctx: &mut Self::Context) {
+        self.core.on_commit_progress();
+        // A batch sealed here may have finished a checkpoint, which starts
+        // a repacking pass: an idle shard must not leave it waiting.
+        self.schedule_repack(ctx);
     }
 }

@@ -13,10 +13,10 @@ use crate::error::Error;
 /// between SIGTERM and SIGKILL.
 const SHUTDOWN_FLUSH_WAIT: Duration = Duration::from_secs(20);
 
-/// Applies `command` to `shard`. A read is answered here, after `answered`
+/// Applies `command` to `shard`. A read is answered here, after `before_reply`
 /// (which counts it); a write is staged and its answer returned, to be
 /// held until its batch is durable.
-pub fn apply(shard: &mut Shard, command: Command, answered: &mut dyn FnMut(&mut Shard)) -> Option<Held> {
+pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&mut Shard)) -> Option<Held> {
     match command {
         Command::Write { board, player, score, mode, seq, reply } => {
             Some(Held::Score(reply, shard.write(&board, &player, score, mode, seq).map_err(Error::from)))
@@ -39,7 +39,7 @@ pub fn apply(shard: &mut Shard, command: Command, answered: &mut dyn FnMut(&mut 
         }
         Command::Get { tree, player, reply } => {
             let record = shard.get(tree, &player).map_err(Error::from);
-            answered(shard);
+            before_reply(shard);
             let _ = reply.send(record);
             None
         }
@@ -54,19 +54,19 @@ pub fn apply(shard: &mut Shard, command: Command, answered: &mut dyn FnMut(&mut 
                 Ok(None) => Ok(Ranked { record: None, before: 0, total: 0 }),
                 Err(e) => Err(Error::from(e)),
             };
-            answered(shard);
+            before_reply(shard);
             let _ = reply.send(ranked);
             None
         }
         Command::CountBefore { tree, keys, reply } => {
             let counts = Counts { before: shard.count_before(tree, &keys), total: shard.count(tree) };
-            answered(shard);
+            before_reply(shard);
             let _ = reply.send(Ok(counts));
             None
         }
         Command::List { tree, ties, order, position, direction, limit, reply } => {
             let list = shard.list(tree, ties, order, &position, direction, limit).map_err(Error::from);
-            answered(shard);
+            before_reply(shard);
             let _ = reply.send(list);
             None
         }

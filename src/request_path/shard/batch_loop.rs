@@ -17,7 +17,8 @@
 //!   acknowledgment is still in flight, which protocol.md allows for reads
 //!   concurrent with writes; it never reflects a write that was refused);
 //! - only maintenance (dropping a board, expiry, shutdown) waits for the
-//!   pipeline to finish everything.
+//!   pipeline to finish everything, and a loop so far ahead of the runs
+//!   thread that more than `MAX_UNWRITTEN_RUNS` frozen overlays wait.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,8 +57,8 @@ pub struct BatchLoop {
     queue: Vec<Command>,
     /// A round never holds more commands than this, bounding latency and memory.
     max_batch: usize,
-    /// Answers of staged writes, waiting for their batch to be sealed.
-    pending: Vec<Held>,
+    /// Answers of staged writes, held until their batch is sealed and durable.
+    held: Vec<Held>,
     /// Whether writes work; the failure and recovery rules.
     pub(super) health: Health,
     pub(super) dense: DenseRegistry,
@@ -79,27 +80,35 @@ pub struct BatchLoop {
 
 /// What a loop is made of, besides its engine.
 pub struct LoopParts {
+    /// Most commands in one round.
     pub max_batch: usize,
+    /// The dense indexes, shared with the other shards and the router.
     pub dense: DenseRegistry,
+    /// The server's metrics.
     pub metrics: Arc<Metrics>,
+    /// This shard's index among the shards.
     pub index: usize,
+    /// Decides which period a write lands in.
     pub clock: Clock,
-    pub hooks: ShardCommitHooks,
+    /// Where committed answers go (see [`super::relay`]); without one the
+    /// committer sends them itself.
+    pub relay: Option<super::ReplyRelay>,
 }
 
 impl BatchLoop {
     /// A loop over an opened shard; it commits on the caller's thread
     /// until [`BatchLoop::start_pipeline`].
     pub fn new(shard: Shard, parts: LoopParts) -> Self {
-        let LoopParts { max_batch, dense, metrics, index, clock, hooks } = parts;
+        let LoopParts { max_batch, dense, metrics, index, clock, relay } = parts;
         metrics.shards[index].players.set(shard.players() as i64);
+        let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relay };
         Self {
             location: shard.location(),
             engine: EngineCell::new(shard),
             pipeline: Pipeline::new(Arc::new(hooks)),
             queue: Vec::new(),
             max_batch: max_batch.max(1),
-            pending: Vec::new(),
+            held: Vec::new(),
             health: Health::new(Instant::now()),
             dense,
             metrics,
@@ -182,7 +191,7 @@ impl BatchLoop {
                 since = observe.then(Instant::now);
             }
             if let Some(held) = self.execute(command) {
-                self.pending.push(held);
+                self.held.push(held);
             }
         }
         if let Some(since) = since {
@@ -190,7 +199,7 @@ impl BatchLoop {
             self.shard_metrics().apply_seconds.observe(applying.as_secs_f64());
             self.count_cache_lookups();
         }
-        self.commit_pending(false);
+        self.seal_and_submit(false);
         self.maintain();
     }
 
@@ -206,7 +215,7 @@ impl BatchLoop {
         let (metrics, observe) = (&self.metrics.shards[self.index], self.metrics.hot_path);
         // Counted before a read's reply, so a client that sees it sees its
         // lookups counted; held replies are counted when sent.
-        let answered = |shard: Option<&mut Shard>| {
+        let before_reply = |shard: Option<&mut Shard>| {
             if let (true, Some(shard)) = (observe, shard) {
                 metrics.count_lookups(shard.take_cache_lookups());
             }
@@ -215,18 +224,18 @@ impl BatchLoop {
         let mut engine = self.engine.lock();
         match (engine.as_mut(), refusal) {
             (Some(shard), None) => {
-                let held = apply(shard, command, &mut |shard| answered(Some(shard)));
+                let held = apply(shard, command, &mut |shard| before_reply(Some(shard)));
                 // Reported now, not at seal: later reads of the round see it.
-                self.dense.apply(shard.take_dense_changes());
+                self.dense.apply(shard.drain_dense_changes());
                 held
             }
             (None, _) => {
-                answered(None);
+                before_reply(None);
                 command.refuse(crate::error::Error::Internal("shard storage is closed; retrying".into()));
                 None
             }
             (Some(_), Some(refusal)) => {
-                answered(None);
+                before_reply(None);
                 command.refuse(refusal);
                 None
             }
@@ -244,11 +253,11 @@ impl BatchLoop {
     /// answers. Unless `force`d, waits while a batch is with the committer:
     /// the loop calls again when it is answered, and everything staged
     /// meanwhile joins that next batch.
-    pub(super) fn commit_pending(&mut self, force: bool) {
-        if self.pending.is_empty() || (self.pipeline.syncs_in_flight() > 0 && !force) {
+    pub(super) fn seal_and_submit(&mut self, force: bool) {
+        if self.held.is_empty() || (self.pipeline.syncs_in_flight() > 0 && !force) {
             return;
         }
-        let held = std::mem::take(&mut self.pending);
+        let held = std::mem::take(&mut self.held);
         let (metrics, observe) = (&self.metrics.shards[self.index], self.metrics.hot_path);
         let mut engine = self.engine.lock();
         let Some(shard) = engine.as_mut() else {
@@ -266,13 +275,15 @@ impl BatchLoop {
             metrics.players.set(shard.players() as i64);
             metrics.unwritten_players.set(shard.unwritten_players() as i64);
         }
-        self.dense.apply(std::mem::take(&mut batch.dense));
+        // Normally empty: each write's changes were reported as it was staged.
+        self.dense.apply(std::mem::take(&mut batch.dense).into_iter());
         let handle = shard.durability_handle();
         drop(engine);
-        self.pipeline.submit(batch, handle, held);
-        // Committed inline (no committer thread): a failed run degrades the
-        // shard before another batch is sealed.
-        self.catch_up();
+        if self.pipeline.submit(batch, handle, held) {
+            // Committed inline (no committer thread): a failed run degrades
+            // the shard before another batch is sealed.
+            self.catch_up();
+        }
         if unwritten_runs > MAX_UNWRITTEN_RUNS {
             self.settle(); // see MAX_UNWRITTEN_RUNS
         }
@@ -281,17 +292,17 @@ impl BatchLoop {
     /// Submits the staged writes and waits until the pipeline has finished
     /// everything: for maintenance that scans or rewrites storage.
     pub(super) fn settle(&mut self) {
-        self.commit_pending(true);
+        self.seal_and_submit(true);
         let absorbed = self.pipeline.settle();
-        self.absorb(absorbed);
+        self.apply_progress(absorbed);
     }
 
     /// Catches up with the pipeline: batches it finished are storage's
     /// business now, and a failure it met degrades the shard. Then, what
     /// was staged while the committer worked is the next batch.
-    pub fn after_progress(&mut self) {
+    pub fn on_commit_progress(&mut self) {
         self.catch_up();
-        self.commit_pending(false);
+        self.seal_and_submit(false);
         if self.health.is_degraded() && self.pipeline.unfinished() == 0 {
             self.maintain(); // a recovery may have waited for the pipeline
         }
@@ -299,10 +310,10 @@ impl BatchLoop {
 
     fn catch_up(&mut self) {
         let absorbed = self.pipeline.absorb();
-        self.absorb(absorbed);
+        self.apply_progress(absorbed);
     }
 
-    fn absorb(&mut self, Absorbed { finished, failure }: Absorbed) {
+    fn apply_progress(&mut self, Absorbed { finished, failure }: Absorbed) {
         if let Some(unwritten_runs) = self.engine.with(|shard| {
             shard.landed(finished);
             shard.unwritten_runs()
@@ -325,7 +336,7 @@ impl BatchLoop {
     /// then stops it.
     pub fn stop(&mut self) {
         self.run_round();
-        self.commit_pending(true);
+        self.seal_and_submit(true);
         self.pipeline.stop();
     }
 }
@@ -351,14 +362,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
         let metrics = Metrics::new(1).unwrap();
-        let hooks = ShardCommitHooks { metrics: metrics.clone(), index: 0, relay: None };
         let parts = LoopParts {
             max_batch: 3,
             dense: DenseRegistry::new(16),
             metrics,
             index: 0,
             clock: Clock::default(),
-            hooks,
+            relay: None,
         };
         let board = Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig::default() });
         let tree = window::current_trees(&board, Clock::default().now())[0];
@@ -433,7 +443,7 @@ mod tests {
         while progressed.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
-        f.core.after_progress(); // what the actor does on CommitDone
+        f.core.on_commit_progress(); // what the actor does on CommitDone
         assert_eq!((score(second_answer), score(third_answer)), (Ok(2), Ok(3)));
         assert_eq!(f.fsyncs(), 2, "two writes shared the second fsync");
         assert_eq!(f.core.shard_metrics().writes_applied.get(), 3);

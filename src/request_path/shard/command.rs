@@ -10,13 +10,13 @@ use super::link::ShardLink;
 use crate::error::Error;
 
 /// Where one command's answer goes.
-pub type Reply<T> = oneshot::Sender<Result<T, Error>>;
+pub type Responder<T> = oneshot::Sender<Result<T, Error>>;
 
 /// Where the router awaits one command's answer.
 pub type Pending<T> = oneshot::Receiver<Result<T, Error>>;
 
 /// A new reply channel.
-pub fn reply<T>() -> (Reply<T>, Pending<T>) {
+pub fn reply<T>() -> (Responder<T>, Pending<T>) {
     oneshot::channel()
 }
 
@@ -51,23 +51,23 @@ pub struct Ranked {
 #[derive(Debug)]
 pub enum Command {
     /// Stage a write; answers the score stored.
-    Write { board: Arc<Board>, player: String, score: i64, mode: Mode, seq: u64, reply: Reply<i64> },
+    Write { board: Arc<Board>, player: String, score: i64, mode: Mode, seq: u64, reply: Responder<i64> },
     /// Stage several writes, all or none; answers the scores, in entry order.
-    WriteMany { board: Arc<Board>, entries: Vec<(String, i64, u64)>, mode: Mode, reply: Reply<Vec<i64>> },
+    WriteMany { board: Arc<Board>, entries: Vec<(String, i64, u64)>, mode: Mode, reply: Responder<Vec<i64>> },
     /// Stage a removal; answers whether the player was there.
-    Remove { board: Arc<Board>, player: String, reply: Reply<bool> },
+    Remove { board: Arc<Board>, player: String, reply: Responder<bool> },
     /// Persist a board's config.
-    EnsureBoard { board: Arc<Board>, reply: Reply<()> },
+    EnsureBoard { board: Arc<Board>, reply: Responder<()> },
     /// Delete a board; answers whether it held anything here.
-    DropBoard { board_id: u64, reply: Reply<bool> },
+    DropBoard { board_id: u64, reply: Responder<bool> },
     /// A player's record.
-    Get { tree: TreeId, player: String, reply: Reply<Option<Record>> },
+    Get { tree: TreeId, player: String, reply: Responder<Option<Record>> },
     /// The owner's half of a rank, in the round that finds the score. On S
     /// shards the other S-1 count too, asked by the owner itself when
     /// `forward` names them, else by the router once this answer is back.
-    Rank { tree: TreeId, player: String, ties: Ties, order: Order, forward: Forward, reply: Reply<Ranked> },
+    Rank { tree: TreeId, player: String, ties: Ties, order: Order, forward: Forward, reply: Responder<Ranked> },
     /// Players before each key and in total.
-    CountBefore { tree: TreeId, keys: Vec<u128>, reply: Reply<Counts> },
+    CountBefore { tree: TreeId, keys: Vec<u128>, reply: Responder<Counts> },
     /// A slice of the list order.
     List {
         tree: TreeId,
@@ -76,11 +76,11 @@ pub enum Command {
         position: Vec<u8>,
         direction: Direction,
         limit: usize,
-        reply: Reply<Vec<ListEntry>>,
+        reply: Responder<Vec<ListEntry>>,
     },
     /// Commit everything before this and prepare a fast restart (checkpoint
     /// the trees, flush the memtables).
-    Shutdown { reply: Reply<()> },
+    Shutdown { reply: Responder<()> },
 }
 
 impl Command {
@@ -142,7 +142,7 @@ impl Command {
 /// channels are dropped, and the router takes the owner's answer. Empty:
 /// the router asks them itself.
 #[derive(Default)]
-pub struct Forward(pub Vec<(ShardLink, Reply<Counts>)>);
+pub struct Forward(pub Vec<(ShardLink, Responder<Counts>)>);
 
 impl Forward {
     /// Asks each shard for its count before `key` in `tree`.
@@ -164,13 +164,13 @@ impl std::fmt::Debug for Forward {
 #[derive(Debug)]
 pub enum Held {
     /// A `Write`'s.
-    Score(Reply<i64>, Result<i64, Error>),
+    Score(Responder<i64>, Result<i64, Error>),
     /// A `WriteMany`'s.
-    Scores(Reply<Vec<i64>>, Result<Vec<i64>, Error>),
+    Scores(Responder<Vec<i64>>, Result<Vec<i64>, Error>),
     /// A `Remove`'s or `DropBoard`'s.
-    Bool(Reply<bool>, Result<bool, Error>),
+    Bool(Responder<bool>, Result<bool, Error>),
     /// An `EnsureBoard`'s or `Shutdown`'s.
-    Done(Reply<()>, Result<(), Error>),
+    Done(Responder<()>, Result<(), Error>),
 }
 
 impl Held {

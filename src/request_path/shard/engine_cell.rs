@@ -34,7 +34,8 @@ impl EngineCell {
     }
 
     /// Runs `f` on the engine if the lock is free and the engine present;
-    /// never waits. For the router.
+    /// never waits. For the router. Mutable because a lookup updates the
+    /// record cache.
     pub fn try_read<R>(&self, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
         self.0.try_lock()?.as_mut().map(f)
     }
@@ -50,8 +51,8 @@ impl EngineCell {
         *self.0.lock() = Some(shard);
     }
 
-    /// The lock itself, for a caller that needs the engine across several
-    /// steps (a round's look-ahead and the command after it).
+    /// The lock itself, for a caller that needs the engine and other
+    /// fields of its own at once (applying a command, sealing a batch).
     pub fn lock(&self) -> MutexGuard<'_, Option<Shard>> {
         self.0.lock()
     }

@@ -3,7 +3,7 @@
 use actix::{Addr, Message};
 
 use super::actor::ShardActor;
-use super::command::{reply, Command, Pending, Reply};
+use super::command::{reply, Command, Pending, Responder};
 use super::engine_cell::EngineCell;
 use crate::error::Error;
 
@@ -26,7 +26,8 @@ impl Message for ShardRequest {
 pub struct ShardLink {
     /// The actor.
     pub addr: Addr<ShardActor>,
-    /// Commands queued or in the current round.
+    /// Commands queued, in the current round, or held until their batch
+    /// is durable.
     pub depth: prometheus::IntGauge,
     /// Most commands that may be queued.
     pub max_queue: usize,
@@ -37,7 +38,7 @@ pub struct ShardLink {
 impl ShardLink {
     /// Enqueues the command `make` builds around a new reply channel, now,
     /// and returns where its answer will arrive.
-    pub fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Pending<T> {
+    pub fn ask<T>(&self, make: impl FnOnce(Responder<T>) -> Command) -> Pending<T> {
         let (sender, pending) = reply();
         self.send(vec![make(sender)]);
         pending

@@ -73,12 +73,12 @@ impl BatchLoop {
     /// Reopens the storage after a failure; on success writes resume.
     ///
     /// The batches that failed had already reported their dense changes
-    /// (at seal, so that reads after their answers would see them); the
-    /// reopened storage holds only what was durable, so this shard's share
-    /// of the dense indexes is replaced with what it holds now.
+    /// (as they were staged, so that reads would see them); the reopened
+    /// storage holds only what was durable, so this shard's share of the
+    /// dense indexes is replaced with what it holds now.
     fn try_recover(&mut self) {
         if self.engine.with(|shard| shard.has_staged()) == Some(true) {
-            self.commit_pending(true); // everything staged is answered first
+            self.seal_and_submit(true); // everything staged is answered first
             return;
         }
         let reopened = match self.engine.take() {

@@ -27,8 +27,7 @@ pub mod relay;
 
 pub use actor::ShardActor;
 pub use batch_loop::{BatchLoop, LoopParts};
-pub use command::{Command, Counts, Forward, Pending, Ranked, Reply};
-pub use commit_hooks::ShardCommitHooks;
+pub use command::{Command, Counts, Forward, Pending, Ranked, Responder};
 pub use engine_cell::EngineCell;
 pub use link::ShardLink;
 pub use relay::ReplyRelay;
