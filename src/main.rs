@@ -7,7 +7,7 @@ use clap::{CommandFactory, FromArgMatches};
 use rankd::tools::cli::{Cli, Command};
 
 /// jemalloc instead of glibc malloc: requests are allocated on the
-/// connections' thread and freed on shard threads, which glibc's arenas
+/// I/O thread and freed on shard threads, which glibc's arenas
 /// handle badly (see docs/performance-history.md).
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

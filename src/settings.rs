@@ -43,6 +43,10 @@ pub struct ServeSettings {
     /// Number of tree shards, each on its own thread [default: number of cores].
     #[arg(long, default_value_t = ServeSettings::default().shards, hide_default_value = true)]
     pub shards: usize,
+    /// Threads that serve client connections, each reading, routing and
+    /// answering its own [default: number of cores].
+    #[arg(long, default_value_t = ServeSettings::default().io_threads, hide_default_value = true)]
+    pub io_threads: usize,
     /// Count-tree branching factor: 2, 4, 8, 16, 32, 64, 128 or 256.
     #[arg(long, default_value_t = ServeSettings::default().branching)]
     pub branching: u32,
@@ -97,6 +101,7 @@ impl Default for ServeSettings {
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
             data_dir: PathBuf::from("rankd-data"),
             shards: std::thread::available_parallelism().map_or(1, usize::from),
+            io_threads: std::thread::available_parallelism().map_or(1, usize::from),
             branching: rankd_shards::tree::DEFAULT_BRANCHING,
             max_batch: 4096,
             max_frame: DEFAULT_MAX_FRAME,
@@ -162,6 +167,9 @@ impl ServeSettings {
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
         if !(1..=256).contains(&self.shards) {
             return invalid("--shards must be 1 to 256".into());
+        }
+        if !(1..=256).contains(&self.io_threads) {
+            return invalid("--io-threads must be 1 to 256".into());
         }
         if let Err(e) = rankd_shards::tree::branching_bits(self.branching) {
             return invalid(e.to_string());

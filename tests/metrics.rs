@@ -67,7 +67,7 @@ async fn counters_rise_by_the_requests_served() {
     assert_eq!(sample(&after, "rankd_shard_mailbox_depth", &[]), 0.0, "nothing left queued");
     // Every thread with a role has its CPU series (its values, in clock
     // ticks, are checked under load by bench/tests/smoke.rs).
-    for role in ["connections", "shard-0", "shard-1", "commit-0", "commit-1", "runs-0", "runs-1"] {
+    for role in ["main", "io-0", "shard-0", "shard-1", "commit-0", "commit-1", "runs-0", "runs-1"] {
         let series = format!("rankd_thread_cpu_seconds_total{{thread=\"{role}\"}} ");
         assert!(after.lines().any(|l| l.starts_with(&series)), "no CPU series for {role}");
     }

@@ -5,23 +5,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Addr;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::operations::metrics::Metrics;
 use crate::request_path::connection::{self, Limits};
-use crate::request_path::router::Router;
 use crate::request_path::shard::command::{answer, reply};
 use crate::request_path::shard::{Command, ShardLink};
 use crate::settings::Secret;
 
+use super::io_threads::IoThreads;
+
 /// How long shutdown waits for connections to answer what they read.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Accepts connections and deals them out to the I/O threads until SIGTERM
+/// or Ctrl-C; then stops accepting and waits (bounded) for every connection
+/// to answer what it read.
 pub async fn accept_until_signal(
     listener: TcpListener,
-    router: Addr<Router>,
+    io: &IoThreads,
     limits: Limits,
     auth: Option<Arc<Secret>>,
     slots: Arc<tokio::sync::Semaphore>,
@@ -41,11 +44,24 @@ pub async fn accept_until_signal(
                         actix_rt::spawn(connection::refuse(stream, metrics.clone()));
                         continue;
                     };
-                    let (router, shutdown, alive) = (router.clone(), shutdown_rx.clone(), alive_tx.clone());
+                    let stream = match stream.into_std() {
+                        Ok(stream) => stream,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot hand a connection over; closing it");
+                            continue;
+                        }
+                    };
+                    let (shutdown, alive) = (shutdown_rx.clone(), alive_tx.clone());
                     let (metrics, auth) = (metrics.clone(), auth.clone());
-                    actix_rt::spawn(async move {
-                        connection::serve(stream, router, limits, auth, metrics, shutdown).await;
-                        drop((alive, slot));
+                    // Built on the I/O thread: a connection's future is not Send.
+                    io.spawn(move |router| {
+                        actix_rt::spawn(async move {
+                            match tokio::net::TcpStream::from_std(stream) {
+                                Ok(stream) => connection::serve(stream, router, limits, auth, metrics, shutdown).await,
+                                Err(e) => tracing::warn!(error = %e, "cannot take a connection over; closing it"),
+                            }
+                            drop((alive, slot));
+                        });
                     });
                 }
                 Err(e) => {

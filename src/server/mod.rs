@@ -8,6 +8,7 @@
 //! every shard to commit and prepare a fast restart before the process
 //! exits 0. [`layout`]: what a data dir holds.
 
+pub mod io_threads;
 pub mod layout;
 pub mod listener;
 pub mod startup;
@@ -17,16 +18,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::Actor;
 use tokio::net::TcpListener;
 
 use crate::clock::Clock;
 use crate::operations::metrics::{self, Metrics};
 use crate::operations::priority;
 use crate::request_path::connection::Limits;
-use crate::request_path::router::Router;
-use crate::request_path::shard::ReplyRelay;
+use crate::request_path::router::{Boards, Router};
 use crate::settings::ServeSettings;
+use io_threads::IoThreads;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -64,16 +64,18 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
     #[cfg(not(feature = "test-hooks"))]
     let (metrics, clock) = (Metrics::new(shards.len())?, Clock::default());
     let system = actix::System::new();
-    // Client connections, the router and the metrics endpoint run here.
-    metrics.threads.register("connections");
+    // The listener and the metrics endpoint run here; connections on the
+    // I/O threads.
+    metrics.threads.register("main");
     system.block_on(async move {
-        let (relay, deliver) = ReplyRelay::new();
-        actix_rt::spawn(deliver);
-        let (links, arbiters) = startup::start_shards(shards, &config, &dense, &metrics, clock, &relay);
-        let router = Router::new(links.clone(), state, dense, clock, metrics.clone());
+        let (mut io, relays) = IoThreads::start(config.io_threads, &metrics);
+        let (links, arbiters) = startup::start_shards(shards, &config, &dense, &metrics, clock, relays);
+        let boards = Arc::new(parking_lot::Mutex::new(Boards::new(state)));
         #[cfg(feature = "test-hooks")]
-        let router = if config.hooks.queue_ranks { router.queue_all_ranks() } else { router };
-        let router = router.start();
+        let configure = |router: Router| if config.hooks.queue_ranks { router.queue_all_ranks() } else { router };
+        #[cfg(not(feature = "test-hooks"))]
+        let configure = |router: Router| router;
+        io.start_routers(&links, &boards, &dense, clock, &metrics, configure);
         let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone())
             .await
             .map_err(|e| StartError::Bind(config.metrics_listen, e))?;
@@ -93,9 +95,10 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         };
         let auth = config.auth_token().cloned().map(Arc::new);
         let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
-        listener::accept_until_signal(listener, router, limits, auth, slots, metrics.clone()).await;
+        listener::accept_until_signal(listener, &io, limits, auth, slots, metrics.clone()).await;
         metrics.set_ready(false);
         listener::sync_shards(&links).await;
+        io.stop();
         for arbiter in &arbiters {
             arbiter.stop();
         }

@@ -16,6 +16,7 @@ use crate::operations::metrics::Metrics;
 use crate::operations::priority;
 use crate::request_path::dense_registry::DenseRegistry;
 use crate::request_path::router::RouterState;
+use crate::request_path::shard::link::Origin;
 use crate::request_path::shard::{BatchLoop, LoopParts, ReplyRelay, ShardActor, ShardLink};
 use crate::settings::{DurabilityArg, ServeSettings};
 
@@ -89,15 +90,16 @@ pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry)
     (state, dense)
 }
 
-/// Starts one shard actor per shard, each on its own arbiter (thread);
-/// returns their links and the arbiters, to stop at shutdown.
+/// Starts one shard actor per shard, each on its own arbiter (thread),
+/// its committed answers going back through `relays` (one per I/O
+/// thread); returns their links and the arbiters, to stop at shutdown.
 pub fn start_shards(
     shards: Vec<Shard>,
     config: &ServeSettings,
     dense: &DenseRegistry,
     metrics: &Arc<Metrics>,
     clock: Clock,
-    relay: &ReplyRelay,
+    relays: Vec<ReplyRelay>,
 ) -> (Vec<ShardLink>, Vec<Arbiter>) {
     let mut arbiters = Vec::new();
     let mut links = Vec::new();
@@ -108,7 +110,7 @@ pub fn start_shards(
             metrics: metrics.clone(),
             index,
             clock,
-            relay: Some(relay.clone()),
+            relays: relays.clone(),
         };
         let core = BatchLoop::new(shard, parts);
         #[cfg(feature = "test-hooks")]
@@ -120,7 +122,7 @@ pub fn start_shards(
         let arbiter = Arbiter::new();
         let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| ShardActor::new(core));
         let depth = metrics.shards[index].mailbox_depth.clone();
-        links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue, engine });
+        links.push(ShardLink { addr, depth, max_queue: config.max_shard_queue, engine, origin: Origin::default() });
         arbiters.push(arbiter);
     }
     (links, arbiters)

@@ -107,7 +107,7 @@ impl Metrics {
         )?;
         let ranks_in_place = IntCounter::new(
             "rankd_ranks_in_place_total",
-            "Ranks answered in place from the shards' engines on the connections' thread, without queueing behind \
+            "Ranks answered in place from the shards' engines on the I/O threads, without queueing behind \
              a shard's round: those a client waits for alone (nothing else of its connection in flight, at most 4 \
              in its batch, none after a write in it), when every shard's lock is free. The others are queued.",
         )?;

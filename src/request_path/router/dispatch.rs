@@ -7,7 +7,7 @@ use futures::future::try_join_all;
 use rankd_client::{BoardInfo, OpKind};
 use rankd_shards::{window, Board};
 
-use super::boards::Created;
+use super::boards::{Boards, Created};
 use super::reads::{summed_counts, Read};
 use super::{shard_of, Outbox, ReplyFuture, Router};
 use crate::error::Error;
@@ -50,8 +50,8 @@ pub async fn replies(mut routed: Vec<Routed>) -> Vec<Result<Reply, Error>> {
 impl Router {
     /// Context for a read of `name` at `view`, or `None` if the board does
     /// not exist (reads of a missing board answer as for an empty board).
-    fn read(&self, op: OpKind, name: &str, view: View) -> Result<Option<Read>, Error> {
-        let Some((board, tree)) = self.boards.view(name, view, self.clock.now())? else { return Ok(None) };
+    fn read(&self, boards: &Boards, op: OpKind, name: &str, view: View) -> Result<Option<Read>, Error> {
+        let Some((board, tree)) = boards.view(name, view, self.clock.now())? else { return Ok(None) };
         Ok(Some(Read {
             shards: self.shards.clone(),
             board,
@@ -81,12 +81,12 @@ impl Router {
     /// Routes one op: its first-round shard commands go into `outbox`, and
     /// what it returns says how the op's reply will come. A rank may be
     /// answered `in_place` (see [`super::IN_PLACE_MAX_BATCH`]).
-    pub(super) fn dispatch(&mut self, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
+    pub(super) fn dispatch(&mut self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
         let ready = Routed::Ready;
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
             Op::Auth { .. } => ready(Ok(Reply::Bool(true))),
-            Op::CreateBoard { board, config } => match self.boards.create(&board, config) {
+            Op::CreateBoard { board, config } => match boards.create(&board, config) {
                 Err(e) => ready(Err(e)),
                 Ok(Created::Exists) => ready(Ok(Reply::Bool(false))),
                 Ok(Created::New(board)) => {
@@ -98,7 +98,7 @@ impl Router {
                 }
             },
             Op::DropBoard { board } => {
-                let Some(board) = self.boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
+                let Some(board) = boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
                 let board_id = board.id;
                 let pending = outbox.ask_all(|reply| Command::DropBoard { board_id, reply });
                 let dense = self.dense.clone();
@@ -110,7 +110,7 @@ impl Router {
             }
             Op::Boards => {
                 let now = self.clock.now();
-                let boards = self.boards.sorted();
+                let boards = boards.sorted();
                 let counts: Vec<Vec<Pending<_>>> = boards
                     .iter()
                     .map(|b| {
@@ -132,13 +132,13 @@ impl Router {
                 }))
             }
             Op::Set { board, player, score, mode } => {
-                let board = self.boards.for_write(&board);
-                let seq = self.boards.next_seq();
+                let board = boards.for_write(&board);
+                let seq = boards.next_seq();
                 let owner = self.owner(&player);
                 Routed::Score(outbox.ask(owner, |reply| Command::Write { board, player, score, mode, seq, reply }))
             }
-            Op::SetMany { board, entries, mode } => self.set_many(board, entries, mode, outbox),
-            Op::Get { board, player, view } => match self.read(OpKind::Get, &board, view) {
+            Op::SetMany { board, entries, mode } => self.set_many(boards, board, entries, mode, outbox),
+            Op::Get { board, player, view } => match self.read(boards, OpKind::Get, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::MaybeScore(None))),
                 Ok(Some(read)) => {
@@ -150,11 +150,11 @@ impl Router {
                 }
             },
             Op::Remove { board, player } => {
-                let Some(board) = self.boards.get(&board).cloned() else { return ready(Ok(Reply::Bool(false))) };
+                let Some(board) = boards.get(&board).cloned() else { return ready(Ok(Reply::Bool(false))) };
                 let pending = outbox.ask(self.owner(&player), |reply| Command::Remove { board, player, reply });
                 Routed::Later(Box::pin(async move { answer(pending).await.map(Reply::Bool) }))
             }
-            Op::Count { board, view } => match self.read(OpKind::Count, &board, view) {
+            Op::Count { board, view } => match self.read(boards, OpKind::Count, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(0))),
                 Ok(Some(read)) => {
@@ -168,47 +168,50 @@ impl Router {
                     }))
                 }
             },
-            Op::Rank { board, player, view } => match self.read(OpKind::Rank, &board, view) {
+            Op::Rank { board, player, view } => match self.read(boards, OpKind::Rank, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Rank(None))),
                 Ok(Some(read)) => self.rank(read, player, outbox, in_place),
             },
-            Op::RankOfScore { board, score, view } => match self.read(OpKind::RankOfScore, &board, view) {
+            Op::RankOfScore { board, score, view } => match self.read(boards, OpKind::RankOfScore, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Count(1))),
                 Ok(Some(read)) => Routed::Later(read.rank_of_score(score, outbox)),
             },
-            Op::Top { board, limit, offset, view } => match self.read(OpKind::Top, &board, view) {
+            Op::Top { board, limit, offset, view } => match self.read(boards, OpKind::Top, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
                 Ok(Some(read)) => Routed::Later(Box::pin(read.top(limit, offset))),
             },
-            Op::Around { board, player, before, after, view } => match self.read(OpKind::Around, &board, view) {
-                Err(e) => ready(Err(e)),
-                Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
-                Ok(Some(read)) => {
-                    let (tree, name) = (read.tree, player.clone());
-                    let found = outbox.ask(self.owner(&player), |reply| Command::Get { tree, player: name, reply });
-                    Routed::Later(Box::pin(read.around(found, player, before, after)))
+            Op::Around { board, player, before, after, view } => {
+                match self.read(boards, OpKind::Around, &board, view) {
+                    Err(e) => ready(Err(e)),
+                    Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
+                    Ok(Some(read)) => {
+                        let (tree, name) = (read.tree, player.clone());
+                        let found = outbox.ask(self.owner(&player), |reply| Command::Get { tree, player: name, reply });
+                        Routed::Later(Box::pin(read.around(found, player, before, after)))
+                    }
                 }
-            },
+            }
         }
     }
 
     /// `set_many`: each shard gets its players' entries, all or none.
     fn set_many(
         &mut self,
+        boards: &mut Boards,
         board: String,
         entries: Vec<(String, i64)>,
         mode: rankd_shards::Mode,
         outbox: &mut Outbox,
     ) -> Routed {
-        let board = self.boards.for_write(&board);
+        let board = boards.for_write(&board);
         let n = self.shards.len();
         let mut per_shard: Vec<ShardPart> = vec![ShardPart::default(); n];
         let total = entries.len();
         for (i, (player, score)) in entries.into_iter().enumerate() {
-            let seq = self.boards.next_seq();
+            let seq = boards.next_seq();
             let part = &mut per_shard[shard_of(&player, n)];
             part.positions.push(i);
             part.entries.push((player, score, seq));

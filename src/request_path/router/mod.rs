@@ -6,10 +6,14 @@
 //! 64-bit, seed 0, over the player's UTF-8 bytes) for every board. The hash
 //! is part of the data-dir format: changing it would strand players.
 //!
-//! Every first message of a request is enqueued into the shards' mailboxes
-//! synchronously while the router handles the request, so requests reach
-//! each shard in the order the router received them; later rounds of
-//! multi-step reads are sent from the reply future.
+//! There is one router per I/O thread, each routing the connections of its
+//! thread; they share the board registry and the arrival sequence
+//! ([`SharedBoards`]). A router holds the registry's lock while it routes a
+//! batch AND enqueues its first-round commands into the shards' mailboxes,
+//! so requests reach each shard in the order they were routed, whichever
+//! thread routed them (a write never overtakes the drop of its board, and
+//! ordinal ties follow the sequence); later rounds of multi-step reads are
+//! sent from the reply future.
 //!
 //! - [`boards`]: the registry and the sequence (decided here alone);
 //! - `dispatch`: one op routed to its shards' commands;
@@ -26,6 +30,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
+use parking_lot::Mutex;
 
 pub use boards::{Boards, RouterState};
 
@@ -92,11 +97,16 @@ impl InPlace {
     }
 }
 
+/// The board registry and arrival sequence, shared by the routers of every
+/// I/O thread.
+pub type SharedBoards = Arc<Mutex<Boards>>;
+
 /// The router actor. See the module docs.
 pub struct Router {
+    /// The shards, reached from this router's I/O thread.
     shards: Arc<[ShardLink]>,
     metrics: Arc<Metrics>,
-    boards: Boards,
+    boards: SharedBoards,
     dense: DenseRegistry,
     /// Decides which period a read of a periodic window targets.
     clock: Clock,
@@ -110,15 +120,16 @@ impl Actor for Router {
 }
 
 impl Router {
-    /// A router over started shards, with the state they recovered.
+    /// A router over started shards (reached as from its own I/O thread),
+    /// sharing `boards` with the other routers.
     pub fn new(
         shards: Vec<ShardLink>,
-        state: RouterState,
+        boards: SharedBoards,
         dense: DenseRegistry,
         clock: Clock,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { shards: shards.into(), metrics, boards: Boards::new(state), dense, clock, in_place_ranks: true }
+        Self { shards: shards.into(), metrics, boards, dense, clock, in_place_ranks: true }
     }
 
     /// Queues every rank for the shards instead (`--debug-queue-ranks`).
@@ -135,13 +146,16 @@ impl Handler<Dispatch> for Router {
     fn handle(&mut self, Dispatch { ops, alone }: Dispatch, _: &mut Self::Context) -> Self::Result {
         let mut outbox = Outbox::new(self.shards.len());
         let mut in_place = InPlace::new(self.in_place_ranks, alone, ops.len());
+        let shared = self.boards.clone();
+        let mut boards = shared.lock();
         let routed: Vec<Routed> = (ops.into_iter())
             .map(|op| {
                 let allowed = in_place.allows(&op);
-                self.dispatch(op, &mut outbox, allowed)
+                self.dispatch(&mut boards, op, &mut outbox, allowed)
             })
             .collect();
         outbox.send(&self.shards);
+        drop(boards);
         Box::pin(dispatch::replies(routed))
     }
 }

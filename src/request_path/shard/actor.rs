@@ -84,8 +84,8 @@ impl Actor for ShardActor {
 impl Handler<ShardRequest> for ShardActor {
     type Result = ();
 
-    fn handle(&mut self, ShardRequest(commands): ShardRequest, ctx: &mut Self::Context) {
-        if self.core.enqueue(commands) {
+    fn handle(&mut self, ShardRequest { origin, commands }: ShardRequest, ctx: &mut Self::Context) {
+        if self.core.enqueue(origin, commands) {
             self.run_round(ctx);
         } else if !self.flush_scheduled {
             self.flush_scheduled = true;

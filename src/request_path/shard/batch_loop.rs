@@ -31,6 +31,7 @@ use super::command::{Command, Held};
 use super::commit_hooks::ShardCommitHooks;
 use super::engine_cell::EngineCell;
 use super::health::Health;
+use super::link::Origin;
 use super::relay::send_all;
 use crate::clock::Clock;
 use crate::operations::metrics::{Metrics, ShardMetrics};
@@ -52,13 +53,14 @@ pub struct BatchLoop {
     /// The engine, shared with the router's in-place ranks.
     pub(super) engine: EngineCell,
     /// Group commit on the committer and runs threads.
-    pub(super) pipeline: Pipeline<Vec<Held>>,
-    /// Commands of the round being gathered.
-    queue: Vec<Command>,
+    pub(super) pipeline: Pipeline<Vec<(Origin, Held)>>,
+    /// Commands of the round being gathered, with the I/O thread each came from.
+    queue: Vec<(Origin, Command)>,
     /// A round never holds more commands than this, bounding latency and memory.
     max_batch: usize,
-    /// Answers of staged writes, held until their batch is sealed and durable.
-    held: Vec<Held>,
+    /// Answers of staged writes, held until their batch is sealed and
+    /// durable, with the I/O thread each goes back to.
+    held: Vec<(Origin, Held)>,
     /// Whether writes work; the failure and recovery rules.
     pub(super) health: Health,
     pub(super) dense: DenseRegistry,
@@ -90,18 +92,18 @@ pub struct LoopParts {
     pub index: usize,
     /// Decides which period a write lands in.
     pub clock: Clock,
-    /// Where committed answers go (see [`super::relay`]); without one the
-    /// committer sends them itself.
-    pub relay: Option<super::ReplyRelay>,
+    /// Where committed answers go, by the I/O thread they go back to (see
+    /// [`super::relay`]); without them the committer sends them itself.
+    pub relays: Vec<super::ReplyRelay>,
 }
 
 impl BatchLoop {
     /// A loop over an opened shard; it commits on the caller's thread
     /// until [`BatchLoop::start_pipeline`].
     pub fn new(shard: Shard, parts: LoopParts) -> Self {
-        let LoopParts { max_batch, dense, metrics, index, clock, relay } = parts;
+        let LoopParts { max_batch, dense, metrics, index, clock, relays } = parts;
         metrics.shards[index].players.set(shard.players() as i64);
-        let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relay };
+        let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relays };
         Self {
             location: shard.location(),
             engine: EngineCell::new(shard),
@@ -148,8 +150,8 @@ impl BatchLoop {
     /// Queues commands for the next round; returns whether the round is due
     /// now (the queue reached `max_batch`) rather than once the mailbox is
     /// drained.
-    pub fn enqueue(&mut self, commands: Vec<Command>) -> bool {
-        self.queue.extend(commands);
+    pub fn enqueue(&mut self, origin: Origin, commands: Vec<Command>) -> bool {
+        self.queue.extend(commands.into_iter().map(|command| (origin, command)));
         self.queue.len() >= self.max_batch
     }
 
@@ -175,9 +177,9 @@ impl BatchLoop {
         let mut since = observe.then(Instant::now);
         let mut commands = queue.into_iter();
         let mut until_look_ahead = 0;
-        while let Some(command) = commands.next() {
+        while let Some((origin, command)) = commands.next() {
             if until_look_ahead == 0 {
-                let next = commands.as_slice().iter();
+                let next = commands.as_slice().iter().map(|(_, command)| command);
                 self.look_ahead(std::iter::once(&command).chain(next).take(LOOK_AHEAD));
                 until_look_ahead = LOOK_AHEAD;
             }
@@ -191,7 +193,7 @@ impl BatchLoop {
                 since = observe.then(Instant::now);
             }
             if let Some(held) = self.execute(command) {
-                self.held.push(held);
+                self.held.push((origin, held));
             }
         }
         if let Some(since) = since {
@@ -262,7 +264,7 @@ impl BatchLoop {
         let mut engine = self.engine.lock();
         let Some(shard) = engine.as_mut() else {
             metrics.mailbox_depth.sub(held.len() as i64);
-            send_all(held, Some("shard storage is closed; retrying"));
+            send_all(held.into_iter().map(|(_, held)| held), Some("shard storage is closed; retrying"));
             return;
         };
         let started = observe.then(Instant::now);
@@ -368,7 +370,7 @@ mod tests {
             metrics,
             index: 0,
             clock: Clock::default(),
-            relay: None,
+            relays: Vec::new(),
         };
         let board = Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig::default() });
         let tree = window::current_trees(&board, Clock::default().now())[0];
@@ -391,7 +393,7 @@ mod tests {
         /// Commands queued: the mailbox depth the link would have raised.
         fn enqueue(&mut self, commands: Vec<Command>) -> bool {
             self.core.shard_metrics().mailbox_depth.add(commands.len() as i64);
-            self.core.enqueue(commands)
+            self.core.enqueue(Origin(0), commands)
         }
 
         fn fsyncs(&self) -> u64 {

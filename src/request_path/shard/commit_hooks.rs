@@ -1,11 +1,12 @@
 //! The server's side of a shard's commit pipeline: metrics, and answers
-//! handed to the connections' thread.
+//! handed to the I/O threads.
 
 use std::sync::Arc;
 
 use rankd_shards::commit::{CommitError, CommitEvent, CommitHooks, PipelineThread};
 
 use super::command::Held;
+use super::link::Origin;
 use super::relay::{send_all, ReplyRelay};
 use crate::operations::metrics::Metrics;
 use crate::operations::priority;
@@ -15,11 +16,12 @@ pub struct ShardCommitHooks {
     pub metrics: Arc<Metrics>,
     /// This shard's index in `metrics.shards`.
     pub index: usize,
-    /// Where answers go; without one, the committer sends them itself.
-    pub relay: Option<ReplyRelay>,
+    /// Where answers go, one relay per I/O thread; without them, the
+    /// committer sends them itself.
+    pub relays: Vec<ReplyRelay>,
 }
 
-impl CommitHooks<Vec<Held>> for ShardCommitHooks {
+impl CommitHooks<Vec<(Origin, Held)>> for ShardCommitHooks {
     fn thread_started(&self, thread: PipelineThread) {
         match thread {
             PipelineThread::Committer => self.metrics.threads.register(&format!("commit-{}", self.index)),
@@ -30,13 +32,25 @@ impl CommitHooks<Vec<Held>> for ShardCommitHooks {
         }
     }
 
-    fn acknowledge(&self, acks: Vec<Vec<Held>>, failure: Option<&CommitError>) {
-        let answers: Vec<Held> = acks.into_iter().flatten().collect();
+    fn acknowledge(&self, acks: Vec<Vec<(Origin, Held)>>, failure: Option<&CommitError>) {
+        let answers: Vec<(Origin, Held)> = acks.into_iter().flatten().collect();
+        // Lowered first, so a client that sees its answer sees it counted.
         self.metrics.shards[self.index].mailbox_depth.sub(answers.len() as i64);
         let failure = failure.map(ToString::to_string);
-        match &self.relay {
-            Some(relay) => relay.relay(answers, failure),
-            None => send_all(answers, failure.as_deref()),
+        if self.relays.is_empty() {
+            send_all(answers.into_iter().map(|(_, held)| held), failure.as_deref());
+            return;
+        }
+        // One hand-off per I/O thread that has answers in the group.
+        let mut by_thread: Vec<Vec<Held>> = self.relays.iter().map(|_| Vec::new()).collect();
+        for (Origin(thread), held) in answers {
+            let slot = usize::from(thread).min(by_thread.len() - 1);
+            by_thread[slot].push(held);
+        }
+        for (relay, answers) in self.relays.iter().zip(by_thread) {
+            if !answers.is_empty() {
+                relay.relay(answers, failure.clone());
+            }
         }
     }
 

@@ -7,9 +7,19 @@ use super::command::{reply, Command, Pending, Responder};
 use super::engine_cell::EngineCell;
 use crate::error::Error;
 
+/// Which I/O thread a command came from: the answers a commit holds go back
+/// to each thread in one hand-off (see `relay.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Origin(pub u16);
+
 /// One mailbox message: the commands a router batch has for this shard, in
 /// order. Batching them makes a pipeline cost one mailbox push per shard.
-pub struct ShardRequest(pub Vec<Command>);
+pub struct ShardRequest {
+    /// The I/O thread whose router sent them.
+    pub origin: Origin,
+    /// The commands, in order.
+    pub commands: Vec<Command>,
+}
 
 impl Message for ShardRequest {
     type Result = ();
@@ -33,6 +43,8 @@ pub struct ShardLink {
     pub max_queue: usize,
     /// The actor's engine, read in place by lone ranks.
     pub engine: EngineCell,
+    /// The I/O thread this link's holder runs on.
+    pub origin: Origin,
 }
 
 impl ShardLink {
@@ -64,6 +76,11 @@ impl ShardLink {
     /// that must never be shed.
     pub fn send_unbounded(&self, commands: Vec<Command>) {
         self.depth.add(commands.len() as i64);
-        self.addr.do_send(ShardRequest(commands));
+        self.addr.do_send(ShardRequest { origin: self.origin, commands });
+    }
+
+    /// The same shard, reached from the I/O thread `origin`.
+    pub fn from(&self, origin: Origin) -> Self {
+        Self { origin, ..self.clone() }
     }
 }

@@ -12,7 +12,7 @@
 //! - [`actor`]: the actix shell over the loop;
 //! - [`engine_cell`]: the engine, shared with the router's in-place ranks;
 //! - `commit_hooks`, [`relay`]: what the pipeline's threads report, and the
-//!   answers they hand to the connections' thread in one go.
+//!   answers they hand to the I/O threads in one go.
 
 pub mod actor;
 mod apply;

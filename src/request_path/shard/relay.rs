@@ -1,11 +1,11 @@
-//! Hands committed answers to the connections' thread in one go.
+//! Hands committed answers to an I/O thread in one go.
 
 use tokio::sync::mpsc;
 
 use super::command::Held;
 
-/// Carries each committed group's answers to the connections' thread in ONE
-/// hand-off; a task there sends them on. Sent one by one from the
+/// Carries a committed group's answers for one I/O thread to it in ONE
+/// hand-off; a task there sends them on (one relay per I/O thread). Sent one by one from the
 /// committer, each answer could wake that thread by itself, and the two
 /// threads took turns preempting each other. Unbounded, but it only ever
 /// holds answers to requests in flight, which the connections and the shard
@@ -36,7 +36,7 @@ impl ReplyRelay {
 }
 
 /// Sends held answers, failed with `failure` if given.
-pub fn send_all(answers: Vec<Held>, failure: Option<&str>) {
+pub fn send_all(answers: impl IntoIterator<Item = Held>, failure: Option<&str>) {
     for held in answers {
         held.send(failure);
     }

@@ -1,0 +1,90 @@
+//! The I/O threads: each runs its own router and the client connections
+//! handed to it, so reading, decoding, routing and writing replies are
+//! spread over cores instead of all waiting for one thread.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use actix::{Actor, Addr, Arbiter};
+
+use crate::clock::Clock;
+use crate::operations::metrics::Metrics;
+use crate::request_path::dense_registry::DenseRegistry;
+use crate::request_path::router::{Router, SharedBoards};
+use crate::request_path::shard::link::Origin;
+use crate::request_path::shard::{ReplyRelay, ShardLink};
+
+/// One I/O thread: its arbiter and, once the shards run, its router.
+struct IoThread {
+    arbiter: Arbiter,
+    router: Option<Addr<Router>>,
+}
+
+/// Every I/O thread, and which one takes the next connection.
+pub struct IoThreads {
+    threads: Vec<IoThread>,
+    /// Connections are dealt out in turn: they are long-lived, so turns
+    /// spread them as well as the threads' load would.
+    next: AtomicUsize,
+}
+
+impl IoThreads {
+    /// Starts `count` threads, each with the relay its committed answers
+    /// arrive on (returned, in thread order, for the shards' pipelines).
+    pub fn start(count: usize, metrics: &Arc<Metrics>) -> (Self, Vec<ReplyRelay>) {
+        let mut threads = Vec::with_capacity(count);
+        let mut relays = Vec::with_capacity(count);
+        for index in 0..count {
+            let arbiter = Arbiter::new();
+            let (relay, deliver) = ReplyRelay::new();
+            let metrics = metrics.clone();
+            arbiter.spawn_fn(move || {
+                metrics.threads.register(&format!("io-{index}"));
+                actix_rt::spawn(deliver);
+            });
+            threads.push(IoThread { arbiter, router: None });
+            relays.push(relay);
+        }
+        (Self { threads, next: AtomicUsize::new(0) }, relays)
+    }
+
+    /// Starts each thread's router over the shards, reached from that
+    /// thread, all sharing `boards`; `configure` may adjust each (tests).
+    pub fn start_routers(
+        &mut self,
+        links: &[ShardLink],
+        boards: &SharedBoards,
+        dense: &DenseRegistry,
+        clock: Clock,
+        metrics: &Arc<Metrics>,
+        configure: impl Fn(Router) -> Router,
+    ) {
+        for (index, thread) in self.threads.iter_mut().enumerate() {
+            let origin = Origin(u16::try_from(index).unwrap_or(u16::MAX));
+            let links = links.iter().map(|link| link.from(origin)).collect();
+            let router = configure(Router::new(links, boards.clone(), dense.clone(), clock, metrics.clone()));
+            thread.router = Some(Router::start_in_arbiter(&thread.arbiter.handle(), move |_| router));
+        }
+    }
+
+    /// Runs `serve` with the next thread's router on that thread; `false`
+    /// if the thread has stopped.
+    pub fn spawn(&self, serve: impl FnOnce(Addr<Router>) + Send + 'static) -> bool {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len();
+        let thread = &self.threads[turn];
+        match &thread.router {
+            Some(router) => {
+                let router = router.clone();
+                thread.arbiter.spawn_fn(move || serve(router))
+            }
+            None => false,
+        }
+    }
+
+    /// Stops the threads (their routers, and connections still open).
+    pub fn stop(&self) {
+        for thread in &self.threads {
+            thread.arbiter.stop();
+        }
+    }
+}
