@@ -96,15 +96,36 @@ pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result
             std::fs::create_dir_all(data_dir).map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
             let text = toml::to_string(&wanted)
                 .map_err(|e| LayoutError::Invalid { path: path.clone(), reason: e.to_string() })?;
-            // Write-then-rename so a crash never leaves a half-written layout.
-            let tmp = data_dir.join(format!("{LAYOUT_FILE}.tmp"));
-            std::fs::write(&tmp, text)
-                .and_then(|()| std::fs::rename(&tmp, &path))
-                .map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
+            write_durably(data_dir, &path, text.as_bytes()).map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
             Ok(wanted)
         }
         Err(e) => Err(LayoutError::Io(data_dir.to_path_buf(), e)),
     }
+}
+
+/// Writes `bytes` to `path` in `dir` so that after a crash or a power cut
+/// the file holds all of them or does not exist: written to a temporary
+/// file and synced, renamed over `path`, then the directory synced (and its
+/// parent, which may have just created it) so the new name is on disk too.
+/// Without the syncs a power cut can leave the renamed file empty.
+fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{LAYOUT_FILE}.tmp"));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)?;
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+        _ => Ok(()),
+    }
+}
+
+/// Makes a directory's entries durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -119,5 +140,16 @@ mod tests {
         let err = check_or_create(dir.path(), 2, 16).unwrap_err().to_string();
         assert!(err.contains("holds 4 shards") && err.contains("--shards 4"), "{err}");
         assert!(check_or_create(dir.path(), 4, 64).is_err());
+    }
+
+    #[test]
+    fn a_new_data_dir_gets_its_layout_whole_and_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("nested").join("data");
+        std::fs::create_dir_all(data.parent().unwrap()).unwrap();
+        let layout = check_or_create(&data, 3, 32).unwrap();
+        let text = std::fs::read_to_string(data.join(LAYOUT_FILE)).unwrap();
+        assert_eq!(toml::from_str::<Layout>(&text).unwrap(), layout);
+        assert!(!data.join(format!("{LAYOUT_FILE}.tmp")).exists());
     }
 }
