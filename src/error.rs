@@ -22,9 +22,11 @@ pub enum Error {
     /// `create_board` with a config different from the existing one.
     #[error("{0}")]
     Conflict(String),
-    /// A token is required and `auth` has not succeeded on this connection.
-    #[error("authenticate with `auth` first")]
-    Unauthorized,
+    /// A token is required and `auth` has not succeeded on this connection,
+    /// `auth` was given a wrong token, or the token's role does not allow
+    /// the op.
+    #[error("{0}")]
+    Unauthorized(&'static str),
     /// Shed instead of queued without bound.
     #[error("{0}")]
     Overloaded(String),
@@ -42,7 +44,7 @@ impl Error {
             Self::UnknownOp(_) => ErrorCode::UnknownOp,
             Self::TooLarge(_) => ErrorCode::TooLarge,
             Self::Conflict(_) => ErrorCode::Conflict,
-            Self::Unauthorized => ErrorCode::Unauthorized,
+            Self::Unauthorized(_) => ErrorCode::Unauthorized,
             Self::Overloaded(_) => ErrorCode::Overloaded,
             Self::Internal(_) => ErrorCode::Internal,
         }

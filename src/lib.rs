@@ -12,6 +12,7 @@
 //!   accounting by thread, the allocator, background thread priorities;
 //! - [`tools`]: the `rankd` command line and its client subcommands,
 //!   import/export, the offline check;
+//! - [`security`]: tokens with roles, per-connection access, TLS;
 //! - [`settings`]: every `serve` setting, from flags and the TOML file;
 //! - [`error`]: the one place errors become protocol codes;
 //! - [`clock`]: the wall clock that decides which period a write lands in;
@@ -24,6 +25,7 @@ pub mod hooks;
 pub mod operations;
 pub mod protocol;
 pub mod request_path;
+pub mod security;
 pub mod server;
 pub mod settings;
 pub mod tools;

@@ -11,6 +11,9 @@ use clap::{ArgMatches, Args, ValueEnum};
 use rankd_client::protocol::DEFAULT_MAX_FRAME;
 use serde::{Deserialize, Serialize};
 
+pub use crate::security::Secret;
+use crate::security::{TlsFiles, TokenEntry, Tokens};
+
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -63,12 +66,36 @@ pub struct ServeSettings {
     /// When writes are acknowledged.
     #[arg(long, value_enum, default_value_t = ServeSettings::default().durability)]
     pub durability: DurabilityArg,
-    /// Token clients must present with `auth` before any op but `ping`.
-    #[arg(long, env = "RANKD_AUTH_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    /// The one plain token clients must present with `auth` before any op
+    /// but `ping`: from `RANKD_AUTH_TOKEN` or the config file only, never a
+    /// flag (`ps` would show it).
+    #[arg(skip)]
     pub auth_token: Option<Secret>,
-    /// Allow listening on a non-loopback address without `--auth-token`.
+    /// Tokens with roles (`[[tokens]]` with `role` and `token`), from the
+    /// config file; `--tokens-file` adds more.
+    #[arg(skip)]
+    pub tokens: Vec<TokenEntry>,
+    /// TOML file of tokens with roles: `[[tokens]]` entries, each with
+    /// `role = "read"` or `"write"` and `token = "..."`.
+    #[arg(long, env = "RANKD_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
+    /// Allow listening on a non-loopback address without a token.
     #[arg(long)]
     pub allow_unauthenticated_remote: bool,
+    /// The server's certificate chain (PEM): the client port speaks TLS.
+    /// Reloaded on SIGHUP.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) a client's certificate must chain to: mutual
+    /// TLS, clients without one are refused.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve the metrics endpoint over HTTPS with the same certificate.
+    #[arg(long, requires = "tls_cert")]
+    pub metrics_tls: bool,
     /// Client connections served at once; more are answered `overloaded`
     /// and closed.
     #[arg(long, default_value_t = ServeSettings::default().max_connections)]
@@ -108,7 +135,13 @@ impl Default for ServeSettings {
             max_inflight: 4096,
             durability: DurabilityArg::Sync,
             auth_token: None,
+            tokens: Vec::new(),
+            tokens_file: None,
             allow_unauthenticated_remote: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            metrics_tls: false,
             max_connections: 4096,
             idle_timeout_secs: 300,
             max_shard_queue: 1 << 18,
@@ -134,8 +167,28 @@ impl ServeSettings {
             }
             None => self,
         };
+        let settings = settings.with_secrets_from_outside()?;
         settings.validate()?;
         Ok(settings)
+    }
+
+    /// Adds the secrets that never come from flags: `RANKD_AUTH_TOKEN`
+    /// (over the file's `auth_token`) and the tokens file's entries.
+    fn with_secrets_from_outside(mut self) -> Result<Self, ConfigError> {
+        if let Ok(token) = std::env::var("RANKD_AUTH_TOKEN") {
+            self.auth_token = Some(Secret(token));
+        }
+        if let Some(path) = &self.tokens_file {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct TokensFile {
+                tokens: Vec<TokenEntry>,
+            }
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.clone(), e))?;
+            let file: TokensFile = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.clone(), e))?;
+            self.tokens.extend(file.tokens);
+        }
+        Ok(self)
     }
 
     /// The file's settings, with every flag given on the command line (or
@@ -177,15 +230,21 @@ impl ServeSettings {
         if self.max_batch == 0 || self.max_inflight == 0 {
             return invalid("--max-batch and --max-inflight must be at least 1".into());
         }
-        if self.auth_token().is_none() && !self.listen.ip().is_loopback() && !self.allow_unauthenticated_remote {
+        if !self.tokens().required() && !self.listen.ip().is_loopback() && !self.allow_unauthenticated_remote {
             return invalid(format!(
-                "refusing to listen on {} without --auth-token (set RANKD_AUTH_TOKEN, or pass \
-                 --allow-unauthenticated-remote if the network is trusted)",
+                "refusing to listen on {} without a token (set RANKD_AUTH_TOKEN, or give --tokens-file, or \
+                 pass --allow-unauthenticated-remote if the network is trusted)",
                 self.listen
             ));
         }
         if self.max_connections == 0 || self.max_shard_queue == 0 || self.idle_timeout_secs == 0 {
             return invalid("--max-connections, --max-shard-queue and --idle-timeout-secs must be at least 1".into());
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return invalid("--tls-cert and --tls-key go together".into());
+        }
+        if (self.tls_client_ca.is_some() || self.metrics_tls) && self.tls_cert.is_none() {
+            return invalid("--tls-client-ca and --metrics-tls need --tls-cert and --tls-key".into());
         }
         if !(64..=64 << 20).contains(&self.max_frame) {
             return invalid("--max-frame must be 64 bytes to 64 MiB".into());
@@ -193,10 +252,20 @@ impl ServeSettings {
         Ok(())
     }
 
-    /// The token clients must present, if any: an empty one is none, so
-    /// `RANKD_AUTH_TOKEN=` turns auth off.
-    pub fn auth_token(&self) -> Option<&Secret> {
-        self.auth_token.as_ref().filter(|token| !token.0.is_empty())
+    /// Every token clients may present (empty ones are none, so
+    /// `RANKD_AUTH_TOKEN=` turns the plain token off).
+    pub fn tokens(&self) -> Tokens {
+        Tokens::new(self.auth_token.clone(), self.tokens.clone())
+    }
+
+    /// The TLS files, when the client port speaks TLS.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.tls_client_ca.clone() })
+            }
+            _ => None,
+        }
     }
 
     /// How long an idle connection is kept.
@@ -208,34 +277,6 @@ impl ServeSettings {
     pub fn cache_bytes(&self) -> u64 {
         self.cache_mb.saturating_mul(1 << 20)
     }
-}
-
-/// A secret setting: never printed, not even in `Debug` output.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-impl Secret {
-    /// Compares with `candidate` in time that depends only on the lengths,
-    /// never on where the first difference is.
-    pub fn matches(&self, candidate: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), candidate.as_bytes());
-        let mut diff = a.len() ^ b.len();
-        for i in 0..a.len().max(b.len()) {
-            diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
-        }
-        diff == 0
-    }
-}
-
-fn parse_secret(text: &str) -> Result<Secret, std::convert::Infallible> {
-    Ok(Secret(text.to_string()))
 }
 
 /// A bad setting.
@@ -301,17 +342,43 @@ mod tests {
 
     #[test]
     fn remote_listening_needs_a_token_or_an_explicit_opt_in() {
+        let dir = tempfile::tempdir().unwrap();
         let err = resolve(&["--listen", "0.0.0.0:7070"]).unwrap_err();
-        assert!(err.to_string().contains("--auth-token"), "{err}");
-        let settings = resolve(&["--listen", "0.0.0.0:7070", "--auth-token", "s3cret"]).unwrap();
-        assert!(!format!("{settings:?}").contains("s3cret"), "the token never shows in Debug output");
+        assert!(err.to_string().contains("without a token"), "{err}");
+        let tokens = dir.path().join("tokens.toml");
+        std::fs::write(&tokens, "[[tokens]]\nrole = \"read\"\ntoken = \"r-s3cret\"\n").unwrap();
+        let settings = resolve(&["--listen", "0.0.0.0:7070", "--tokens-file", tokens.to_str().unwrap()]).unwrap();
+        assert!(settings.tokens().has_roles());
+        assert!(!format!("{settings:?}").contains("s3cret"), "a token never shows in Debug output");
         assert!(resolve(&["--listen", "0.0.0.0:7070", "--allow-unauthenticated-remote"]).is_ok());
     }
 
     #[test]
-    fn tokens_compare_exactly() {
-        let secret = Secret("abc".into());
-        assert!(secret.matches("abc"));
-        assert!(!secret.matches("abd") && !secret.matches("ab") && !secret.matches("abcd") && !secret.matches(""));
+    fn tokens_come_from_files_never_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(resolve(&["--auth-token", "s3cret"]).is_err(), "no flag takes a token");
+        let config = dir.path().join("rankd.toml");
+        std::fs::write(&config, "auth_token = \"p\"\n[[tokens]]\nrole = \"write\"\ntoken = \"w\"\n").unwrap();
+        let tokens_file = dir.path().join("tokens.toml");
+        std::fs::write(&tokens_file, "[[tokens]]\nrole = \"read\"\ntoken = \"r\"\n").unwrap();
+        let args = ["--config", config.to_str().unwrap(), "--tokens-file", tokens_file.to_str().unwrap()];
+        let tokens = resolve(&args).unwrap().tokens();
+        use crate::security::Role;
+        assert_eq!(
+            (tokens.role_of("p"), tokens.role_of("w"), tokens.role_of("r")),
+            (Some(Role::Write), Some(Role::Write), Some(Role::Read))
+        );
+        std::fs::write(&tokens_file, "[[tokens]]\nrole = \"admin\"\ntoken = \"r\"\n").unwrap();
+        assert!(matches!(resolve(&args), Err(ConfigError::Parse(..))), "an unknown role is refused");
+    }
+
+    #[test]
+    fn tls_files_go_together() {
+        assert!(resolve(&["--tls-cert", "c.pem"]).is_err());
+        assert!(resolve(&["--tls-client-ca", "ca.pem"]).is_err());
+        assert!(resolve(&["--metrics-tls"]).is_err());
+        let settings = resolve(&["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem"]).unwrap();
+        let files = settings.tls_files().unwrap();
+        assert_eq!(files.client_ca.as_deref(), Some(std::path::Path::new("ca.pem")));
     }
 }

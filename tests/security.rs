@@ -95,7 +95,7 @@ fn same_value(a: &Value, b: &Value) -> bool {
 
 #[tokio::test]
 async fn every_op_but_ping_and_auth_waits_for_a_successful_auth() {
-    let mut server = common::Server::start_capturing(2, &["--auth-token", TOKEN], &[("RANKD_LOG", "trace")]);
+    let mut server = common::Server::start_capturing(2, &[], &[("RANKD_AUTH_TOKEN", TOKEN), ("RANKD_LOG", "trace")]);
     let ops = every_other_op();
     let mut covered: Vec<&str> = ops.iter().map(|(name, _, _)| *name).chain(["ping", "auth"]).collect();
     covered.sort_unstable();
@@ -180,5 +180,5 @@ fn listening_beyond_loopback_needs_a_token() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--auth-token"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without a token"));
 }

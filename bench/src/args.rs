@@ -78,6 +78,9 @@ pub struct BenchArgs {
     /// Also append the report as one CSV row here (header when the file is new).
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// TLS and the token, for rankd.
+    #[command(flatten)]
+    pub connect: rankd_client::cli::ConnectArgs,
     /// The load.
     #[command(flatten)]
     pub load: LoadArgs,

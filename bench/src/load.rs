@@ -16,6 +16,7 @@ use crate::cpu;
 use crate::error::BenchError;
 use crate::report::Report;
 use crate::target::{self, Target};
+use rankd_client::ConnectOptions;
 
 /// Runs the load against rankd at `args.server` (or `args.target`) and
 /// returns the report.
@@ -24,14 +25,19 @@ pub async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
         Some(url) => Target::parse(url)?,
         None => Target::Rankd(args.server.clone()),
     };
-    run_on(&target, &args.load, args.reset).await
+    run_on(&target, &args.load, args.reset, &args.connect.options()?).await
 }
 
-/// Runs `load` against `target`: optionally empties the board and prefills
-/// it, then measures.
-pub async fn run_on(target: &Target, load: &LoadArgs, reset: bool) -> Result<Report, BenchError> {
+/// Runs `load` against `target` (a rankd one reached as `connect` says):
+/// optionally empties the board and prefills it, then measures.
+pub async fn run_on(
+    target: &Target,
+    load: &LoadArgs,
+    reset: bool,
+    connect: &ConnectOptions,
+) -> Result<Report, BenchError> {
     load.validate()?;
-    let setup = target::Setup::probe(target, &load.board).await?;
+    let setup = target::Setup::probe(target, &load.board, connect).await?;
     if reset {
         setup.reset(&load.board).await?;
     }

@@ -14,6 +14,7 @@ use crate::load::run_on;
 use crate::report::{csv_field, print, Report};
 use crate::serve::{self, ServeProcess};
 use crate::target::Target;
+use rankd_client::ConnectOptions;
 
 /// `rankd-bench sweep` flags.
 #[derive(Debug, Clone, Args)]
@@ -110,7 +111,8 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         let result = (|| {
             let server = ServeProcess::start(&exe, &data_dir, shards, &args.serve_args)?;
             let load = LoadArgs { server_metrics: Some(server.metrics_addr.clone()), ..args.load.clone() };
-            let report = runtime.block_on(run_on(&Target::Rankd(server.addr.clone()), &load, false));
+            let report =
+                runtime.block_on(run_on(&Target::Rankd(server.addr.clone()), &load, false, &ConnectOptions::default()));
             let status = server.stop()?;
             let report = report?;
             if !status.success() {
@@ -127,7 +129,7 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
     let redis_report = match &redis {
         Some(target) => {
             eprintln!("sweep: reference run on {}", target.url());
-            let report = runtime.block_on(run_on(target, &args.load, true))?;
+            let report = runtime.block_on(run_on(target, &args.load, true, &ConnectOptions::default()))?;
             print(&report);
             warn_errors(&report);
             Some(report)

@@ -12,6 +12,7 @@
 //! | count             | `count`               | `ZCARD board`                                |
 //! | prefill           | `set_many` of 10 000  | `ZADD` of 1000 pairs                         |
 
+use rankd_client::ConnectOptions;
 use rankd_client::{set_call, Call, Client, Mode, OpKind};
 use serde::de::IgnoredAny;
 
@@ -84,17 +85,17 @@ impl Target {
 /// persistence settings and whether `ZREVRANK ... WITHSCORE` works.
 #[derive(Debug, Clone)]
 pub(crate) enum Setup {
-    Rankd { addr: String },
+    Rankd { addr: String, connect: ConnectOptions },
     Redis { addr: String, db: Option<u32>, version: Option<String>, rank_withscore: bool, persistence: Option<String> },
 }
 
 impl Setup {
     /// Connects once to check the target answers and learn what it supports.
-    pub async fn probe(target: &Target, board: &str) -> Result<Self, BenchError> {
+    pub async fn probe(target: &Target, board: &str, connect: &ConnectOptions) -> Result<Self, BenchError> {
         match target {
             Target::Rankd(addr) => {
-                Client::connect(addr.as_str()).await?.ping().await?;
-                Ok(Setup::Rankd { addr: addr.clone() })
+                Client::connect_with(addr, connect).await?.ping().await?;
+                Ok(Setup::Rankd { addr: addr.clone(), connect: connect.clone() })
             }
             Target::Redis { addr, db } => {
                 let mut conn = redis_connect(addr, *db).await?;
@@ -130,7 +131,14 @@ impl Setup {
     /// The target as a URL.
     pub fn url(&self) -> String {
         match self {
-            Setup::Rankd { addr } => Target::Rankd(addr.clone()).url(),
+            Setup::Rankd { addr, connect } => {
+                let url = Target::Rankd(addr.clone()).url();
+                if connect.tls.is_some() {
+                    format!("{url} (TLS)")
+                } else {
+                    url
+                }
+            }
             Setup::Redis { addr, db, .. } => Target::Redis { addr: addr.clone(), db: *db }.url(),
         }
     }
@@ -196,8 +204,8 @@ impl Setup {
     /// Empties the board.
     pub async fn reset(&self, board: &str) -> Result<(), BenchError> {
         match self {
-            Setup::Rankd { addr } => {
-                Client::connect(addr.as_str()).await?.drop_board(board).await?;
+            Setup::Rankd { addr, connect } => {
+                Client::connect_with(addr, connect).await?.drop_board(board).await?;
             }
             Setup::Redis { addr, db, .. } => {
                 let reply = redis_connect(addr, *db).await?.command(&[b"DEL", board.as_bytes()]).await?;
@@ -212,7 +220,7 @@ impl Setup {
     /// A new connection for one load task.
     pub async fn connect(&self) -> Result<Conn, BenchError> {
         Ok(match self {
-            Setup::Rankd { addr } => Conn::Rankd(Client::connect(addr.as_str()).await?),
+            Setup::Rankd { addr, connect } => Conn::Rankd(Client::connect_with(addr, connect).await?),
             Setup::Redis { addr, db, rank_withscore, .. } => Conn::Redis(RedisConn {
                 conn: redis_connect(addr, *db).await?,
                 rank_withscore: *rank_withscore,

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use serde::de::{DeserializeOwned, IgnoredAny};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpStream, ToSocketAddrs};
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::call::{set_call, Call};
+use crate::connect::{self, ConnectOptions};
 use crate::error::ClientError;
 use crate::frame::FrameReader;
 use crate::protocol::{Mode, OpKind, Order, Ties};
@@ -17,23 +17,44 @@ use crate::reply::{BoardInfo, Entry, Envelope, RankInfo};
 /// Replies can be as large as requests, and a server may allow 64 MiB.
 const MAX_REPLY: usize = 64 << 20;
 
+/// What a successful `auth` granted.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Access {
+    /// Everything (a server without token roles answers `true`).
+    Granted(bool),
+    /// The token's role, `"read"` or `"write"`, on a server with roles.
+    Role {
+        /// The role's name.
+        role: String,
+    },
+}
+
 /// A connection to a rankd server.
 pub struct Client {
     /// Replies, read while requests are still being written.
-    reader: FrameReader<OwnedReadHalf>,
+    reader: FrameReader<Box<dyn AsyncRead + Send + Unpin>>,
     /// Requests, written whole pipelines at a time.
-    writer: OwnedWriteHalf,
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
     /// The id of the next request: replies are matched to calls by it.
     next_id: u64,
 }
 
 impl Client {
-    /// Connects to `addr`.
-    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Self, ClientError> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let (read, writer) = stream.into_split();
-        Ok(Self { reader: FrameReader::new(read, MAX_REPLY), writer, next_id: 1 })
+    /// Connects to `addr` (`host:port`) over plain TCP.
+    pub async fn connect(addr: &str) -> Result<Self, ClientError> {
+        Self::connect_with(addr, &ConnectOptions::default()).await
+    }
+
+    /// Connects to `addr` as `options` say: over TLS if asked, then `auth`
+    /// with the token if one is given.
+    pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Self, ClientError> {
+        let (read, writer) = connect::open(addr, options.tls.as_ref()).await?;
+        let mut client = Self { reader: FrameReader::new(read, MAX_REPLY), writer, next_id: 1 };
+        if let Some(token) = &options.token {
+            client.auth(&token.0).await?;
+        }
+        Ok(client)
     }
 
     /// Connects, retrying until `timeout` (for a server that is starting).
@@ -118,8 +139,8 @@ impl Client {
         self.call(Call::new(OpKind::Ping)).await
     }
 
-    /// `auth` with the server's token.
-    pub async fn auth(&mut self, token: &str) -> Result<bool, ClientError> {
+    /// `auth` with a token: what it grants, or `unauthorized`.
+    pub async fn auth(&mut self, token: &str) -> Result<Access, ClientError> {
         self.call(Call::new(OpKind::Auth).with("token", token)).await
     }
 

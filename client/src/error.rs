@@ -19,7 +19,9 @@ pub enum ClientError {
     Encode(String),
     /// The reply is not what the protocol promises.
     Protocol(String),
-    /// Connection failure.
+    /// TLS could not be set up (a CA or certificate file, the server name).
+    Tls(String),
+    /// Connection failure (a failed TLS handshake included).
     Io(std::io::Error),
 }
 
@@ -44,6 +46,7 @@ impl fmt::Display for ClientError {
             Self::Server { code, msg } => write!(f, "{code}: {msg}"),
             Self::Encode(why) => write!(f, "cannot encode request: {why}"),
             Self::Protocol(why) => write!(f, "protocol violation: {why}"),
+            Self::Tls(why) => write!(f, "TLS: {why}"),
             Self::Io(e) => e.fmt(f),
         }
     }

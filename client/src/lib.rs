@@ -18,21 +18,28 @@
 //! - [`Call`]: a request, encoded as it is built; [`Client`]: a connection
 //!   that sends calls alone or pipelined and decodes replies into any
 //!   `serde` type (`serde::de::IgnoredAny` to skip them);
+//! - [`ConnectOptions`]: TLS ([`TlsOptions`]) and a token, for
+//!   [`Client::connect_with`];
 //! - [`RankInfo`], [`Entry`], [`BoardInfo`]: the ops' result types.
 //!
-//! Depends on tokio, serde and rmp-serde only, so any service can use it.
+//! Depends on tokio, serde and rmp-serde, and (feature `tls`, on by default)
+//! rustls, so any service can use it.
 
 #![warn(missing_docs)]
 
 mod call;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod client;
+mod connect;
 mod error;
 pub mod frame;
 pub mod protocol;
 mod reply;
 
 pub use call::{set_call, Call};
-pub use client::Client;
+pub use client::{Access, Client};
+pub use connect::{ConnectOptions, TlsOptions, Token};
 pub use error::ClientError;
 pub use protocol::{ErrorCode, Mode, OpKind, Order, Ties, Window};
 pub use reply::{BoardInfo, Entry, RankInfo};

@@ -6,6 +6,7 @@ use rankd_client::{BoardInfo, Entry, RankInfo};
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::security::Role;
 
 /// A successful result, shaped as `protocol.md` lists it per op.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,6 +30,11 @@ pub enum Reply {
     Entries(Vec<Entry>),
     /// `boards`.
     Boards(Vec<BoardInfo>),
+    /// `auth` on a server with token roles: `{"role": "read"|"write"}`.
+    Role {
+        /// The role the token grants.
+        role: Role,
+    },
 }
 
 #[derive(Serialize)]

@@ -20,9 +20,14 @@
 //! refused before its body is read. A connection idle (nothing in flight,
 //! nothing sent) or not reading its replies for `idle_timeout` is closed.
 //!
-//! Auth: with a token configured, every op but `ping` and `auth` is answered
-//! `unauthorized` until `auth` succeeds on the connection; the token is
-//! compared in constant time and never logged.
+//! Auth: with tokens configured, every op but `ping` and `auth` is answered
+//! `unauthorized` until `auth` succeeds on the connection, and writes too
+//! under a `read` token; the third failed `auth` is answered and the
+//! connection closed (the rules: `security::access`). Tokens are compared in
+//! constant time and never logged.
+//!
+//! Transport: plain TCP or TLS; the connection only sees a reader and a
+//! writer.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,8 +37,7 @@ use std::time::Instant;
 use actix::Addr;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::Error;
@@ -41,7 +45,8 @@ use crate::operations::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
 use crate::protocol::{encode_error, encode_reply, Op, Reply};
 use crate::request_path::router::{Dispatch, Router};
-use crate::settings::Secret;
+use crate::security::access::Denied;
+use crate::security::{Access, AuthOutcome, Tokens};
 use rankd_client::frame::{FrameError, FrameReader};
 use rankd_client::OpKind;
 
@@ -106,29 +111,42 @@ struct Connection {
     multi_outstanding: usize,
     /// Decoded but not dispatched yet, in order.
     pending: Vec<Decoded>,
-    /// The token this server requires, if any.
-    auth: Option<Arc<Secret>>,
-    /// Whether `auth` succeeded on this connection (or none is required).
-    authenticated: bool,
+    /// What this connection may do, as its `auth`s decided.
+    access: Access,
+    /// An `auth` failed once too often: answer what was read, then close.
+    locked_out: bool,
 }
 
 impl Connection {
-    /// Admits a decoded request: `auth` is answered here, and without a
-    /// successful `auth` every op but `ping` is answered `unauthorized`.
+    /// Admits a decoded request: `auth` is answered here, and ops the
+    /// connection's standing does not allow are answered `unauthorized`.
     fn admit(&mut self, request: Request) -> Decoded {
-        match &request.op {
-            Op::Auth { token } => {
-                let ok = self.auth.as_ref().is_none_or(|secret| secret.matches(token));
-                self.authenticated |= ok;
-                Decoded::Answered(
-                    request.id,
-                    OpKind::Auth,
-                    if ok { Ok(Reply::Bool(true)) } else { Err(Error::Unauthorized) },
-                )
+        if let Op::Auth { token } = &request.op {
+            let result = match self.access.auth(token) {
+                AuthOutcome::Accepted => Ok(Reply::Bool(true)),
+                AuthOutcome::AcceptedAs(role) => Ok(Reply::Role { role }),
+                AuthOutcome::Refused { close } => {
+                    self.metrics.security.auth_failures.inc();
+                    self.locked_out |= close;
+                    Err(Error::Unauthorized(if close {
+                        "wrong token; too many failed `auth`s, closing the connection"
+                    } else {
+                        "wrong token"
+                    }))
+                }
+            };
+            return Decoded::Answered(request.id, OpKind::Auth, result);
+        }
+        match self.access.permits(request.op.kind()) {
+            Ok(()) => Decoded::Request(request),
+            Err(Denied::NotAuthenticated) => Decoded::Answered(
+                request.id,
+                request.op.kind(),
+                Err(Error::Unauthorized("authenticate with `auth` first")),
+            ),
+            Err(Denied::ReadOnly) => {
+                Decoded::Answered(request.id, request.op.kind(), Err(Error::Unauthorized("this token may only read")))
             }
-            Op::Ping => Decoded::Request(request),
-            op if !self.authenticated => Decoded::Answered(request.id, op.kind(), Err(Error::Unauthorized)),
-            _ => Decoded::Request(request),
         }
     }
 
@@ -223,25 +241,29 @@ impl Connection {
     }
 }
 
-/// Serves one connection until the client closes it, a fatal frame error,
-/// or shutdown (which stops reading but still answers what was read).
-pub async fn serve(
-    stream: TcpStream,
+/// Serves one connection (the two halves of its stream, plain or TLS)
+/// until the client closes it, a fatal frame error, a lock-out, or shutdown
+/// (which stops reading but still answers what was read).
+pub async fn serve<R, W>(
+    (read_half, write_half): (R, W),
     router: Addr<Router>,
     limits: Limits,
-    auth: Option<Arc<Secret>>,
+    tokens: Arc<Tokens>,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     metrics.connections_accepted.inc();
     metrics.connections_open.inc();
-    serve_inner(stream, router, limits, auth, metrics.clone(), &mut shutdown).await;
+    serve_inner(read_half, write_half, router, limits, tokens, metrics.clone(), &mut shutdown).await;
     metrics.connections_open.dec();
 }
 
 /// Answers a connection over the limit with one `overloaded` error, then
 /// closes it.
-pub async fn refuse(mut stream: TcpStream, metrics: Arc<Metrics>) {
+pub async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, metrics: Arc<Metrics>) {
     metrics.connections_refused.inc();
     let mut out = Vec::new();
     encode_error(&mut out, 0, &Error::Overloaded("too many connections; retry later".into()));
@@ -249,16 +271,15 @@ pub async fn refuse(mut stream: TcpStream, metrics: Arc<Metrics>) {
     let _ = stream.shutdown().await;
 }
 
-async fn serve_inner(
-    stream: TcpStream,
+async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    read_half: R,
+    mut write_half: W,
     router: Addr<Router>,
     limits: Limits,
-    auth: Option<Arc<Secret>>,
+    tokens: Arc<Tokens>,
     metrics: Arc<Metrics>,
     shutdown: &mut watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
-    let (read_half, mut write_half) = stream.into_split();
     let mut frames = FrameReader::new(read_half, limits.max_frame);
     let mut conn = Connection {
         router,
@@ -267,8 +288,8 @@ async fn serve_inner(
         inflight_requests: 0,
         multi_outstanding: 0,
         pending: Vec::new(),
-        authenticated: auth.is_none(),
-        auth,
+        access: Access::new(tokens),
+        locked_out: false,
     };
     let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
     let mut closing = *shutdown.borrow();
@@ -331,6 +352,8 @@ async fn serve_inner(
                         }
                         Err(FrameError::Truncated | FrameError::Io(_)) => return,
                     }
+                    // Nothing after the last permitted failed `auth` is read.
+                    closing |= conn.locked_out;
                     let room = conn.inflight_requests + conn.pending.len() < limits.max_inflight;
                     if closing || !room || !frames.has_buffered_frame() {
                         break;

@@ -1,6 +1,8 @@
 //! The listener, and graceful shutdown: stop accepting, let every
 //! connection answer what it already read, then ask every shard to commit
-//! (a `Shutdown` queued behind all earlier requests).
+//! (a `Shutdown` queued behind all earlier requests). With TLS, each
+//! connection's handshake runs on its I/O thread, and SIGHUP reloads the
+//! certificate for connections accepted after it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,24 +14,32 @@ use crate::operations::metrics::Metrics;
 use crate::request_path::connection::{self, Limits};
 use crate::request_path::shard::command::{answer, reply};
 use crate::request_path::shard::{Command, ShardLink};
-use crate::settings::Secret;
+use crate::security::https::HANDSHAKE_TIMEOUT;
+use crate::security::{TlsReloader, Tokens};
 
 use super::io_threads::IoThreads;
 
 /// How long shutdown waits for connections to answer what they read.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What every accepted connection is served with.
+pub struct Serving {
+    /// Per-connection limits.
+    pub limits: Limits,
+    /// The tokens clients may present.
+    pub tokens: Arc<Tokens>,
+    /// The certificate, when the port speaks TLS.
+    pub tls: Option<Arc<TlsReloader>>,
+    /// Connections that may be open at once.
+    pub slots: Arc<tokio::sync::Semaphore>,
+}
+
 /// Accepts connections and deals them out to the I/O threads until SIGTERM
 /// or Ctrl-C; then stops accepting and waits (bounded) for every connection
 /// to answer what it read.
-pub async fn accept_until_signal(
-    listener: TcpListener,
-    io: &IoThreads,
-    limits: Limits,
-    auth: Option<Arc<Secret>>,
-    slots: Arc<tokio::sync::Semaphore>,
-    metrics: Arc<Metrics>,
-) {
+pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving: Serving, metrics: Arc<Metrics>) {
+    let Serving { limits, tokens, tls, slots } = serving;
+    let mut hangups = hangup_signals();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // Every connection task holds a clone; when all are dropped, all are done.
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
@@ -40,8 +50,16 @@ pub async fn accept_until_signal(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        // At the connection limit: say so, then close.
-                        actix_rt::spawn(connection::refuse(stream, metrics.clone()));
+                        // At the connection limit: say so (in TLS on a TLS port), then close.
+                        let metrics = metrics.clone();
+                        match tls.as_ref().map(|tls| tls.acceptor()) {
+                            None => actix_rt::spawn(connection::refuse(stream, metrics)),
+                            Some(acceptor) => actix_rt::spawn(async move {
+                                if let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                    connection::refuse(stream, metrics).await;
+                                }
+                            }),
+                        };
                         continue;
                     };
                     let stream = match stream.into_std() {
@@ -52,13 +70,32 @@ pub async fn accept_until_signal(
                         }
                     };
                     let (shutdown, alive) = (shutdown_rx.clone(), alive_tx.clone());
-                    let (metrics, auth) = (metrics.clone(), auth.clone());
+                    let (metrics, tokens) = (metrics.clone(), tokens.clone());
+                    let acceptor = tls.as_ref().map(|tls| tls.acceptor());
                     // Built on the I/O thread: a connection's future is not Send.
                     io.spawn(move |router| {
                         actix_rt::spawn(async move {
-                            match tokio::net::TcpStream::from_std(stream) {
-                                Ok(stream) => connection::serve(stream, router, limits, auth, metrics, shutdown).await,
-                                Err(e) => tracing::warn!(error = %e, "cannot take a connection over; closing it"),
+                            let stream = match tokio::net::TcpStream::from_std(stream) {
+                                Ok(stream) => stream,
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "cannot take a connection over; closing it");
+                                    return;
+                                }
+                            };
+                            let _ = stream.set_nodelay(true);
+                            match acceptor {
+                                None => {
+                                    connection::serve(stream.into_split(), router, limits, tokens, metrics, shutdown)
+                                        .await
+                                }
+                                Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                    Ok(Ok(stream)) => {
+                                        let halves = tokio::io::split(stream);
+                                        connection::serve(halves, router, limits, tokens, metrics, shutdown).await
+                                    }
+                                    // Plaintext on a TLS port, an untrusted client certificate, a stall.
+                                    Ok(Err(_)) | Err(_) => metrics.security.client_handshake_failures.inc(),
+                                },
                             }
                             drop((alive, slot));
                         });
@@ -70,6 +107,7 @@ pub async fn accept_until_signal(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
+            _ = hangups.recv() => reload_certificate(tls.as_deref(), &metrics),
             () = &mut signal => break,
         }
     }
@@ -96,6 +134,46 @@ pub async fn sync_shards(shards: &[ShardLink]) {
     for (index, pending) in pending.into_iter().enumerate() {
         if let Err(e) = answer(pending).await {
             tracing::warn!(shard = index, error = %e, "shutdown preparation failed; the next start replays more");
+        }
+    }
+}
+
+/// SIGHUPs, or none where they cannot be received.
+fn hangup_signals() -> mpsc::UnboundedReceiver<()> {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hangup) => {
+            actix_rt::spawn(async move {
+                while hangup.recv().await.is_some() {
+                    if sender.send(()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot listen for SIGHUP; certificates will not reload"),
+    }
+    #[cfg(not(unix))]
+    drop(sender);
+    receiver
+}
+
+/// SIGHUP: reads the certificate files again for the connections accepted
+/// from now on; a failure keeps the certificate in use.
+fn reload_certificate(tls: Option<&TlsReloader>, metrics: &Metrics) {
+    let Some(tls) = tls else {
+        tracing::info!("SIGHUP: no certificate to reload (TLS is off)");
+        return;
+    };
+    match tls.reload() {
+        Ok(()) => {
+            metrics.security.reloads_ok.inc();
+            tracing::info!("SIGHUP: certificate reloaded; new connections use it");
+        }
+        Err(e) => {
+            metrics.security.reloads_failed.inc();
+            tracing::error!(error = %e, "SIGHUP: certificate reload failed; keeping the one in use");
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::operations::metrics::{self, Metrics};
 use crate::operations::priority;
 use crate::request_path::connection::Limits;
 use crate::request_path::router::{Boards, Router};
+use crate::security::TlsReloader;
 use crate::settings::ServeSettings;
 use io_threads::IoThreads;
 
@@ -43,6 +44,9 @@ pub enum StartError {
     /// Other I/O.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The certificate files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::security::TlsError),
     /// Metrics could not be set up.
     #[error(transparent)]
     Metrics(#[from] metrics::MetricsError),
@@ -51,6 +55,12 @@ pub enum StartError {
 /// Runs the server until SIGTERM/Ctrl-C. Blocks the calling thread.
 pub fn run(config: ServeSettings) -> Result<(), StartError> {
     let started = Instant::now();
+    // Unusable certificate files stop the start before any shard opens.
+    let tls = config.tls_files().map(TlsReloader::new).transpose()?.map(Arc::new);
+    let tokens = Arc::new(config.tokens());
+    if tls.is_none() && tokens.required() && !config.listen.ip().is_loopback() {
+        tracing::warn!(listen = %config.listen, "tokens and scores cross the network in clear text: give --tls-cert and --tls-key");
+    }
     let shards = startup::open_shards(&config)?;
     priority::make_fjall_workers_background();
     let players: u64 = shards.iter().map(|s| s.tree_ids().map(|t| s.count(t)).sum::<u64>()).sum();
@@ -76,7 +86,8 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
         io.start_routers(&links, &boards, &dense, clock, &metrics, configure);
-        let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone())
+        let metrics_tls = if config.metrics_tls { tls.clone() } else { None };
+        let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone(), metrics_tls)
             .await
             .map_err(|e| StartError::Bind(config.metrics_listen, e))?;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| StartError::Bind(config.listen, e))?;
@@ -93,9 +104,13 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
             max_inflight: config.max_inflight,
             idle_timeout: config.idle_timeout(),
         };
-        let auth = config.auth_token().cloned().map(Arc::new);
-        let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
-        listener::accept_until_signal(listener, &io, limits, auth, slots, metrics.clone()).await;
+        let serving = listener::Serving {
+            limits,
+            tokens,
+            tls,
+            slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+        };
+        listener::accept_until_signal(listener, &io, serving, metrics.clone()).await;
         metrics.set_ready(false);
         listener::sync_shards(&links).await;
         io.stop();

@@ -98,4 +98,14 @@ pub struct ClientArgs {
     /// Print the raw result as JSON instead of a human table.
     #[arg(long)]
     pub json: bool,
+    /// TLS and the token.
+    #[command(flatten)]
+    pub connect: rankd_client::cli::ConnectArgs,
+}
+
+impl ClientArgs {
+    /// Connects as the flags say (TLS, then `auth` with the token).
+    pub async fn connect(&self) -> Result<rankd_client::Client, rankd_client::ClientError> {
+        rankd_client::Client::connect_with(&self.server, &self.connect.options()?).await
+    }
 }

@@ -3,7 +3,7 @@
 
 use rmpv::Value;
 
-use rankd_client::{Call, Client, ClientError, OpKind};
+use rankd_client::{Call, ClientError, OpKind};
 
 use crate::tools::cli::{ClientArgs, Command};
 
@@ -42,7 +42,7 @@ pub async fn run(command: Command) -> Result<(), ClientError> {
         Command::Count { client, board } => (client, Call::new(OpKind::Count).with("board", board), plain),
         Command::Boards(args) => (args, Call::new(OpKind::Boards), show_boards),
     };
-    let mut client = Client::connect(args.server.as_str()).await?;
+    let mut client = args.connect().await?;
     let result: Value = client.call(call).await?;
     if args.json {
         let json = serde_json::to_string_pretty(&result).map_err(|e| ClientError::Protocol(e.to_string()))?;

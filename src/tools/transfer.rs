@@ -195,7 +195,7 @@ pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
     };
     let bar = progress(args.quiet || len.is_none(), len, "bytes");
     let counted = CountingReader { inner: input, bar: bar.clone() };
-    let mut client = Client::connect(args.client.server.as_str()).await?;
+    let mut client = args.client.connect().await?;
     let started = Instant::now();
     let mut written = 0u64;
     let mut calls: Vec<Call> = Vec::with_capacity(args.pipeline);
@@ -255,7 +255,7 @@ impl<R: Read> Read for CountingReader<R> {
 /// writes for an exact snapshot.
 pub async fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<u64, TransferError> {
     const PAGE: u64 = 1000;
-    let mut client = Client::connect(args.client.server.as_str()).await?;
+    let mut client = args.client.connect().await?;
     let mut writer = csv::Writer::from_writer(out);
     writer.write_record(["board", "player", "score", "rank"]).map_err(csv_error)?;
     let mut offset = 0u64;

@@ -1,21 +1,30 @@
 //! The HTTP endpoint operators and orchestrators scrape: `/metrics` (the
 //! text exposition), `/healthz` (the process answers) and `/readyz` (every
-//! shard is open and clients are accepted).
+//! shard is open and clients are accepted), over plain HTTP or, given the
+//! client port's certificate (`--metrics-tls`), HTTPS.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Metrics;
+use crate::security::https::TlsListener;
+use crate::security::TlsReloader;
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<SocketAddr> {
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the process
+/// ends, over TLS when `tls` is given.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    tls: Option<Arc<TlsReloader>>,
+) -> std::io::Result<SocketAddr> {
     use axum::http::StatusCode;
     use axum::routing::get;
 
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let render = metrics.clone();
+    let handshake_failures = metrics.security.metrics_handshake_failures.clone();
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -40,10 +49,22 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<S
                 }
             }),
         );
-    actix_rt::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "metrics endpoint stopped");
+    match tls {
+        None => {
+            actix_rt::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "metrics endpoint stopped");
+                }
+            });
         }
-    });
+        Some(tls) => {
+            let listener = TlsListener::start(listener, tls, handshake_failures)?;
+            actix_rt::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "metrics endpoint stopped");
+                }
+            });
+        }
+    }
     Ok(local)
 }

@@ -13,11 +13,13 @@
 //!   metrics (connections, bytes, readiness, the allocator, build info);
 //! - `requests`: per op, outcomes and latency ([`OpMetrics`]), and the
 //!   latency of cross-shard read rounds;
+//! - `security`: failed `auth`s, TLS handshakes and certificate reloads;
 //! - `shard`: per shard, its rounds, commits and storage ([`ShardMetrics`]);
 //! - `endpoint`: `/metrics`, `/healthz` and `/readyz` ([`serve`]).
 
 mod endpoint;
 mod requests;
+mod security;
 mod shard;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +32,7 @@ use rankd_client::OpKind;
 pub use endpoint::serve;
 pub(crate) use requests::LATENCY_BUCKETS;
 pub use requests::{OpMetrics, Outcome, FANOUT_OPS};
+pub use security::SecurityMetrics;
 pub use shard::ShardMetrics;
 
 /// Metric families on their way to the registry.
@@ -59,6 +62,8 @@ pub struct Metrics {
     pub received_bytes: IntCounter,
     /// Bytes written to clients.
     pub sent_bytes: IntCounter,
+    /// Failed `auth`s, TLS handshakes and reloads.
+    pub security: SecurityMetrics,
     /// Cross-shard read round latency, indexed by [`OpKind`] (`None` for
     /// ops that do not fan out).
     fanout: Vec<Option<Histogram>>,
@@ -98,6 +103,7 @@ impl Metrics {
         let undecodable = requests.op("undecodable");
         let fanout = requests.fanout_by_op();
         let (shard_metrics, shard_families) = shard::shard_metrics(shards)?;
+        let (security, security_families) = SecurityMetrics::new()?;
 
         let connections_open = IntGauge::new("rankd_connections_open", "Client connections open.")?;
         let connections_accepted = IntCounter::new("rankd_connections_accepted_total", "Client connections accepted.")?;
@@ -148,6 +154,7 @@ impl Metrics {
             .into_collectors()
             .into_iter()
             .chain(shard_families)
+            .chain(security_families)
             .chain(server_wide)
             .chain(allocator.iter().map(|gauge| Box::new(gauge.clone()) as Box<dyn prometheus::core::Collector>))
         {
@@ -169,6 +176,7 @@ impl Metrics {
             ranks_in_place,
             received_bytes,
             sent_bytes,
+            security,
             fanout,
             ready: AtomicBool::new(false),
             ready_gauge,

@@ -1,0 +1,73 @@
+//! The metrics endpoint over TLS: a listener that hands axum only
+//! connections whose handshake finished, each handshake running apart so
+//! one slow client cannot stall the scrapes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntCounter;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+
+use super::tls::TlsReloader;
+
+/// Longest a client may take over its TLS handshake, here and on the
+/// client port.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections whose TLS handshake succeeded, for `axum::serve`.
+pub struct TlsListener {
+    local: SocketAddr,
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+}
+
+impl TlsListener {
+    /// Accepts on `listener` in a task of its own; handshakes that fail or
+    /// time out are counted in `failures`.
+    pub fn start(listener: TcpListener, tls: Arc<TlsReloader>, failures: IntCounter) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        let (sender, ready) = mpsc::channel(16);
+        actix_rt::spawn(async move {
+            loop {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, sender, failures) = (tls.acceptor(), sender.clone(), failures.clone());
+                actix_rt::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = sender.send((stream, peer)).await;
+                        }
+                        Ok(Err(_)) | Err(_) => failures.inc(),
+                    }
+                });
+            }
+        });
+        Ok(Self { local, ready })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(accepted) => accepted,
+            // The accepting task ended (the runtime is stopping): accept
+            // nothing more.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
