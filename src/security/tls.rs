@@ -74,6 +74,16 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     Ok(certs)
 }
 
+/// Whether a client's first byte opens a TLS handshake record (0x16). A
+/// plaintext rankd frame starts with its length's high byte, 0 for any
+/// frame under 16 MiB: such a client is closed without an answer, not even
+/// a TLS alert.
+pub async fn opens_with_tls(stream: &tokio::net::TcpStream) -> bool {
+    const HANDSHAKE_RECORD: u8 = 0x16;
+    let mut first = [0u8; 1];
+    matches!(stream.peek(&mut first).await, Ok(1) if first[0] == HANDSHAKE_RECORD)
+}
+
 /// The acceptor new connections use, replaced whole by [`TlsReloader::reload`].
 pub struct TlsReloader {
     files: TlsFiles,

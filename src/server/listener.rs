@@ -15,6 +15,7 @@ use crate::request_path::connection::{self, Limits};
 use crate::request_path::shard::command::{answer, reply};
 use crate::request_path::shard::{Command, ShardLink};
 use crate::security::https::HANDSHAKE_TIMEOUT;
+use crate::security::tls::opens_with_tls;
 use crate::security::{TlsReloader, Tokens};
 
 use super::io_threads::IoThreads;
@@ -88,7 +89,14 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
                                     connection::serve(stream.into_split(), router, limits, tokens, metrics, shutdown)
                                         .await
                                 }
-                                Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+                                    if !opens_with_tls(&stream).await {
+                                        return Err(std::io::ErrorKind::InvalidData.into());
+                                    }
+                                    acceptor.accept(stream).await
+                                })
+                                .await
+                                {
                                     Ok(Ok(stream)) => {
                                         let halves = tokio::io::split(stream);
                                         connection::serve(halves, router, limits, tokens, metrics, shutdown).await
