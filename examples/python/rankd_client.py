@@ -9,11 +9,18 @@ Only dependency: the `msgpack` package.
     with RankdClient("127.0.0.1", 7070) as db:
         db.set("arena", "alice", 1200)
         print(db.top("arena", limit=3))
+
+Over TLS, with a token (read from the environment, not the source):
+
+    with RankdClient("rankd.internal", 7070, ca_file="ca.pem",
+                     token=os.environ["RANKD_TOKEN"]) as db:
+        print(db.top("arena"))
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 from typing import Any
@@ -46,12 +53,36 @@ class RankdClient:
     server applies its documented defaults.
     """
 
-    def __init__(self, host: str, port: int, timeout: float | None = 30.0) -> None:
-        self._sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = 30.0,
+        *,
+        tls: bool = False,
+        ca_file: str | None = None,
+        server_hostname: str | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        """Connect; over TLS when `tls` or `ca_file` is given (the system's
+        roots unless `ca_file`; `certfile`/`keyfile` for mutual TLS), then
+        `auth` with `token` if given (raising RankdError if refused)."""
+        sock = socket.create_connection((host, port), timeout=timeout)
         # Requests are small and latency-bound; don't let Nagle delay them.
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._tls = tls or ca_file is not None or certfile is not None
+        if self._tls:
+            context = ssl.create_default_context(cafile=ca_file)
+            if certfile is not None:
+                context.load_cert_chain(certfile, keyfile)
+            sock = context.wrap_socket(sock, server_hostname=server_hostname or host)
+        self._sock = sock
         self._rfile = self._sock.makefile("rb")
         self._next_id = 1
+        if token is not None:
+            self.auth(token)
 
     # -- connection ---------------------------------------------------------
 
@@ -128,8 +159,17 @@ class RankdClient:
         Sending happens on a helper thread while this thread reads: with a
         long pipeline the server's replies could otherwise fill the socket
         buffers while we are still blocked sending, and both sides would wait
-        on each other forever.
+        on each other forever. An SSL socket cannot be written and read from
+        two threads at once, so over TLS the requests go in windows small
+        enough for their replies to fit the buffers, each read before the next.
         """
+        if self._tls:
+            window = 128
+            return [
+                response
+                for start in range(0, len(requests), window)
+                for response in self._pipeline_in_turn(requests[start : start + window])
+            ]
         stamped = [self._stamp(r) for r in requests]
         payload = b"".join(frame for _, frame in stamped)
         send_error: list[BaseException] = []
@@ -150,12 +190,19 @@ class RankdClient:
             raise send_error[0]
         return responses
 
+    def _pipeline_in_turn(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send a few requests, then read their replies (one thread)."""
+        stamped = [self._stamp(r) for r in requests]
+        self._sock.sendall(b"".join(frame for _, frame in stamped))
+        return [self._read_response(req_id) for req_id, _ in stamped]
+
     # -- operations ---------------------------------------------------------
 
     def ping(self) -> str:
         return self.call("ping")
 
-    def auth(self, token: str) -> bool:
+    def auth(self, token: str) -> bool | dict[str, str]:
+        """`True`, or `{"role": "read"|"write"}` on a server with token roles."""
         return self.call("auth", token=token)
 
     def create_board(

@@ -5,10 +5,13 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+pub mod ops;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -204,6 +207,29 @@ impl Server {
         let text = self.metrics_text();
         sample(&text, name, labels).unwrap_or_else(|| panic!("no sample of {name} with labels {labels:?} in /metrics"))
     }
+
+    /// A counter's value like [`Server::metric`], but 0 while the server
+    /// has not exported it yet.
+    pub fn counter(&self, name: &str, labels: &[&str]) -> f64 {
+        sample(&self.metrics_text(), name, labels).unwrap_or(0.0)
+    }
+
+    /// Asserts, for a server started with [`Server::start_capturing`] and
+    /// stopped, that its captured stdout and stderr are the whole of its
+    /// output (from its first line to its last) and that none of `secrets`
+    /// is in them.
+    pub fn assert_never_printed(&self, secrets: &[&str]) {
+        let (stdout, stderr) = (self.stdout_text(), self.stderr_text());
+        assert!(stdout.starts_with("rankd listening on "), "stdout was captured: {stdout:?}");
+        for line in ["listening", "shut down cleanly"] {
+            assert!(stderr.contains(line), "the server's logs were captured (no {line:?} in them):\n{stderr}");
+        }
+        for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
+            for secret in secrets {
+                assert!(!text.contains(secret), "the token {secret:?} leaked into the server's {name}:\n{text}");
+            }
+        }
+    }
 }
 
 /// The sum of every sample of `name` whose labels contain all of `labels`
@@ -337,6 +363,35 @@ pub fn serve_fails(data_dir: &Path, shards: usize) -> String {
         .expect("run rankd");
     assert!(!out.status.success(), "server should have refused to start");
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A path as a command-line argument.
+pub fn arg(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 temp path")
+}
+
+/// A child process killed (and reaped) when dropped, so a failing test
+/// leaves none behind.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `command` (e.g. a `rankd serve` that should refuse to start) with
+/// its stdout discarded, waits up to 10 s for it to exit (the test fails,
+/// naming `what`, if it does not), and returns its exit status and stderr.
+pub fn run_to_exit(command: &mut Command, what: &str) -> (ExitStatus, String) {
+    let mut child = Running(command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn rankd"));
+    let status = wait_for_blocking(Duration::from_secs(10), what, || {
+        child.0.try_wait().expect("wait").ok_or_else(|| "still running".to_string())
+    });
+    let mut stderr = String::new();
+    child.0.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    (status, stderr)
 }
 
 /// A field of a reply map (`None` if the reply is no map or lacks it).
