@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what the tests need
 # (the Python msgpack package for the second-language client, which the
-# Python test finds through $RANKD_TEST_PYTHON; Debian's prometheus package,
-# whose server and promtool check the dashboard and alert rules), then every
-# unit, property and integration test.
+# Python test finds through $RANKD_TEST_PYTHON; the Node client's npm
+# dependencies, and Node itself if there is none; Debian's prometheus
+# package, whose server and promtool check the dashboard and alert rules),
+# then every unit, property and integration test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -81,5 +82,18 @@ python_with_msgpack() {
 RANKD_TEST_PYTHON=$(python_with_msgpack)
 export RANKD_TEST_PYTHON
 echo "tests/python_client.rs runs $RANKD_TEST_PYTHON"
+
+# The Node client's dependency (@msgpack/msgpack, as clients/node/package-lock.json
+# pins it) in clients/node/node_modules, where tests/node_client.rs needs it;
+# Debian's nodejs and npm packages first if there is no node.
+if ! command -v node >/dev/null; then
+  echo "installing Debian's nodejs and npm packages for tests/node_client.rs"
+  apt_install nodejs npm
+elif ! command -v npm >/dev/null; then
+  echo "installing Debian's npm package for tests/node_client.rs"
+  apt_install npm
+fi
+echo "installing the Node client's dependencies (npm ci) for tests/node_client.rs"
+npm ci --prefix clients/node --no-audit --no-fund --loglevel=error >/dev/null
 
 cargo test --workspace "$@"

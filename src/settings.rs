@@ -76,7 +76,8 @@ pub struct ServeSettings {
     #[arg(skip)]
     pub tokens: Vec<TokenEntry>,
     /// TOML file of tokens with roles: `[[tokens]]` entries, each with
-    /// `role = "read"` or `"write"` and `token = "..."`.
+    /// `role = "read"` or `"write"` and `token = "..."`. (One plain token,
+    /// full access: the environment variable RANKD_AUTH_TOKEN.)
     #[arg(long, env = "RANKD_TOKENS_FILE")]
     pub tokens_file: Option<PathBuf>,
     /// Allow listening on a non-loopback address without a token.
