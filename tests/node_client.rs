@@ -2,7 +2,9 @@
 //! (`node --test`, every op against an oracle, 1000 pipelined sets, error
 //! codes, framing) against the real server: in plaintext, over TLS with read
 //! and write tokens (roles, certificate checks, a plaintext client refused),
-//! and over mutual TLS.
+//! and over mutual TLS. The plaintext test also runs the shared conformance
+//! cases (`test/conformance.test.js` over `clients/conformance/cases.json`)
+//! against a fresh server of their own.
 //!
 //! Node is `$RANKD_TEST_NODE`, else `node`. The client's one dependency
 //! (`@msgpack/msgpack`) must be installed in `clients/node/node_modules`:
@@ -10,7 +12,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::arg;
@@ -21,6 +23,10 @@ const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/node");
 const READ_TOKEN: &str = "node-read-3b7e91c2d4";
 const WRITE_TOKEN: &str = "node-write-a06f5d18e9";
 
+/// The test file of the shared conformance cases, which needs a fresh server
+/// of its own (the other files' boards would show in its `boards` steps).
+const CONFORMANCE: &str = "conformance.test.js";
+
 /// What one run of the suite reported.
 struct Summary {
     pass: u64,
@@ -28,28 +34,34 @@ struct Summary {
     skipped: u64,
 }
 
-/// Runs the package's test files (`test/*.test.js`) with `node --test`
-/// against `server`, with `env` as the only TLS and token settings it sees;
-/// asserts that it exits 0 and returns its TAP summary.
-fn run_node_tests(server: &common::Server, env: &[(&str, &str)]) -> Summary {
+/// The package's test files (`test/*.test.js`), the conformance cases'
+/// aside, in name order: the client's own suite. (They are passed by name,
+/// not as the directory: Node 21+ takes glob patterns there.)
+fn suite_files() -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(Path::new(PACKAGE).join("test"))
+        .expect("clients/node/test")
+        .map(|entry| entry.expect("a test dir entry").path())
+        .filter(|path| path.to_str().is_some_and(|p| p.ends_with(".test.js") && !p.ends_with(CONFORMANCE)))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no test files in {PACKAGE}/test");
+    files
+}
+
+/// Runs `files` with `node --test` against `server`, with `env` as the only
+/// TLS and token settings they see; asserts that it exits 0 and returns its
+/// TAP summary.
+fn run_node_tests(server: &common::Server, files: &[PathBuf], env: &[(&str, &str)]) -> Summary {
     let package = Path::new(PACKAGE);
     assert!(
         package.join("node_modules/@msgpack/msgpack/package.json").exists(),
         "the Node client's dependencies are not installed in {PACKAGE}/node_modules: \
          run `npm ci --prefix clients/node` (scripts/test.sh does)"
     );
-    // The files, not the directory: Node 21+ takes glob patterns there.
-    let mut files: Vec<_> = std::fs::read_dir(package.join("test"))
-        .expect("clients/node/test")
-        .map(|entry| entry.expect("a test dir entry").path())
-        .filter(|path| path.to_str().is_some_and(|p| p.ends_with(".test.js")))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no test files in {PACKAGE}/test");
     let node = std::env::var("RANKD_TEST_NODE").unwrap_or_else(|_| "node".to_string());
     let out = Command::new(&node)
         .args(["--test", "--test-reporter=tap"])
-        .args(&files)
+        .args(files)
         .current_dir(package)
         .env("RANKD_ADDR", &server.addr)
         .env_remove("RANKD_TLS_CA")
@@ -57,6 +69,7 @@ fn run_node_tests(server: &common::Server, env: &[(&str, &str)]) -> Summary {
         .env_remove("RANKD_READ_TOKEN")
         .env_remove("RANKD_TLS_CLIENT_CERT")
         .env_remove("RANKD_TLS_CLIENT_KEY")
+        .env_remove("RANKD_CONFORMANCE_ADDR")
         .env_remove("NODE_OPTIONS")
         .envs(env.iter().copied())
         .output()
@@ -89,14 +102,29 @@ fn tls_server_with_tokens(tls: &TlsFiles, extra: &[&str]) -> common::Server {
     common::Server::start_capturing(3, &args, &[("RANKD_LOG", "trace")])
 }
 
+/// How many steps `clients/conformance/cases.json` holds.
+fn conformance_steps() -> u64 {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/conformance/cases.json");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let cases: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    cases["steps"].as_array().map(|steps| steps.len() as u64).expect("the cases hold a list of steps")
+}
+
 #[test]
 fn node_client_passes_its_tests_in_plaintext() {
     let server = common::Server::start(3);
-    let summary = run_node_tests(&server, &[]);
+    let summary = run_node_tests(&server, &suite_files(), &[]);
     assert_eq!(summary.fail, 0);
     // Every op, 64-bit scores, pipelining, errors, close; and the framing
     // tests. (The TLS suite is skipped, so it does not count as a test.)
     assert!(summary.pass >= 15, "too few tests ran: {} passed", summary.pass);
+
+    // The shared conformance cases, on a fresh server: one test per step.
+    let fresh = common::Server::start(2);
+    let file = Path::new(PACKAGE).join("test").join(CONFORMANCE);
+    let summary = run_node_tests(&fresh, &[file], &[("RANKD_CONFORMANCE_ADDR", &fresh.addr)]);
+    let steps = conformance_steps();
+    assert_eq!((summary.pass, summary.fail, summary.skipped), (steps, 0, 0), "every conformance step ran and passed");
 }
 
 #[test]
@@ -105,7 +133,7 @@ fn node_client_passes_its_tests_over_tls_with_read_and_write_tokens() {
     let mut server = tls_server_with_tokens(&tls, &[]);
     let env =
         [("RANKD_TLS_CA", arg(&tls.ca_file)), ("RANKD_WRITE_TOKEN", WRITE_TOKEN), ("RANKD_READ_TOKEN", READ_TOKEN)];
-    let summary = run_node_tests(&server, &env);
+    let summary = run_node_tests(&server, &suite_files(), &env);
     assert_eq!(summary.fail, 0);
     // Everything but the mutual TLS test, which needs a client certificate.
     assert_eq!(summary.skipped, 1, "only the mutual TLS test is skipped");
@@ -126,6 +154,6 @@ fn node_client_speaks_mutual_tls() {
         ("RANKD_TLS_CLIENT_CERT", arg(&cert)),
         ("RANKD_TLS_CLIENT_KEY", arg(&key)),
     ];
-    let summary = run_node_tests(&server, &env);
+    let summary = run_node_tests(&server, &suite_files(), &env);
     assert_eq!((summary.fail, summary.skipped), (0, 0), "every test ran and passed");
 }
