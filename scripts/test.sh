@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what the tests need
-# (the Python msgpack package for the second-language client, which the
-# Python test finds through $RANKD_TEST_PYTHON; the Node client's npm
+# (msgpack and pytest for the Python client's tests, which
+# tests/python_client.rs runs with $RANKD_TEST_PYTHON; the Node client's npm
 # dependencies, and Node itself if there is none; Debian's prometheus
 # package, whose server and promtool check the dashboard and alert rules),
 # then every unit, property and integration test.
@@ -34,52 +34,55 @@ marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
 sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(marker) else 1)'
 }
 
-# Prints a python that imports msgpack, installing it if need be: as
-# Debian's python3-msgpack package when python3 is Debian's, with pip when
-# the python lets pip install, else in a venv in the target dir.
-python_with_msgpack() {
+# Prints a python that imports msgpack and pytest (tests/python_client.rs
+# runs the Python package's pytest suite with it; the package itself comes
+# from clients/python/src), installing them if need be: as Debian's
+# python3-msgpack and python3-pytest packages when python3 is Debian's, with
+# pip when the python lets pip install, else in a venv in the target dir.
+python_for_tests() {
   local python=${RANKD_TEST_PYTHON:-python3}
   local venv="${CARGO_TARGET_DIR:-target}/python-venv"
+  local needs='import msgpack, pytest'
   case $venv in /*) ;; *) venv="$PWD/$venv" ;; esac
   command -v "$python" >/dev/null || { echo "no $python: tests/python_client.rs needs Python 3" >&2; return 1; }
   for candidate in "$python" "$venv/bin/python"; do
-    if [ -x "$(command -v "$candidate")" ] && "$candidate" -c 'import msgpack' 2>/dev/null; then
+    if [ -x "$(command -v "$candidate")" ] && "$candidate" -c "$needs" 2>/dev/null; then
       echo "$candidate"
       return
     fi
   done
   if externally_managed "$python"; then
     if [ "$(readlink -f "$(command -v "$python")")" = "$(readlink -f /usr/bin/python3)" ] && command -v apt-get >/dev/null; then
-      echo "installing Debian's python3-msgpack package for tests/python_client.rs" >&2
-      if apt_install python3-msgpack >&2 && "$python" -c 'import msgpack' 2>/dev/null; then
+      echo "installing Debian's python3-msgpack and python3-pytest packages for tests/python_client.rs" >&2
+      if apt_install python3-msgpack python3-pytest >&2 && "$python" -c "$needs" 2>/dev/null; then
         echo "$python"
         return
       fi
     fi
   else
-    echo "installing the Python msgpack package for tests/python_client.rs (pip)" >&2
-    if "$python" -m pip install --quiet --disable-pip-version-check msgpack >&2 \
-      && "$python" -c 'import msgpack' 2>/dev/null; then
+    echo "installing the Python msgpack and pytest packages for tests/python_client.rs (pip)" >&2
+    if "$python" -m pip install --quiet --disable-pip-version-check msgpack pytest >&2 \
+      && "$python" -c "$needs" 2>/dev/null; then
       echo "$python"
       return
     fi
   fi
-  echo "installing the Python msgpack package in a venv ($venv) for tests/python_client.rs" >&2
+  echo "installing the Python msgpack and pytest packages in a venv ($venv) for tests/python_client.rs" >&2
   rm -rf "$venv"
   "$python" -m venv "$venv" >&2 || {
-    echo "cannot create a venv: install python3-venv (Debian) or msgpack for $python" >&2
+    echo "cannot create a venv: install python3-venv (Debian), or msgpack and pytest for $python" >&2
     return 1
   }
   # (errexit does not reach into $(...): each step is checked.)
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check msgpack >&2 \
-    && "$venv/bin/python" -c 'import msgpack' || {
-    echo "cannot install msgpack in $venv" >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check msgpack pytest >&2 \
+    && "$venv/bin/python" -c "$needs" || {
+    echo "cannot install msgpack and pytest in $venv" >&2
     return 1
   }
   echo "$venv/bin/python"
 }
 
-RANKD_TEST_PYTHON=$(python_with_msgpack)
+RANKD_TEST_PYTHON=$(python_for_tests)
 export RANKD_TEST_PYTHON
 echo "tests/python_client.rs runs $RANKD_TEST_PYTHON"
 

@@ -1,11 +1,8 @@
-"""End-to-end smoke test for rankd, driven from Python.
+"""The oracle smoke scenario (formerly examples/python/smoke.py): every op
+on one connection, each answer compared with a brute-force model kept here
+(`OracleBoard`). Run by test_smoke.py with both clients.
 
-Usage: python3 smoke.py HOST PORT
-
-Run against a server with a fresh data dir and no auth token. Every op is
-exercised and each result is compared with a brute-force model kept here
-(`OracleBoard`). Prints `N passed, 0 failed` and exits 0, or prints a diff
-of the first mismatch and exits 1.
+Boards are named with a prefix of the caller's, so runs can share a server.
 """
 
 from __future__ import annotations
@@ -13,13 +10,10 @@ from __future__ import annotations
 import difflib
 import pprint
 import random
-import os
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from rankd_client import ProtocolError, RankdClient, RankdError
+from rankd import RankdError
 
 SEED = 20240601
 PLAYERS = 200
@@ -44,15 +38,11 @@ class Checker:
         if got != want:
             got_text = pprint.pformat(got, width=100).splitlines()
             want_text = pprint.pformat(want, width=100).splitlines()
-            diff = "\n".join(
-                difflib.unified_diff(want_text, got_text, "expected", "server", lineterm="")
-            )
+            diff = "\n".join(difflib.unified_diff(want_text, got_text, "expected", "server", lineterm=""))
             raise Mismatch(f"FAIL {label}\n{diff}")
         self.passed += 1
 
-    def error(
-        self, label: str, code: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
-    ) -> None:
+    def error(self, label: str, code: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Check that fn(...) raises RankdError with `code`."""
         try:
             result = fn(*args, **kwargs)
@@ -68,9 +58,9 @@ class OracleBoard:
 
     order: str = "desc"
     ties: str = "competition"
-    scores: dict[str, int] = field(default_factory=dict)
+    scores: Dict[str, int] = field(default_factory=dict)
     # For ordinal ties: a sequence number of when each player reached its score.
-    reached: dict[str, int] = field(default_factory=dict)
+    reached: Dict[str, int] = field(default_factory=dict)
     clock: int = 0
 
     def better(self, a: int, b: int) -> bool:
@@ -81,7 +71,7 @@ class OracleBoard:
         old = self.scores.get(player)
         if mode == "set" or (mode == "best" and old is None):
             new = score
-        elif mode == "best":
+        elif mode == "best" and old is not None:
             new = score if self.better(score, old) else old
         elif mode == "incr":
             new = (old or 0) + score
@@ -114,14 +104,13 @@ class OracleBoard:
             return self.rank_of_score(score)
         mine = self.reached[player]
         return 1 + sum(
-            self.better(s, score) or (s == score and self.reached[p] < mine)
-            for p, s in self.scores.items()
+            self.better(s, score) or (s == score and self.reached[p] < mine) for p, s in self.scores.items()
         )
 
-    def ordered(self) -> list[dict[str, Any]]:
+    def ordered(self) -> List[Dict[str, Any]]:
         """All entries best first, in the protocol's list order."""
 
-        def key(player: str) -> tuple[int, Any]:
+        def key(player: str) -> Tuple[int, Any]:
             score = self.scores[player]
             tie = self.reached[player] if self.ties == "ordinal" else player.encode()
             return (-score if self.order == "desc" else score, tie)
@@ -131,7 +120,7 @@ class OracleBoard:
             for p in sorted(self.scores, key=key)
         ]
 
-    def rank(self, player: str) -> dict[str, int] | None:
+    def rank(self, player: str) -> Dict[str, int] | None:
         if player not in self.scores:
             return None
         return {
@@ -140,10 +129,10 @@ class OracleBoard:
             "count": len(self.scores),
         }
 
-    def top(self, limit: int = 10, offset: int = 0) -> list[dict[str, Any]]:
+    def top(self, limit: int = 10, offset: int = 0) -> List[Dict[str, Any]]:
         return self.ordered()[offset : offset + limit]
 
-    def around(self, player: str, before: int = 5, after: int = 5) -> list[dict[str, Any]]:
+    def around(self, player: str, before: int = 5, after: int = 5) -> List[Dict[str, Any]]:
         entries = self.ordered()
         names = [e["player"] for e in entries]
         if player not in names:
@@ -152,16 +141,16 @@ class OracleBoard:
         return entries[max(0, i - before) : i + after + 1]
 
 
-def entries_of(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def entries_of(items: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Keep only the documented keys: servers may add new response fields."""
     return [{k: e.get(k) for k in ("player", "score", "rank")} for e in items]
 
 
-def rank_of(result: dict[str, Any] | None) -> dict[str, Any] | None:
+def rank_of(result: Dict[str, Any] | None) -> Dict[str, Any] | None:
     return None if result is None else {k: result.get(k) for k in ("rank", "score", "count")}
 
 
-def make_players(rng: random.Random) -> list[str]:
+def make_players(rng: random.Random) -> List[str]:
     """Distinct names whose byte order differs from numeric and insert order."""
     names: set[str] = {"Zed", "zed", "é-accent", "日本", "a.b:c-d_e"}
     while len(names) < PLAYERS:
@@ -178,11 +167,16 @@ def random_score(rng: random.Random) -> int:
 class Smoke:
     """The test scenario: drives one connection and mirrors every write in an oracle."""
 
-    def __init__(self, db: RankdClient) -> None:
+    def __init__(self, db: Any, prefix: str, write_token: Optional[str]) -> None:
+        """`db`: a connected client (any kind with the blocking methods);
+        `prefix`: the start of every board name used; `write_token`: the
+        client's token, when the server holds token roles."""
         self.db = db
+        self.prefix = prefix
+        self.write_token = write_token
         self.check = Checker()
         self.players = make_players(random.Random(SEED))
-        self.boards: dict[str, OracleBoard] = {}  # board name -> expected state
+        self.boards: Dict[str, OracleBoard] = {}  # board name -> expected state
 
     # -- helpers -------------------------------------------------------------
 
@@ -191,7 +185,7 @@ class Smoke:
         got = self.db.set(name, player, score, mode=mode)
         self.check.eq(f"{name}: set {player!r} {score} mode={mode}", got, want)
 
-    def write_many(self, name: str, entries: list[tuple[str, int]], mode: str = "set") -> None:
+    def write_many(self, name: str, entries: List[Tuple[str, int]], mode: str = "set") -> None:
         oracle = self.boards[name]
         want = [oracle.write(p, s, mode) for p, s in entries]
         got = self.db.set_many(name, entries, mode=mode)
@@ -201,19 +195,16 @@ class Smoke:
 
     def basics(self) -> None:
         self.check.eq("ping", self.db.ping(), "pong")
-        token = os.environ.get("RANKD_TOKEN")
-        if token is None:
+        if self.write_token is None:
             self.check.eq("auth without server token", self.db.auth("any-token"), True)
         else:
-            self.check.eq("auth with a write token", self.db.auth(token), {"role": "write"})
+            self.check.eq("auth with a write token", self.db.auth(self.write_token), {"role": "write"})
 
     def create_boards(self) -> None:
         for order in ORDERS:
             for ties, short in TIES.items():
-                name = f"py_{short}_{order}"
-                self.check.eq(
-                    f"create {name}", self.db.create_board(name, order=order, ties=ties), True
-                )
+                name = f"{self.prefix}{short}_{order}"
+                self.check.eq(f"create {name}", self.db.create_board(name, order=order, ties=ties), True)
                 self.check.eq(
                     f"create {name} again, same config",
                     self.db.create_board(name, order=order, ties=ties),
@@ -224,7 +215,7 @@ class Smoke:
             "create with a different config",
             "conflict",
             self.db.create_board,
-            "py_comp_desc",
+            f"{self.prefix}comp_desc",
             order="asc",
             ties="competition",
         )
@@ -245,12 +236,8 @@ class Smoke:
         for p in rng.sample(self.players, 10):
             self.write(name, p, oracle.scores[p], "set")
             self.write(name, p, 0, "incr")
-        self.write_many(
-            name, [(p, random_score(rng)) for p in rng.sample(self.players, 40)], "best"
-        )
-        self.write_many(
-            name, [(p, rng.randint(-2, 2)) for p in rng.sample(self.players, 40)], "incr"
-        )
+        self.write_many(name, [(p, random_score(rng)) for p in rng.sample(self.players, 40)], "best")
+        self.write_many(name, [(p, rng.randint(-2, 2)) for p in rng.sample(self.players, 40)], "incr")
         # Remove some players; re-adding a few must count as reaching anew.
         removed = rng.sample(self.players, 20)
         for p in removed:
@@ -278,9 +265,7 @@ class Smoke:
             self.check.eq(f"{name}: rank absent {p!r}", db.rank(name, p), None)
         lo, hi = min(oracle.scores.values()), max(oracle.scores.values())
         for s in [I64_MIN, *range(lo - 1, hi + 2), I64_MAX]:
-            self.check.eq(
-                f"{name}: rank_of_score {s}", db.rank_of_score(name, s), oracle.rank_of_score(s)
-            )
+            self.check.eq(f"{name}: rank_of_score {s}", db.rank_of_score(name, s), oracle.rank_of_score(s))
 
         self.check.eq(f"{name}: top default", entries_of(db.top(name)), oracle.top())
         self.check.eq(f"{name}: top all", entries_of(db.top(name, limit=1000)), oracle.top(1000))
@@ -305,7 +290,7 @@ class Smoke:
 
     def extremes(self) -> None:
         """The whole i64 range is valid; incr overflow is refused and changes nothing."""
-        name = "py_extremes"
+        name = f"{self.prefix}extremes"
         self.check.eq(f"create {name}", self.db.create_board(name), True)
         self.boards[name] = OracleBoard()
         self.write(name, "max", I64_MAX)
@@ -319,7 +304,7 @@ class Smoke:
 
     def implicit_board(self) -> None:
         """The first write to an unknown board creates it with the default config."""
-        name = "py_implicit"
+        name = f"{self.prefix}implicit"
         self.check.eq(f"{name}: count before creation", self.db.count(name), 0)
         self.check.eq(f"{name}: top before creation", self.db.top(name), [])
         self.boards[name] = OracleBoard()
@@ -331,11 +316,11 @@ class Smoke:
         )
 
     def pipelining(self) -> None:
-        name = "py_comp_desc"
+        name = f"{self.prefix}comp_desc"
         oracle = self.boards[name]
         rng = random.Random(SEED + 2)
-        requests: list[dict[str, Any]] = []
-        expected: list[Any] = []
+        requests: List[Dict[str, Any]] = []
+        expected: List[Any] = []
         for i in range(100):
             player = rng.choice(self.players)
             kind = i % 4
@@ -351,18 +336,21 @@ class Smoke:
             else:
                 requests.append({"op": "count", "board": name})
                 expected.append(len(oracle.scores))
-        responses = self.db.pipeline(requests)
-        self.check.eq("pipeline: response count", len(responses), len(requests))
-        ids = [r.get("id") for r in responses]
-        self.check.eq("pipeline: ids increase by one", ids, list(range(ids[0], ids[0] + len(ids))))
-        for i, (req, resp, want) in enumerate(zip(requests, responses, expected, strict=True)):
-            got = resp.get("ok") if "err" not in resp else {"err": resp["err"]}
-            if req["op"] == "rank":
+        outcomes = self.db.pipeline(requests)
+        self.check.eq("pipeline: outcome count", len(outcomes), len(requests))
+        for i, (req, got, want) in enumerate(zip(requests, outcomes, expected)):
+            if isinstance(got, RankdError):
+                got = {"err": got.code}
+            elif req["op"] == "rank":
                 got = rank_of(got)
             self.check.eq(f"pipeline[{i}] {req['op']}", got, want)
+        # An error in a pipeline is its own outcome, not the others'.
+        mixed = self.db.pipeline([{"op": "ping"}, {"op": "no_such_op"}, {"op": "count", "board": name}])
+        self.check.eq("pipeline: ok, error, ok", mixed[0::2], ["pong", len(oracle.scores)])
+        self.check.eq("pipeline: the error", getattr(mixed[1], "code", mixed[1]), "unknown_op")
 
     def errors(self) -> None:
-        name = "py_comp_desc"
+        name = f"{self.prefix}comp_desc"
         before = self.db.get(name, self.players[0])
         self.check.error("unknown op", "unknown_op", self.db.call, "no_such_op")
         self.check.error(
@@ -378,9 +366,7 @@ class Smoke:
         self.check.eq("bad set changed nothing", self.db.get(name, self.players[0]), before)
 
     def list_boards(self) -> None:
-        listed = {
-            b.get("board"): b for b in self.db.boards() if str(b.get("board")).startswith("py_")
-        }
+        listed = {b.get("board"): b for b in self.db.boards() if str(b.get("board")).startswith(self.prefix)}
         want = {
             name: {
                 "board": name,
@@ -399,10 +385,10 @@ class Smoke:
         self.check.eq("boards", got, want)
 
     def drop(self) -> None:
-        name = "py_dense_asc"
+        name = f"{self.prefix}dense_asc"
         self.check.eq(f"drop {name}", self.db.drop_board(name), True)
         self.check.eq(f"drop {name} again", self.db.drop_board(name), False)
-        self.check.eq("drop never-created board", self.db.drop_board("py_never_created"), False)
+        self.check.eq("drop never-created board", self.db.drop_board(f"{self.prefix}never_created"), False)
         self.check.eq(f"{name}: count after drop", self.db.count(name), 0)
         self.check.eq(f"{name}: top after drop", self.db.top(name), [])
         self.check.eq(f"{name}: get after drop", self.db.get(name, self.players[0]), None)
@@ -422,34 +408,3 @@ class Smoke:
         self.list_boards()
         self.drop()
         return self.check.passed
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(f"usage: {argv[0]} HOST PORT", file=sys.stderr)
-        return 2
-    # TLS and a token, when the environment gives them (never argv: `ps`).
-    ca_file = os.environ.get("RANKD_TLS_CA")
-    token = os.environ.get("RANKD_TOKEN")
-    try:
-        db = RankdClient(argv[1], int(argv[2]), ca_file=ca_file, server_hostname="localhost" if ca_file else None, token=token)
-    except OSError as exc:
-        print(f"FAIL cannot connect to {argv[1]}:{argv[2]}: {exc}")
-        return 1
-    with db:
-        smoke = Smoke(db)
-        try:
-            passed = smoke.run()
-        except Mismatch as exc:
-            print(exc)
-        except (RankdError, ProtocolError, OSError) as exc:
-            print(f"FAIL unexpected {type(exc).__name__}: {exc}")
-        else:
-            print(f"{passed} passed, 0 failed")
-            return 0
-    print(f"{smoke.check.passed} passed, 1 failed")
-    return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

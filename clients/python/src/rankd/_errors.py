@@ -1,0 +1,121 @@
+"""The exceptions a call can raise.
+
+Two families, because a caller handles them differently:
+
+- `RankdError`: the server answered the request with an error. The
+  connection is fine; the request did not apply (except `internal`, which
+  may or may not have).
+- `RankdConnectionError`: the transport failed (connect, TLS, a connection
+  closed or reset, a timeout, a server breaking the protocol). Its
+  `maybe_applied` says whether a write may have reached the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+__all__ = ["ProtocolError", "RankdConnectionError", "RankdError", "RankdTimeout"]
+
+
+class RankdError(Exception):
+    """The server answered `{"err": {"code", "msg"}}`.
+
+    `code` is the protocol's error code: `bad_frame`, `bad_request`,
+    `unknown_op`, `too_large`, `conflict`, `unauthorized`, `overloaded` or
+    `internal`; `msg` is the server's explanation, for people.
+    """
+
+    code: str
+    msg: str
+
+    def __init__(self, code: str, msg: str) -> None:
+        super().__init__(f"{code}: {msg}")
+        self.code = code
+        self.msg = msg
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.code, self.msg))
+
+
+class RankdConnectionError(ConnectionError):
+    """The connection to the server failed, closed, timed out or broke the protocol.
+
+    `maybe_applied` is True when a write (`set`, `set_many`, `remove`,
+    `create_board`, `drop_board`, or an op unknown to the client) had been
+    sent when the connection failed: the server may or may not have applied
+    it, and the client does not retry it. Reads are retried once on a new
+    connection before this is raised.
+
+    `results` holds the results of the requests of a `pipeline` that were
+    answered before the failure, in order (results or `RankdError`s).
+
+    The client reconnects (once) on its next call; the cause, when there is
+    one (an `OSError`, an `ssl.SSLError`), is `__cause__`.
+    """
+
+    maybe_applied: bool
+    results: List[Any]
+
+    def __init__(
+        self, message: str, *, maybe_applied: bool = False, results: Optional[List[Any]] = None
+    ) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
+        self.results = [] if results is None else results
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild, (type(self), str(self), self.maybe_applied, self.results))
+
+
+class RankdTimeout(RankdConnectionError, TimeoutError):
+    """No reply within the client's `timeout` (or no connection within
+    `connect_timeout`). The connection is closed (a late reply would answer
+    the wrong call); the next call opens a new one."""
+
+
+class ProtocolError(RankdConnectionError):
+    """The server sent something the protocol does not allow: a frame that
+    is not one msgpack map, a reply with an unexpected id, an absurd length.
+    The connection is closed."""
+
+
+class _Broken(Exception):
+    """A connection failed during an exchange (internal: the clients turn it
+    into a `RankdConnectionError`, or retry)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sent: bool,
+        results: List[Any],
+        timed_out: bool = False,
+        protocol: bool = False,
+    ) -> None:
+        super().__init__(message)
+        #: Whether any byte of the exchange was handed to the socket: if not,
+        #: the server cannot have seen any of its requests.
+        self.sent = sent
+        #: The outcomes of the requests answered before the failure.
+        self.results = results
+        #: The failure is a reply that did not come in time.
+        self.timed_out = timed_out
+        #: The failure is the server breaking the protocol.
+        self.protocol = protocol
+
+
+def _rebuild(cls: type, message: str, maybe_applied: bool, results: List[Any]) -> RankdConnectionError:
+    exc: RankdConnectionError = cls(message, maybe_applied=maybe_applied, results=results)
+    return exc
+
+
+def _failure(broken: _Broken, *, writes: bool, where: str) -> RankdConnectionError:
+    """The public exception for `broken`, a failure at `where` of an exchange
+    that held a write if `writes`."""
+    maybe_applied = writes and broken.sent
+    note = "; a write was in flight and may or may not have applied" if maybe_applied else ""
+    cls = RankdTimeout if broken.timed_out else ProtocolError if broken.protocol else RankdConnectionError
+    return cls(f"{where}: {broken}{note}", maybe_applied=maybe_applied, results=broken.results)

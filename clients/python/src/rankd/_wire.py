@@ -1,0 +1,176 @@
+"""What both clients share: the frames on the wire, the reading of a reply,
+the request maps, and the connection settings (address, timeouts, TLS).
+
+A frame is a 4-byte big-endian length and one msgpack value; a request is a
+map with `id` and `op`, a reply a map with the same `id` and `ok` or `err`
+(see docs/PROTOCOL.md in the rankd repository).
+"""
+
+from __future__ import annotations
+
+import ssl
+import struct
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+import msgpack
+
+from ._errors import ProtocolError, RankdError
+
+HEADER = struct.Struct(">I")
+
+#: A reply frame longer than this is not from rankd (whose largest reply, a
+#: `top` of 1000 entries with 256-byte names, is well under 1 MiB): the
+#: connection is dropped instead of buffering whatever follows.
+MAX_REPLY_FRAME = 64 << 20
+
+#: Ops that change nothing, so a read whose connection broke may simply be
+#: sent again on a new one. Every other op (writes, and ops this client does
+#: not know) is never re-sent once it may have reached the server.
+READ_OPS = frozenset(
+    {"ping", "auth", "boards", "get", "count", "rank", "rank_of_score", "top", "around", "ranks"}
+)
+
+
+def request(op: str, **fields: Any) -> Dict[str, Any]:
+    """The request map for `op`; fields that are None are left out, so the
+    server's documented defaults apply."""
+    req: Dict[str, Any] = {"op": op}
+    req.update((name, value) for name, value in fields.items() if value is not None)
+    return req
+
+
+def entries(items: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> List[List[Any]]:
+    """`set_many` entries as the protocol's `[player, score]` lists."""
+    pairs = items.items() if isinstance(items, Mapping) else items
+    return [[player, score] for player, score in pairs]
+
+
+def is_read(req: Mapping[str, Any]) -> bool:
+    return req.get("op") in READ_OPS
+
+
+def encode(req: Mapping[str, Any], request_id: int) -> bytes:
+    """One frame: `req` with `id` set to `request_id`.
+
+    Raises TypeError (or OverflowError) for a value msgpack cannot carry,
+    before anything is sent.
+    """
+    body: bytes = msgpack.packb({**req, "id": request_id}, use_bin_type=True)
+    if len(body) > 0xFFFFFFFF:
+        raise OverflowError("a request frame must be under 4 GiB")
+    return HEADER.pack(len(body)) + body
+
+
+class FrameBuffer:
+    """Bytes read from a connection, cut into frames."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._data += data
+
+    def pop(self) -> Optional[bytes]:
+        """The next complete frame's body, or None until more bytes arrive."""
+        if len(self._data) < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._data)
+        check_length(length)
+        end = HEADER.size + length
+        if len(self._data) < end:
+            return None
+        body = bytes(self._data[HEADER.size : end])
+        # (deleting a bytearray's head is cheap in CPython: it moves a pointer)
+        del self._data[:end]
+        return body
+
+
+def check_length(length: int) -> None:
+    if length == 0 or length > MAX_REPLY_FRAME:
+        raise ProtocolError(f"the server sent a frame of {length} bytes")
+
+
+class Push:
+    """Marks a frame that answers no request (a protocol 1.1 watch push)."""
+
+
+PUSH = Push()
+
+
+def parse_reply(body: bytes, expected_id: Optional[int]) -> Any:
+    """The outcome of the request `expected_id` that `body` answers: its `ok`
+    result, or a `RankdError` (returned, not raised); `PUSH` for a frame that
+    answers no request.
+
+    Errors the server raises before it could read an id (`too_large`, some
+    `bad_frame`) carry id 0: they answer the oldest request in flight.
+    """
+    try:
+        reply = msgpack.unpackb(body, raw=False)
+    except Exception as exc:  # msgpack raises several types for bad bytes
+        raise ProtocolError(f"a reply is not msgpack: {exc}") from exc
+    if not isinstance(reply, dict):
+        raise ProtocolError(f"a reply is not a map: {reply!r:.200}")
+    if "id" not in reply and "watch" in reply:
+        return PUSH
+    got = reply.get("id")
+    err = reply.get("err")
+    if expected_id is None or (got != expected_id and not (got == 0 and err is not None)):
+        raise ProtocolError(f"expected a reply with id {expected_id}, got {reply!r:.200}")
+    if err is not None:
+        if not isinstance(err, dict):
+            raise ProtocolError(f"an error is not a map: {err!r:.200}")
+        return RankdError(str(err.get("code")), str(err.get("msg", "")))
+    return reply.get("ok")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where and how a client connects; the same for every reconnection."""
+
+    host: str
+    port: int
+    #: Seconds to wait for each reply (None: forever).
+    timeout: Optional[float]
+    #: Seconds to wait for the TCP connection and the TLS handshake.
+    connect_timeout: Optional[float]
+    #: None for plaintext.
+    ssl_context: Optional[ssl.SSLContext]
+    #: The name the server's certificate must carry (and SNI).
+    server_hostname: Optional[str]
+
+    @staticmethod
+    def make(
+        host: str,
+        port: int,
+        *,
+        timeout: Optional[float],
+        connect_timeout: Optional[float],
+        tls: Union[bool, ssl.SSLContext],
+        ca_file: Optional[str],
+        server_hostname: Optional[str],
+        certfile: Optional[str],
+        keyfile: Optional[str],
+    ) -> Settings:
+        if isinstance(tls, ssl.SSLContext):
+            context: Optional[ssl.SSLContext] = tls
+        elif tls or ca_file is not None or certfile is not None:
+            # Verifies the certificate chain and the host name.
+            context = ssl.create_default_context(cafile=ca_file)
+            if certfile is not None:
+                context.load_cert_chain(certfile, keyfile)
+        else:
+            context = None
+        return Settings(
+            host=host,
+            port=int(port),
+            timeout=timeout,
+            connect_timeout=timeout if connect_timeout is None else connect_timeout,
+            ssl_context=context,
+            server_hostname=(server_hostname or host) if context is not None else None,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
