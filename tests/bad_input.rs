@@ -710,9 +710,16 @@ async fn incr_overflow_is_bad_request_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn set_many_incr_with_one_overflow_changes_nothing_on_the_shard() {
-    // One shard, so "none of the request's entries changed" is exact.
-    let server = Server::start(1);
+async fn set_many_incr_with_one_overflow_changes_nothing() {
+    // On one shard, and on four, where the entries are split among shards
+    // and the one that overflows must keep the others from writing theirs.
+    for shards in [1, 4] {
+        set_many_incr_overflow_on(shards).await;
+    }
+}
+
+async fn set_many_incr_overflow_on(shards: usize) {
+    let server = Server::start(shards);
     let mut c = server.client().await;
     let before = [("a", 10i64), ("b", i64::MAX - 5), ("c", -7), ("d", i64::MIN + 1)];
     for (player, score) in before {
@@ -732,6 +739,7 @@ async fn set_many_incr_with_one_overflow_changes_nothing_on_the_shard() {
             )
             .await
             .expect_err(ctx);
+        let ctx = format!("{shards} shards, {ctx}");
         assert_eq!(err.code(), Some("bad_request"), "{ctx}: {err}");
         for (player, score) in before {
             assert_eq!(get(&mut c, "many", player).await, Some(score), "{ctx}: {player} must be unchanged");
@@ -754,6 +762,37 @@ async fn set_many_incr_with_one_overflow_changes_nothing_on_the_shard() {
         list(vec![Value::from(11), Value::from(i64::MAX), Value::from(-6), Value::from(3)]),
         "non-overflowing set_many incr result"
     );
+}
+
+#[tokio::test]
+async fn a_set_many_incr_spanning_shards_sees_the_writes_pipelined_before_it() {
+    // 4 shards, 20 players: every shard holds some. p0 is put one below the
+    // top by a `set` in the same pipeline, so the first `set_many` fits
+    // exactly and the second overflows on p0's shard only: it must change
+    // nothing anywhere, and the `get`s after it see each +1 once.
+    let server = Server::start(4);
+    let mut c = server.client().await;
+    let players: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let bump = || {
+        let entries = players.iter().map(|p| pair(p, 1)).collect();
+        Call::new(OpKind::SetMany).with("board", "span").with("entries", list(entries)).with("mode", "incr")
+    };
+    let mut calls = vec![
+        Call::new(OpKind::SetMany)
+            .with("board", "span")
+            .with("entries", list(players.iter().map(|p| pair(p, 100)).collect())),
+        Call::new(OpKind::Set).with("board", "span").with("player", "p0").with("score", i64::MAX - 1),
+        bump(),
+        bump(),
+    ];
+    calls.extend(players.iter().map(|p| Call::new(OpKind::Get).with("board", "span").with("player", p.as_str())));
+    let replies = c.pipeline::<Value>(&calls).await.expect("pipeline");
+    assert!(replies[2].is_ok(), "the first bump fits: {:?}", replies[2]);
+    let err = replies[3].as_ref().expect_err("the second bump overflows p0");
+    assert_eq!(err.code(), Some("bad_request"), "{err}");
+    let got: Vec<Value> = replies[4..].iter().map(|r| r.as_ref().expect("get").clone()).collect();
+    let want: Vec<Value> = std::iter::once(Value::from(i64::MAX)).chain((1..20).map(|_| Value::from(101))).collect();
+    assert_eq!(got, want, "each player bumped exactly once");
 }
 
 // ---------------------------------------------------------- list limits --

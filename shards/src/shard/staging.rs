@@ -94,19 +94,31 @@ impl Shard {
         mode: Mode,
     ) -> Result<Vec<i64>, ShardError> {
         if mode == Mode::Incr {
-            for tree in window::current_trees(board, self.now) {
-                let mut running: HashMap<&str, i64> = HashMap::new();
-                for (player, score, _) in entries {
-                    let current = match running.get(player.as_str()) {
-                        Some(s) => Some(*s),
-                        None => self.get(tree, player)?.map(|r| r.score),
-                    };
-                    let next = current.unwrap_or(0).checked_add(*score).ok_or(ShardError::Overflow)?;
-                    running.insert(player, next);
-                }
-            }
+            self.check_incr(board, entries.iter().map(|(player, score, _)| (player.as_str(), *score)))?;
         }
         entries.iter().map(|(player, score, seq)| self.write(board, player, *score, mode, *seq)).collect()
+    }
+
+    /// Whether `incr`s of `(player, score)` applied in order would all stay
+    /// in range, in every window's current period: `Overflow` if not.
+    /// Stages nothing, so a write spanning shards can ask each shard first.
+    pub fn check_incr<'a>(
+        &mut self,
+        board: &Board,
+        entries: impl Iterator<Item = (&'a str, i64)> + Clone,
+    ) -> Result<(), ShardError> {
+        for tree in window::current_trees(board, self.now) {
+            let mut running: HashMap<&str, i64> = HashMap::new();
+            for (player, score) in entries.clone() {
+                let current = match running.get(player) {
+                    Some(s) => Some(*s),
+                    None => self.get(tree, player)?.map(|r| r.score),
+                };
+                let next = current.unwrap_or(0).checked_add(score).ok_or(ShardError::Overflow)?;
+                running.insert(player, next);
+            }
+        }
+        Ok(())
     }
 
     /// Stages removing `player` from the current period of every window;

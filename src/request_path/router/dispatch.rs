@@ -1,6 +1,7 @@
 //! One op routed: answered here, or turned into its shards' first-round
 //! commands and the future that finishes it.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::try_join_all;
@@ -216,6 +217,11 @@ impl Router {
             part.positions.push(i);
             part.entries.push((player, score, seq));
         }
+        if mode == rankd_shards::Mode::Incr && per_shard.iter().filter(|part| !part.entries.is_empty()).count() > 1 {
+            if let Err(error) = self.check_incr_everywhere(&board, &per_shard, outbox) {
+                return Routed::Ready(Err(error));
+            }
+        }
         let mut positions = Vec::new();
         let mut pending = Vec::new();
         for (shard, ShardPart { positions: idx, entries }) in per_shard.into_iter().enumerate() {
@@ -234,6 +240,26 @@ impl Router {
             }
             Ok(Reply::Scores(out))
         }))
+    }
+
+    /// Before a `set_many` of `incr`s spanning shards: asks every shard
+    /// whether its part stays in range, and waits. Each shard applies its
+    /// part all or none, but an overflow on one must leave the others
+    /// unwritten too ("a `bad_request` changes nothing"). The wait blocks
+    /// this I/O thread while it holds the board registry, so no router can
+    /// queue a write between these checks and the writes: rare (only this
+    /// op), and as short as a shard round.
+    fn check_incr_everywhere(&self, board: &Arc<Board>, parts: &[ShardPart], outbox: &mut Outbox) -> Result<(), Error> {
+        // Earlier requests of this batch first, as the writes will be.
+        outbox.flush(&self.shards);
+        let checks: Vec<_> = (parts.iter().zip(self.shards.iter()))
+            .filter(|(part, _)| !part.entries.is_empty())
+            .map(|(part, link)| {
+                let entries = part.entries.iter().map(|(player, score, _)| (player.clone(), *score)).collect();
+                link.ask(|reply| Command::CheckIncr { board: board.clone(), entries, reply })
+            })
+            .collect();
+        futures::executor::block_on(try_join_all(checks.into_iter().map(answer))).map(drop)
     }
 
     /// `rank`: in place when allowed and every shard's lock is free; else

@@ -42,10 +42,16 @@ impl Outbox {
     }
 
     /// Sends each shard its commands.
-    pub fn send(self, links: &[ShardLink]) {
-        for (link, commands) in links.iter().zip(self.per_shard) {
+    pub fn send(mut self, links: &[ShardLink]) {
+        self.flush(links);
+    }
+
+    /// Sends each shard the commands gathered so far, so that what is sent
+    /// next reaches it after them.
+    pub fn flush(&mut self, links: &[ShardLink]) {
+        for (link, commands) in links.iter().zip(&mut self.per_shard) {
             if !commands.is_empty() {
-                link.send(commands);
+                link.send(std::mem::take(commands));
             }
         }
     }

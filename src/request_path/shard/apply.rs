@@ -37,6 +37,12 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
         Command::Shutdown { reply } => {
             Some(Held::Done(reply, shard.prepare_shutdown(SHUTDOWN_FLUSH_WAIT).map_err(Error::from)))
         }
+        Command::CheckIncr { board, entries, reply } => {
+            let checked = shard.check_incr(&board, entries.iter().map(|(player, score)| (player.as_str(), *score)));
+            before_reply(shard);
+            let _ = reply.send(checked.map_err(Error::from));
+            None
+        }
         Command::Get { tree, player, reply } => {
             let record = shard.get(tree, &player).map_err(Error::from);
             before_reply(shard);

@@ -54,6 +54,9 @@ pub enum Command {
     Write { board: Arc<Board>, player: String, score: i64, mode: Mode, seq: u64, reply: Responder<i64> },
     /// Stage several writes, all or none; answers the scores, in entry order.
     WriteMany { board: Arc<Board>, entries: Vec<(String, i64, u64)>, mode: Mode, reply: Responder<Vec<i64>> },
+    /// Whether `incr`s of these entries would all stay in range; stages
+    /// nothing (a `set_many` spanning shards asks each shard first).
+    CheckIncr { board: Arc<Board>, entries: Vec<(String, i64)>, reply: Responder<()> },
     /// Stage a removal; answers whether the player was there.
     Remove { board: Arc<Board>, player: String, reply: Responder<bool> },
     /// Persist a board's config.
@@ -127,6 +130,7 @@ impl Command {
             Self::Remove { reply, .. } | Self::DropBoard { reply, .. } => drop(reply.send(Err(error))),
             Self::EnsureBoard { reply, .. } | Self::Shutdown { reply } => drop(reply.send(Err(error))),
             Self::Get { reply, .. } => drop(reply.send(Err(error))),
+            Self::CheckIncr { reply, .. } => drop(reply.send(Err(error))),
             Self::Rank { reply, .. } => drop(reply.send(Err(error))),
             Self::CountBefore { reply, .. } => drop(reply.send(Err(error))),
             Self::List { reply, .. } => drop(reply.send(Err(error))),
