@@ -3,7 +3,8 @@
 # Debian runtime that runs it as an unprivileged user with its data in /data.
 #
 #   docker build -t rankd .
-#   docker run -d -e RANKD_AUTH_TOKEN="$(openssl rand -hex 24)" \
+#   umask 077; echo "RANKD_AUTH_TOKEN=$(openssl rand -hex 24)" > rankd.env
+#   docker run -d --env-file rankd.env \
 #     -p 127.0.0.1:7070:7070 -p 127.0.0.1:7071:7071 -v rankd-data:/data rankd
 #
 # Without a token (RANKD_AUTH_TOKEN, or a tokens file named by

@@ -11,7 +11,7 @@ use clap::{ArgMatches, Args, ValueEnum};
 use rankd_client::protocol::DEFAULT_MAX_FRAME;
 use serde::{Deserialize, Serialize};
 
-pub use crate::security::Secret;
+use crate::security::Secret;
 use crate::security::{TlsFiles, TokenEntry, Tokens};
 
 /// When a write is acknowledged.
@@ -163,8 +163,8 @@ impl ServeSettings {
         let settings = match self.config.clone() {
             Some(path) => {
                 let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Read(path.clone(), e))?;
-                let file: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.clone(), e))?;
-                self.under_flags(file, matches).map_err(|e| ConfigError::Parse(path, e))?
+                let file: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::parse(&path, &text, &e))?;
+                self.under_flags(file, matches).map_err(|e| ConfigError::parse(&path, &text, &e))?
             }
             None => self,
         };
@@ -186,7 +186,7 @@ impl ServeSettings {
                 tokens: Vec<TokenEntry>,
             }
             let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.clone(), e))?;
-            let file: TokensFile = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.clone(), e))?;
+            let file: TokensFile = toml::from_str(&text).map_err(|e| ConfigError::parse(path, &text, &e))?;
             self.tokens.extend(file.tokens);
         }
         Ok(self)
@@ -286,12 +286,27 @@ pub enum ConfigError {
     /// The file cannot be read.
     #[error("cannot read config file {0}: {1}")]
     Read(PathBuf, std::io::Error),
-    /// The file is not valid.
+    /// The file is not valid: where, and why, without the offending line
+    /// (it may hold a token).
     #[error("invalid config file {0}: {1}")]
-    Parse(PathBuf, toml::de::Error),
+    Parse(PathBuf, String),
     /// A value is out of range.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl ConfigError {
+    /// A parse error naming the file, line and column but not quoting the
+    /// line, which toml's own message does and which may hold a secret.
+    fn parse(path: &std::path::Path, text: &str, error: &toml::de::Error) -> Self {
+        let place = error.span().map(|span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(" at line {line}, column {column}")
+        });
+        Self::Parse(path.to_path_buf(), format!("{}{}", error.message(), place.unwrap_or_default()))
+    }
 }
 
 #[cfg(test)]
@@ -371,6 +386,9 @@ mod tests {
         );
         std::fs::write(&tokens_file, "[[tokens]]\nrole = \"admin\"\ntoken = \"r\"\n").unwrap();
         assert!(matches!(resolve(&args), Err(ConfigError::Parse(..))), "an unknown role is refused");
+        std::fs::write(&tokens_file, "[[tokens]]\nrole = \"read\"\ntoken = s3cret-unquoted\n").unwrap();
+        let err = resolve(&args).unwrap_err().to_string();
+        assert!(err.contains("line 3") && !err.contains("s3cret"), "where, never the token: {err}");
     }
 
     #[test]

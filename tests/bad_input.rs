@@ -795,6 +795,28 @@ async fn a_set_many_incr_spanning_shards_sees_the_writes_pipelined_before_it() {
     assert_eq!(got, want, "each player bumped exactly once");
 }
 
+#[tokio::test]
+async fn many_set_many_incrs_spanning_shards_in_one_pipeline_are_all_answered() {
+    // Each one makes the router wait for every shard's check; 200 of them
+    // in one read are far past tokio's per-poll budget of the router's task.
+    let server = Server::start(4);
+    let mut c = server.client().await;
+    let players: Vec<String> = (0..8).map(|i| format!("q{i}")).collect();
+    let bump = Call::new(OpKind::SetMany)
+        .with("board", "many-span")
+        .with("entries", list(players.iter().map(|p| pair(p, 1)).collect()))
+        .with("mode", "incr");
+    let calls = vec![bump; 200];
+    let replies = tokio::time::timeout(Duration::from_secs(60), c.pipeline::<Value>(&calls))
+        .await
+        .expect("every set_many is answered (the router must not stall)")
+        .expect("pipeline");
+    assert!(replies.iter().all(Result::is_ok), "{:?}", replies.iter().find(|r| r.is_err()));
+    for player in &players {
+        assert_eq!(get(&mut c, "many-span", player).await, Some(200), "{player} bumped once per request");
+    }
+}
+
 // ---------------------------------------------------------- list limits --
 
 #[tokio::test]

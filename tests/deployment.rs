@@ -49,7 +49,7 @@ use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rankd_client::{Access, Client, Mode};
+use rankd_client::{AuthGrant, Client, Mode};
 use serde_json::Value as Json;
 
 /// How long a deployment's rankd may take to print its listening line.
@@ -523,16 +523,16 @@ fn check_clients(addr: SocketAddr, grant: Grant) {
         assert_eq!(client.count("deploy").await.unwrap_err().code(), Some("unauthorized"), "auth is required");
         let write = match grant {
             Grant::Plain(token) => {
-                assert_eq!(client.auth(token).await.unwrap(), Access::Granted(true));
+                assert_eq!(client.auth(token).await.unwrap(), AuthGrant::Granted(true));
                 client
             }
             Grant::Roles { read, write } => {
-                assert_eq!(client.auth(read).await.unwrap(), Access::Role { role: "read".into() });
+                assert_eq!(client.auth(read).await.unwrap(), AuthGrant::Role { role: "read".into() });
                 assert_eq!(client.count("deploy").await.unwrap(), 0, "a read token reads");
                 let refused = client.set("deploy", "alice", 1, Mode::Set).await.unwrap_err();
                 assert_eq!(refused.code(), Some("unauthorized"), "a read token cannot write");
                 let mut writer = Client::connect(&addr).await.expect("connect");
-                assert_eq!(writer.auth(write).await.unwrap(), Access::Role { role: "write".into() });
+                assert_eq!(writer.auth(write).await.unwrap(), AuthGrant::Role { role: "write".into() });
                 writer
             }
         };

@@ -333,7 +333,7 @@ fn valid_request() -> impl Strategy<Value = Request> {
     let op = prop_oneof![
         Just(Op::Ping),
         Just(Op::Boards),
-        ".{0,40}".prop_map(|token| Op::Auth { token }),
+        ".{0,40}".prop_map(|token| Op::Auth { token: rankd::security::Secret(token) }),
         (b(), arb_config()).prop_map(|(board, config)| Op::CreateBoard { board, config }),
         b().prop_map(|board| Op::DropBoard { board }),
         (b(), p(), any::<i64>(), arb_mode()).prop_map(|(board, player, score, mode)| Op::Set {

@@ -309,6 +309,27 @@ async fn a_plaintext_client_on_a_tls_port_gets_no_answer_and_is_disconnected() {
 }
 
 #[tokio::test]
+async fn at_the_connection_limit_a_tls_port_closes_new_connections_without_a_handshake() {
+    let tls = TlsFiles::new();
+    let mut args = tls.server_args();
+    args.extend(["--max-connections", "1"]);
+    let server = common::Server::start_with(1, &args);
+    let mut first = tls_client(&server.addr, &tls.ca_file).await;
+    assert_eq!(first.ping().await.expect("the first connection is served"), "pong");
+
+    let refused = tokio::time::timeout(DEADLINE, Client::connect_with(&server.addr, &options(tls_to(&tls.ca_file))))
+        .await
+        .expect("the refusal comes at once");
+    assert!(refused.is_err(), "a connection past the limit completed its TLS handshake");
+    common::wait_until(DEADLINE, "the refusal to be counted", async || {
+        server.counter("rankd_connections_refused_total", &[]) >= 1.0
+    })
+    .await;
+    assert_eq!(server.counter("rankd_tls_handshake_failures_total", &[]), 0.0, "no handshake was attempted");
+    assert_eq!(first.ping().await.expect("the first connection still works"), "pong");
+}
+
+#[tokio::test]
 async fn mutual_tls_refuses_clients_without_a_certificate_signed_by_the_client_ca() {
     let tls = TlsFiles::new();
     let (client_ca, stranger_ca) = (Ca::new("rankd client CA"), Ca::new("someone else's CA"));

@@ -20,7 +20,7 @@ const MAX_REPLY: usize = 64 << 20;
 /// What a successful `auth` granted.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
-pub enum Access {
+pub enum AuthGrant {
     /// Everything (a server without token roles answers `true`).
     Granted(bool),
     /// The token's role, `"read"` or `"write"`, on a server with roles.
@@ -140,7 +140,7 @@ impl Client {
     }
 
     /// `auth` with a token: what it grants, or `unauthorized`.
-    pub async fn auth(&mut self, token: &str) -> Result<Access, ClientError> {
+    pub async fn auth(&mut self, token: &str) -> Result<AuthGrant, ClientError> {
         self.call(Call::new(OpKind::Auth).with("token", token)).await
     }
 

@@ -60,7 +60,7 @@ pub mod protocol;
 mod reply;
 
 pub use call::{set_call, Call};
-pub use client::{Access, Client};
+pub use client::{AuthGrant, Client};
 pub use connect::{ConnectOptions, TlsOptions, Token};
 pub use error::ClientError;
 pub use protocol::{ErrorCode, Mode, OpKind, Order, Ties, Window};

@@ -247,7 +247,7 @@ pub fn request_value(req: &Request) -> Value {
     let s = |v: &str| Value::from(v);
     match &req.op {
         Op::Ping | Op::Boards => {}
-        Op::Auth { token } => f.push(("token", s(token))),
+        Op::Auth { token } => f.push(("token", s(&token.0))),
         Op::CreateBoard { board, config } => {
             f.push(("board", s(board)));
             f.push(("order", s(config.order.as_str())));
@@ -328,7 +328,7 @@ pub fn seed_requests() -> Vec<Request> {
     };
     let ops = vec![
         Op::Ping,
-        Op::Auth { token: "s3cret".into() },
+        Op::Auth { token: rankd::security::Secret("s3cret".into()) },
         Op::CreateBoard { board: b(), config: BoardConfig::default() },
         Op::CreateBoard { board: "a.b:c_d-E9".into(), config },
         Op::CreateBoard {

@@ -8,6 +8,7 @@ use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
 use rmpv::ValueRef;
 
 use crate::error::Error;
+use crate::security::Secret;
 /// Decoder recursion budget. rmpv spends one unit per nesting level and one
 /// per string, so the deepest legal request (`entries`: map, list, pair,
 /// string) needs 5; anything far deeper is hostile and refused unrecursed.
@@ -36,7 +37,7 @@ pub struct View {
 #[allow(missing_docs)]
 pub enum Op {
     Ping,
-    Auth { token: String },
+    Auth { token: Secret },
     CreateBoard { board: String, config: BoardConfig },
     DropBoard { board: String },
     Boards,
@@ -249,7 +250,7 @@ impl<'a> Fields<'a> {
         };
         Ok(match kind {
             OpKind::Ping => Op::Ping,
-            OpKind::Auth => Op::Auth { token: self.str("token")?.to_string() },
+            OpKind::Auth => Op::Auth { token: Secret(self.str("token")?.to_string()) },
             OpKind::CreateBoard => Op::CreateBoard { board: self.board()?, config: self.config()? },
             OpKind::DropBoard => Op::DropBoard { board: self.board()? },
             OpKind::Boards => Op::Boards,

@@ -122,7 +122,7 @@ impl Connection {
     /// connection's standing does not allow are answered `unauthorized`.
     fn admit(&mut self, request: Request) -> Decoded {
         if let Op::Auth { token } = &request.op {
-            let result = match self.access.auth(token) {
+            let result = match self.access.auth(&token.0) {
                 AuthOutcome::Accepted => Ok(Reply::Bool(true)),
                 AuthOutcome::AcceptedAs(role) => Ok(Reply::Role { role }),
                 AuthOutcome::Refused { close } => {

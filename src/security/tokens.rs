@@ -38,11 +38,12 @@ pub enum Role {
 }
 
 impl Role {
-    /// The role's name on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Read => "read",
-            Role::Write => "write",
+    /// The wider of two roles (a secret listed twice grants the wider).
+    fn max_with(self, other: Role) -> Role {
+        if self == Role::Write || other == Role::Write {
+            Role::Write
+        } else {
+            Role::Read
         }
     }
 }
@@ -101,17 +102,6 @@ impl Tokens {
             }
         }
         granted
-    }
-}
-
-impl Role {
-    /// The wider of two roles (a secret listed twice grants the wider).
-    fn max_with(self, other: Role) -> Role {
-        if self == Role::Write || other == Role::Write {
-            Role::Write
-        } else {
-            Role::Read
-        }
     }
 }
 

@@ -51,16 +51,15 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        // At the connection limit: say so (in TLS on a TLS port), then close.
-                        let metrics = metrics.clone();
-                        match tls.as_ref().map(|tls| tls.acceptor()) {
-                            None => actix_rt::spawn(connection::refuse(stream, metrics)),
-                            Some(acceptor) => actix_rt::spawn(async move {
-                                if let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                    connection::refuse(stream, metrics).await;
-                                }
-                            }),
-                        };
+                        // At the connection limit: say so, then close. On a TLS
+                        // port, close at once: a handshake per refused client
+                        // would spend what the limit is there to protect.
+                        if tls.is_some() {
+                            metrics.connections_refused.inc();
+                            drop(stream);
+                        } else {
+                            actix_rt::spawn(connection::refuse(stream, metrics.clone()));
+                        }
                         continue;
                     };
                     let stream = match stream.into_std() {
@@ -115,7 +114,7 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = hangups.recv() => reload_certificate(tls.as_deref(), &metrics),
+            Some(()) = hangups.recv() => reload_certificate(tls.as_deref(), &metrics),
             () = &mut signal => break,
         }
     }

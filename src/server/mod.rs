@@ -55,6 +55,14 @@ pub enum StartError {
 /// Runs the server until SIGTERM/Ctrl-C. Blocks the calling thread.
 pub fn run(config: ServeSettings) -> Result<(), StartError> {
     let started = Instant::now();
+    // SIGHUP reloads the certificate once the listener runs; until then it
+    // must not end the process (its default action), as a renewal hook
+    // firing during a long start would.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to "ignore" touches no memory.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
     // Unusable certificate files stop the start before any shard opens.
     let tls = config.tls_files().map(TlsReloader::new).transpose()?.map(Arc::new);
     let tokens = Arc::new(config.tokens());

@@ -86,7 +86,8 @@ impl Router {
         let ready = Routed::Ready;
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
-            Op::Auth { .. } => ready(Ok(Reply::Bool(true))),
+            // Every `auth` is answered by its connection, which knows the roles.
+            Op::Auth { .. } => ready(Err(Error::Internal("`auth` reached the router".into()))),
             Op::CreateBoard { board, config } => match boards.create(&board, config) {
                 Err(e) => ready(Err(e)),
                 Ok(Created::Exists) => ready(Ok(Reply::Bool(false))),
@@ -259,7 +260,10 @@ impl Router {
                 link.ask(|reply| Command::CheckIncr { board: board.clone(), entries, reply })
             })
             .collect();
-        futures::executor::block_on(try_join_all(checks.into_iter().map(answer))).map(drop)
+        // Unconstrained: the replies must not spend this task's tokio budget;
+        // once spent, a reply's wake-up would be deferred to this very
+        // thread's scheduler, which is blocked here.
+        futures::executor::block_on(tokio::task::unconstrained(try_join_all(checks.into_iter().map(answer)))).map(drop)
     }
 
     /// `rank`: in place when allowed and every shard's lock is free; else
