@@ -17,20 +17,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-shards=${1:-1}
-players=${2:-1000000}
-shift $(( $# > 2 ? 2 : $# ))
-workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(set rank)
-warm=${WARM:-30}
-duration=${DURATION:-10}
-conns=${CONNS:-8}
-depth=${DEPTH:-64}
 rankd_port=7270
 redis_port=6479
 
 command -v redis-server >/dev/null || { echo "needs redis-server (apt-get install -y redis-server)" >&2; exit 2; }
 source scripts/lib.sh
+comparison_load 30 "$@"
 rankd_pid=
 redis_pid=
 cleanup() {
@@ -57,8 +49,6 @@ targets=("rankd://127.0.0.1:$rankd_port" "redis://127.0.0.1:$redis_port")
 pids=("$rankd_pid" "$redis_pid")
 names=(rankd redis)
 
-# Cores a process used over a command: utime+stime ticks before and after.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 for i in 0 1; do
@@ -66,10 +56,10 @@ for i in 0 1; do
     [ "$warm" -gt 0 ] && "$rankd_bench" --target "${targets[$i]}" --players "$players" \
         --duration "$warm" -c "$conns" -d "$depth" -w set -q >/dev/null
     for w in "${workloads[@]}"; do
-        before=$(ticks "${pids[$i]}")
+        before=$(cpu_ticks "${pids[$i]}")
         "$rankd_bench" --target "${targets[$i]}" --players "$players" --duration "$duration" \
             -c "$conns" -d "$depth" -w "$w" -q --json "$work/${names[$i]}-$w.json" >/dev/null
-        after=$(ticks "${pids[$i]}")
+        after=$(cpu_ticks "${pids[$i]}")
         awk -v t="$((after - before))" -v hz="$hz" -v d="$duration" 'BEGIN {printf "%.2f\n", t / hz / d}' \
             >"$work/${names[$i]}-$w.cpu"
     done

@@ -12,18 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-shards=${1:-1}
-players=${2:-1000000}
-shift $(( $# > 2 ? 2 : $# ))
-workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(set rank)
-warm=${WARM:-10}
-duration=${DURATION:-10}
-conns=${CONNS:-8}
-depth=${DEPTH:-64}
 
 command -v openssl >/dev/null || { echo "needs openssl (apt-get install -y openssl)" >&2; exit 2; }
 source scripts/lib.sh
+comparison_load 10 "$@"
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do stop "$pid"; done
@@ -47,7 +39,6 @@ for i in 0 1; do
     wait_listening "$work/${names[$i]}.log" "${pids[$i]}"
 done
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 for i in 0 1; do
@@ -62,10 +53,10 @@ for w in "${workloads[@]}"; do
     for i in 0 1; do
         client=(--target "rankd://localhost:${ports[$i]}")
         [ "$i" = 1 ] && client+=("${tls_client[@]}")
-        before=$(ticks "${pids[$i]}")
+        before=$(cpu_ticks "${pids[$i]}")
         "$rankd_bench" "${client[@]}" --players "$players" --duration "$duration" \
             -c "$conns" -d "$depth" -w "$w" -q --json "$work/${names[$i]}-$w.json" >/dev/null
-        after=$(ticks "${pids[$i]}")
+        after=$(cpu_ticks "${pids[$i]}")
         echo $((after - before)) >"$work/${names[$i]}-$w.ticks"
     done
 done

@@ -6,6 +6,7 @@
 # for an A/B; otherwise a release build of this checkout), `rankd_bench`
 # (the load generator, RANKD_BENCH=path or this checkout's) and `work` (a
 # fresh temp dir, for the caller's EXIT trap to remove).
+# Defines comparison_load (the comparison scripts' arguments) and cpu_ticks.
 
 [ -n "${RANKD:-}" ] || cargo build --release --quiet -p rankd
 [ -n "${RANKD_BENCH:-}" ] || cargo build --release --quiet -p rankd-bench
@@ -28,3 +29,24 @@ stop() {
         wait "$1" 2>/dev/null || true
     fi
 }
+
+# comparison_load DEFAULT_WARM [SHARDS] [PLAYERS] [WORKLOADS...]: the
+# comparison scripts' arguments and knobs (env WARM, DURATION, CONNS,
+# DEPTH); sets shards, players, workloads, warm, duration, conns and depth.
+comparison_load() {
+    local default_warm=$1
+    shift
+    shards=${1:-1}
+    players=${2:-1000000}
+    shift $(( $# > 2 ? 2 : $# ))
+    workloads=("$@")
+    [ ${#workloads[@]} -gt 0 ] || workloads=(set rank)
+    warm=${WARM:-$default_warm}
+    duration=${DURATION:-10}
+    conns=${CONNS:-8}
+    depth=${DEPTH:-64}
+}
+
+# cpu_ticks PID: the CPU the process has used so far (utime+stime), in
+# clock ticks (getconf CLK_TCK a second).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

@@ -11,11 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 
-use super::tls::TlsReloader;
-
-/// Longest a client may take over its TLS handshake, here and on the
-/// client port.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use super::tls::{handshake, TlsReloader};
 
 /// Connections whose TLS handshake succeeded, for `axum::serve`.
 pub struct TlsListener {
@@ -41,11 +37,11 @@ impl TlsListener {
                 };
                 let (acceptor, sender, failures) = (tls.acceptor(), sender.clone(), failures.clone());
                 actix_rt::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => {
+                    match handshake(acceptor, stream).await {
+                        Some(stream) => {
                             let _ = sender.send((stream, peer)).await;
                         }
-                        Ok(Err(_)) | Err(_) => failures.inc(),
+                        None => failures.inc(),
                     }
                 });
             }

@@ -5,11 +5,15 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 /// Why the TLS files could not be used.
@@ -74,14 +78,26 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     Ok(certs)
 }
 
-/// Whether a client's first byte opens a TLS handshake record (0x16). A
-/// plaintext rankd frame starts with its length's high byte, 0 for any
-/// frame under 16 MiB: such a client is closed without an answer, not even
-/// a TLS alert.
-pub async fn opens_with_tls(stream: &tokio::net::TcpStream) -> bool {
+/// Longest a client may take over its TLS handshake, on the client port
+/// and the metrics endpoint.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The server's side of a handshake, within [`HANDSHAKE_TIMEOUT`]; `None`
+/// (the caller counts it and drops the connection) for plaintext, an
+/// untrusted client certificate or a stall. A client whose first byte does
+/// not open a TLS handshake record (0x16) is refused unanswered, not even
+/// with a TLS alert: a plaintext rankd frame starts with its length's high
+/// byte, 0 for any frame under 16 MiB.
+pub async fn handshake(acceptor: TlsAcceptor, stream: TcpStream) -> Option<TlsStream<TcpStream>> {
     const HANDSHAKE_RECORD: u8 = 0x16;
-    let mut first = [0u8; 1];
-    matches!(stream.peek(&mut first).await, Ok(1) if first[0] == HANDSHAKE_RECORD)
+    let attempt = async {
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first).await {
+            Ok(1) if first[0] == HANDSHAKE_RECORD => acceptor.accept(stream).await.ok(),
+            _ => None,
+        }
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, attempt).await.ok().flatten()
 }
 
 /// The acceptor new connections use, replaced whole by [`TlsReloader::reload`].

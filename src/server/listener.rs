@@ -14,8 +14,7 @@ use crate::operations::metrics::Metrics;
 use crate::request_path::connection::{self, Limits};
 use crate::request_path::shard::command::{answer, reply};
 use crate::request_path::shard::{Command, ShardLink};
-use crate::security::https::HANDSHAKE_TIMEOUT;
-use crate::security::tls::opens_with_tls;
+use crate::security::tls::handshake;
 use crate::security::{TlsReloader, Tokens};
 
 use super::io_threads::IoThreads;
@@ -88,20 +87,13 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
                                     connection::serve(stream.into_split(), router, limits, tokens, metrics, shutdown)
                                         .await
                                 }
-                                Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-                                    if !opens_with_tls(&stream).await {
-                                        return Err(std::io::ErrorKind::InvalidData.into());
-                                    }
-                                    acceptor.accept(stream).await
-                                })
-                                .await
-                                {
-                                    Ok(Ok(stream)) => {
+                                Some(acceptor) => match handshake(acceptor, stream).await {
+                                    Some(stream) => {
                                         let halves = tokio::io::split(stream);
                                         connection::serve(halves, router, limits, tokens, metrics, shutdown).await
                                     }
                                     // Plaintext on a TLS port, an untrusted client certificate, a stall.
-                                    Ok(Err(_)) | Err(_) => metrics.security.client_handshake_failures.inc(),
+                                    None => metrics.security.client_handshake_failures.inc(),
                                 },
                             }
                             drop((alive, slot));

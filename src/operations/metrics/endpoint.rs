@@ -50,21 +50,21 @@ pub async fn serve(
             }),
         );
     match tls {
-        None => {
-            actix_rt::spawn(async move {
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::error!(error = %e, "metrics endpoint stopped");
-                }
-            });
-        }
-        Some(tls) => {
-            let listener = TlsListener::start(listener, tls, handshake_failures)?;
-            actix_rt::spawn(async move {
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::error!(error = %e, "metrics endpoint stopped");
-                }
-            });
-        }
+        None => spawn_serving(listener, app),
+        Some(tls) => spawn_serving(TlsListener::start(listener, tls, handshake_failures)?, app),
     }
     Ok(local)
+}
+
+/// Serves `app` on `listener` (plain or TLS) until the process ends.
+fn spawn_serving<L>(listener: L, app: axum::Router)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    actix_rt::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics endpoint stopped");
+        }
+    });
 }
