@@ -14,6 +14,16 @@ pub const MAX_SET_MANY: usize = 10_000;
 pub const MAX_TOP_LIMIT: u64 = 1000;
 /// Largest `around` `before` and `after`.
 pub const MAX_AROUND: u64 = 500;
+/// Largest `top` a watch may follow.
+pub const MAX_WATCH_TOP: u64 = 100;
+/// Most watches one connection may hold.
+pub const MAX_WATCHES: usize = 64;
+/// Fastest and slowest a watch may push, in milliseconds; and its default.
+pub const WATCH_INTERVAL_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
+/// How often a watch pushes at most when `interval_ms` is not given.
+pub const DEFAULT_WATCH_INTERVAL_MS: u64 = 100;
+/// Longest `wid` of an idempotent write, in bytes.
+pub const MAX_WID: usize = 64;
 
 /// Declares a fieldless enum whose variants each have one wire name, with
 /// the name, the reverse lookup and the list of all variants.
@@ -101,6 +111,10 @@ wire_names!(
         Top => "top",
         /// A player and their neighbours.
         Around => "around",
+        /// Push a board's top or a player's rank whenever it changes.
+        Watch => "watch",
+        /// End a watch.
+        Unwatch => "unwatch",
     }
 );
 
@@ -193,7 +207,7 @@ mod tests {
             assert_eq!(*op as usize, i);
             assert_eq!(OpKind::from_name(op.name()), Some(*op));
         }
-        assert_eq!(OpKind::COUNT, 14);
+        assert_eq!(OpKind::COUNT, 16);
         for (i, code) in ErrorCode::ALL.iter().enumerate() {
             assert_eq!(*code as usize, i);
             assert_eq!(ErrorCode::from_name(code.name()), Some(*code));
