@@ -1,7 +1,8 @@
 //! A connection to a rankd server: one method per op, and pipelines of any
 //! calls.
 
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Deserialize;
@@ -12,7 +13,8 @@ use crate::connect::{self, ConnectOptions};
 use crate::error::ClientError;
 use crate::frame::FrameReader;
 use crate::protocol::{Mode, OpKind, Order, Ties};
-use crate::reply::{BoardInfo, Entry, Envelope, RankInfo};
+use crate::push::{PushBuffer, RawPush};
+use crate::reply::{BoardInfo, Entry, Envelope, Incoming, RankInfo};
 
 /// Replies can be as large as requests, and a server may allow 64 MiB.
 const MAX_REPLY: usize = 64 << 20;
@@ -30,7 +32,22 @@ pub enum AuthGrant {
     },
 }
 
+/// A write's result, and whether the server had applied it before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written<T> {
+    /// The result (`ok`): for a repeat, the first application's.
+    pub value: T,
+    /// The server answered `"dup": true`: the request's `wid` had already
+    /// been applied (within the dedup horizon), so this one changed nothing.
+    pub dup: bool,
+}
+
 /// A connection to a rankd server.
+///
+/// Pushes of watches (protocol 1.1) that arrive while a call waits for its
+/// reply are set aside, the newest of each watch kept: take them with
+/// [`Client::take_push`] or [`Client::next_push`], or use a
+/// [`crate::Watcher`], which decodes them.
 pub struct Client {
     /// Replies, read while requests are still being written.
     reader: FrameReader<Box<dyn AsyncRead + Send + Unpin>>,
@@ -38,6 +55,8 @@ pub struct Client {
     writer: Box<dyn AsyncWrite + Send + Unpin>,
     /// The id of the next request: replies are matched to calls by it.
     next_id: u64,
+    /// Pushes read while waiting for replies.
+    pushes: PushBuffer,
 }
 
 impl Client {
@@ -50,7 +69,8 @@ impl Client {
     /// with the token if one is given.
     pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Self, ClientError> {
         let (read, writer) = connect::open(addr, options.tls.as_ref()).await?;
-        let mut client = Self { reader: FrameReader::new(read, MAX_REPLY), writer, next_id: 1 };
+        let mut client =
+            Self { reader: FrameReader::new(read, MAX_REPLY), writer, next_id: 1, pushes: PushBuffer::default() };
         if let Some(token) = &options.token {
             client.auth(&token.0).await?;
         }
@@ -77,14 +97,42 @@ impl Client {
             .unwrap_or_else(|| Err(ClientError::Protocol("no reply".into())))
     }
 
+    /// Sends one write and returns its result with the server's `dup` flag
+    /// (set when the call's `wid` had already been applied).
+    ///
+    /// ```no_run
+    /// # async fn demo(rankd: &mut rankd_client::Client) -> Result<(), rankd_client::ClientError> {
+    /// use rankd_client::{set_call, Mode};
+    /// let call = set_call("arena", "alice", 5, Mode::Incr).with("wid", "order-81723");
+    /// let written = rankd.call_written::<i64>(call).await?;
+    /// println!("alice has {} (counted before: {})", written.value, written.dup);
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_written<T: DeserializeOwned>(&mut self, call: Call) -> Result<Written<T>, ClientError> {
+        self.pipeline_written(std::slice::from_ref(&call))
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(ClientError::Protocol("no reply".into())))
+    }
+
     /// Sends every request before reading any reply (writing and reading at
     /// once, so a long pipeline cannot deadlock on full socket buffers), and
     /// returns each result in order. The outer error is the connection's; a
-    /// call's own failure is its entry's.
+    /// call's own failure is its entry's. Pushes arriving in between are set
+    /// aside (see [`Client::take_push`]).
     pub async fn pipeline<T: DeserializeOwned>(
         &mut self,
         calls: &[Call],
     ) -> Result<Vec<Result<T, ClientError>>, ClientError> {
+        let results = self.pipeline_written::<T>(calls).await?;
+        Ok(results.into_iter().map(|result| result.map(|written| written.value)).collect())
+    }
+
+    /// [`Client::pipeline`], each result with the server's `dup` flag.
+    pub async fn pipeline_written<T: DeserializeOwned>(
+        &mut self,
+        calls: &[Call],
+    ) -> Result<Vec<Result<Written<T>, ClientError>>, ClientError> {
         if let Some(why) = calls.iter().find_map(Call::invalid) {
             return Err(ClientError::Encode(why.to_string()));
         }
@@ -96,19 +144,26 @@ impl Client {
         self.next_id += calls.len() as u64;
         let writer = &mut self.writer;
         let reader = &mut self.reader;
+        let pushes = &mut self.pushes;
         let write = async move { writer.write_all(&out).await };
         let read = async move {
             let mut results = Vec::with_capacity(calls.len());
-            for i in 0..calls.len() {
+            while results.len() < calls.len() {
                 let body = reader.next_frame().await.map_err(|e| ClientError::Protocol(e.to_string()))?;
                 let body = body.ok_or_else(|| ClientError::Protocol("connection closed".into()))?;
-                let Envelope { id, result } = Envelope::<T>::decode(&body)?;
-                let expected = first + i as u64;
+                let Envelope { id, result, dup } = match Incoming::<T>::decode(&body)? {
+                    Incoming::Reply(envelope) => envelope,
+                    Incoming::Push(watch) => {
+                        pushes.add(RawPush::new(watch, body, Instant::now()));
+                        continue;
+                    }
+                };
+                let expected = first + results.len() as u64;
                 // id 0 answers a frame the server could not read an id from.
                 if id != expected && !(id == 0 && result.is_err()) {
                     return Err(ClientError::Protocol(format!("reply id {id}, expected {expected}")));
                 }
-                results.push(result);
+                results.push(result.map(|value| Written { value, dup }));
             }
             Ok::<_, ClientError>(results)
         };
@@ -116,6 +171,56 @@ impl Client {
         let results = results?;
         written?;
         Ok(results)
+    }
+
+    /// The oldest push set aside while a call waited for its reply, if any
+    /// (no I/O).
+    pub fn take_push(&mut self) -> Option<RawPush> {
+        self.pushes.pop()
+    }
+
+    /// Pushes set aside and not yet taken.
+    pub fn buffered_pushes(&self) -> usize {
+        self.pushes.len()
+    }
+
+    /// Pushes this client set aside and then dropped because a newer push of
+    /// the same watch arrived before they were taken (each push carries the
+    /// watch's whole state), or, past 256 watches with pushes pending, the
+    /// oldest.
+    pub fn coalesced_pushes(&self) -> u64 {
+        self.pushes.coalesced()
+    }
+
+    /// Forgets the pushes set aside for `watch`.
+    pub(crate) fn discard_pushes(&mut self, watch: u64) {
+        self.pushes.discard(watch);
+    }
+
+    /// The next push: one set aside, else the next frame read, which must be
+    /// a push (no call is waiting for a reply). `None` once the server has
+    /// closed the connection. Cancel-safe.
+    pub async fn next_push(&mut self) -> Result<Option<RawPush>, ClientError> {
+        std::future::poll_fn(|cx| self.poll_push(cx)).await
+    }
+
+    /// The poll form of [`Client::next_push`], for hand-written streams.
+    pub fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<RawPush>, ClientError>> {
+        if let Some(push) = self.pushes.pop() {
+            return Poll::Ready(Ok(Some(push)));
+        }
+        let body = match std::task::ready!(self.reader.poll_next_frame(cx)) {
+            Ok(Some(body)) => body,
+            Ok(None) => return Poll::Ready(Ok(None)),
+            Err(e) => return Poll::Ready(Err(ClientError::Protocol(e.to_string()))),
+        };
+        Poll::Ready(match Incoming::<IgnoredAny>::decode(&body) {
+            Ok(Incoming::Push(watch)) => Ok(Some(RawPush::new(watch, body, Instant::now()))),
+            Ok(Incoming::Reply(Envelope { id, .. })) => {
+                Err(ClientError::Protocol(format!("reply id {id} while no request was waiting")))
+            }
+            Err(e) => Err(e),
+        })
     }
 
     /// Sends raw bytes (for testing how a server takes malformed input).
@@ -221,8 +326,88 @@ impl Client {
     /// Sends `calls` as one pipeline and counts the results (ok, failed)
     /// without decoding them: for load generators.
     pub async fn pipeline_outcomes(&mut self, calls: &[Call]) -> Result<(u64, u64), ClientError> {
-        let results = self.pipeline::<IgnoredAny>(calls).await?;
+        let results = self.pipeline_written::<IgnoredAny>(calls).await?;
         let ok = results.iter().filter(|r| r.is_ok()).count() as u64;
         Ok((ok, results.len() as u64 - ok))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmpv::Value;
+
+    use super::*;
+    use crate::testing::{entry, id, map, serve};
+
+    #[tokio::test]
+    async fn pushes_between_replies_are_set_aside_the_newest_of_each_watch() {
+        let addr = serve(|_, mut peer| async move {
+            let (first, second) = (peer.request().await.unwrap(), peer.request().await.unwrap());
+            peer.push(1, Value::Array(vec![entry("a", 1, 1)])).await;
+            peer.reply(id(&first), "pong".into()).await;
+            peer.push(2, Value::Nil).await;
+            peer.push(1, Value::Array(vec![entry("a", 2, 1)])).await;
+            peer.reply(id(&second), "pong".into()).await;
+            // Read by next_push, then a clean close.
+            peer.push(3, Value::Nil).await;
+        })
+        .await;
+        let mut client = Client::connect(&addr).await.unwrap();
+        let replies = client.pipeline::<String>(&[Call::new(OpKind::Ping), Call::new(OpKind::Ping)]).await.unwrap();
+        assert_eq!(replies.into_iter().map(Result::unwrap).collect::<Vec<_>>(), ["pong", "pong"]);
+        assert_eq!((client.buffered_pushes(), client.coalesced_pushes()), (2, 1));
+        let two = client.take_push().unwrap();
+        assert_eq!((two.watch(), two.event::<Vec<Entry>>().unwrap()), (2, None));
+        let one = client.take_push().unwrap();
+        assert_eq!(one.event::<Vec<Entry>>().unwrap().unwrap()[0].score, 2, "the newer push of watch 1");
+        assert!(client.take_push().is_none());
+        assert_eq!(client.next_push().await.unwrap().unwrap().watch(), 3);
+        assert!(client.next_push().await.unwrap().is_none(), "closed");
+    }
+
+    #[tokio::test]
+    async fn a_reply_while_no_call_waits_is_a_protocol_error() {
+        let addr = serve(|_, mut peer| async move {
+            peer.reply(9, true.into()).await;
+            let _ = peer.request().await;
+        })
+        .await;
+        let mut client = Client::connect(&addr).await.unwrap();
+        let error = client.next_push().await.unwrap_err();
+        assert!(matches!(&error, ClientError::Protocol(why) if why.contains("reply id 9")), "{error}");
+    }
+
+    #[tokio::test]
+    async fn writes_report_the_dup_flag() {
+        let addr = serve(|_, mut peer| async move {
+            let mut applied = std::collections::HashMap::new();
+            while let Some(request) = peer.request().await {
+                let wid = crate::testing::field(&request, "wid").as_str().map(str::to_string);
+                let score = crate::testing::field(&request, "score").as_i64().unwrap();
+                let (ok, dup) = match wid {
+                    Some(wid) => match applied.get(&wid) {
+                        Some(&first) => (first, true),
+                        None => {
+                            applied.insert(wid, score);
+                            (score, false)
+                        }
+                    },
+                    None => (score, false),
+                };
+                let mut reply = vec![("id", id(&request).into()), ("ok", ok.into())];
+                if dup {
+                    reply.push(("dup", true.into()));
+                }
+                peer.send(map(&reply)).await;
+            }
+        })
+        .await;
+        let mut client = Client::connect(&addr).await.unwrap();
+        let call = |score| set_call("b", "p", score, Mode::Incr).with("wid", "w1");
+        assert_eq!(client.call_written::<i64>(call(5)).await.unwrap(), Written { value: 5, dup: false });
+        assert_eq!(client.call_written::<i64>(call(5)).await.unwrap(), Written { value: 5, dup: true });
+        let plain = client.pipeline_written::<i64>(&[set_call("b", "p", 7, Mode::Set)]).await.unwrap();
+        assert_eq!(plain[0].as_ref().unwrap(), &Written { value: 7, dup: false });
+        assert_eq!(client.call::<i64>(call(9)).await.unwrap(), 5, "call drops the flag");
     }
 }

@@ -1,6 +1,8 @@
 //! Framing: a 4-byte big-endian length, then that many bytes, both ways.
 
 use std::fmt;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -75,6 +77,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
             if self.inner.read_buf(&mut self.buf).await? == 0 {
                 return if self.buf.is_empty() { Ok(None) } else { Err(FrameError::Truncated) };
+            }
+        }
+    }
+
+    /// The poll form of [`FrameReader::next_frame`], for `Stream`s and
+    /// hand-written futures: the next frame's body, `None` at a clean end of
+    /// stream, or `Pending` (with the waker registered) until more bytes
+    /// come. Mixes freely with `next_frame` on the same reader.
+    pub fn poll_next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<BytesMut>, FrameError>> {
+        loop {
+            if let Some(frame) = self.parse()? {
+                return Poll::Ready(Ok(Some(frame)));
+            }
+            if ready!(tokio_util::io::poll_read_buf(Pin::new(&mut self.inner), cx, &mut self.buf))? == 0 {
+                return Poll::Ready(if self.buf.is_empty() { Ok(None) } else { Err(FrameError::Truncated) });
             }
         }
     }
@@ -161,5 +178,27 @@ mod tests {
         let huge = [0xFF, 0xFF, 0xFF, 0xFF, 1];
         assert!(frames(&huge, 16).await[0].as_ref().is_err_and(|e| e.contains("exceeds")));
         assert!(frames(&[0, 0, 0, 9, 1], 16).await[0].as_ref().is_err_and(|e| e.contains("mid-frame")));
+    }
+
+    #[tokio::test]
+    async fn polling_reads_the_same_frames_as_awaiting() {
+        let mut bytes = Vec::new();
+        for body in [&b"one"[..], b"two", b"three"] {
+            write_frame(&mut bytes, body);
+        }
+        // Bytes trickle in one at a time: every frame still comes out whole.
+        let (mut tx, rx) = tokio::io::duplex(1);
+        let feed = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            tx.write_all(&bytes).await.unwrap();
+        });
+        let mut reader = FrameReader::new(rx, 16);
+        let first = std::future::poll_fn(|cx| reader.poll_next_frame(cx)).await.unwrap().unwrap();
+        assert_eq!(&first[..], b"one");
+        assert_eq!(&reader.next_frame().await.unwrap().unwrap()[..], b"two");
+        let third = std::future::poll_fn(|cx| reader.poll_next_frame(cx)).await.unwrap().unwrap();
+        assert_eq!(&third[..], b"three");
+        feed.await.unwrap();
+        assert!(std::future::poll_fn(|cx| reader.poll_next_frame(cx)).await.unwrap().is_none());
     }
 }

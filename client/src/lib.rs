@@ -27,6 +27,55 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A live leaderboard does not poll: a [`Watcher`] (its own connection)
+//! watches a board's top or a player's rank (protocol 1.1) and is a
+//! `Stream` of pushes, the current state first, then each change, at most
+//! one per `interval_ms` (a slow reader gets the latest state, not a
+//! backlog):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rankd_client::ClientError> {
+//! use futures_util::StreamExt;
+//! use rankd_client::{ConnectOptions, WatchEvent, WatchSpec, Watcher};
+//! let mut watcher = Watcher::connect_with("127.0.0.1:7070", &ConnectOptions::default()).await?;
+//! let top = watcher.watch(&WatchSpec::top("arena", 10)).await?;
+//! let me = watcher.watch(&WatchSpec::player("arena", "alice").interval(std::time::Duration::from_secs(1))).await?;
+//! while let Some(push) = watcher.next().await {
+//!     let push = push?;
+//!     match push.event {
+//!         WatchEvent::Top(entries) => println!("top: {} players, best {:?}", entries.len(), entries.first()),
+//!         WatchEvent::Player(Some(info)) => println!("alice is #{} with {}", info.rank, info.score),
+//!         WatchEvent::Player(None) => println!("alice is not on the board"),
+//!         WatchEvent::Ended => println!("watch {} ended: the board was dropped", push.watch),
+//!     }
+//! #   let _ = (top, me);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! A write that times out may or may not have applied; sent again, an
+//! `incr` would count twice. A [`RetryingClient`] gives each write a random
+//! `wid` (protocol 1.1) and, on a timeout or a broken connection,
+//! reconnects and sends it again with the same `wid`: the server applies it
+//! once and answers the repeat with the first result, flagged
+//! [`Written::dup`]:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rankd_client::ClientError> {
+//! use std::time::Duration;
+//! use rankd_client::{ConnectOptions, Mode, RetryPolicy, RetryingClient};
+//! let policy = RetryPolicy { timeout: Duration::from_secs(2), retries: 5, ..RetryPolicy::default() };
+//! let mut rankd = RetryingClient::new("127.0.0.1:7070", ConnectOptions::default(), policy);
+//! let coins = rankd.set("arena", "alice", 50, Mode::Incr).await?;
+//! println!("alice has {} coins (a retry found the write applied: {})", coins.value, coins.dup);
+//! # Ok(()) }
+//! ```
+//!
+//! A write with a `wid` of the caller's own (a transaction id) goes through
+//! [`RetryingClient::write_with_wid`], or, unretried, through
+//! [`Client::call_written`] (`set_call(..).with("wid", id)`), which returns
+//! the `dup` flag too.
+//!
 //! `examples/leaderboard.rs` is a whole program (`cargo run -p
 //! rankd-client --example leaderboard -- 127.0.0.1:7070`). Ops without a
 //! method here, or with fields a method does not take (`window`, `period`,
@@ -39,10 +88,16 @@
 //! - [`frame`]: the length-prefixed framing, both ways;
 //! - [`Call`]: a request, encoded as it is built; [`Client`]: a connection
 //!   that sends calls alone or pipelined and decodes replies into any
-//!   `serde` type (`serde::de::IgnoredAny` to skip them);
+//!   `serde` type (`serde::de::IgnoredAny` to skip them), setting pushes
+//!   aside ([`RawPush`]);
+//! - [`Watcher`], [`WatchSpec`], [`Push`], [`WatchEvent`]: watches;
+//! - [`RetryingClient`], [`RetryPolicy`], [`Written`], [`WidSource`]:
+//!   idempotent writes;
 //! - [`ConnectOptions`]: TLS ([`TlsOptions`]) and a token, for
 //!   [`Client::connect_with`];
-//! - [`RankInfo`], [`Entry`], [`BoardInfo`]: the ops' result types.
+//! - [`RankInfo`], [`Entry`], [`BoardInfo`]: the ops' result types;
+//! - `cli` (feature `cli`): command-line flags for connecting and watching,
+//!   and how the `rankd` CLI prints pushes.
 //!
 //! Depends on tokio, serde and rmp-serde, and (feature `tls`, on by default)
 //! rustls, so any service can use it.
@@ -57,11 +112,21 @@ mod connect;
 mod error;
 pub mod frame;
 pub mod protocol;
+mod push;
 mod reply;
+mod retry;
+#[cfg(test)]
+mod testing;
+mod watch;
+mod wid;
 
 pub use call::{set_call, Call};
-pub use client::{AuthGrant, Client};
+pub use client::{AuthGrant, Client, Written};
 pub use connect::{ConnectOptions, TlsOptions, Token};
 pub use error::ClientError;
 pub use protocol::{ErrorCode, Mode, OpKind, Order, Ties, Window};
+pub use push::RawPush;
 pub use reply::{BoardInfo, Entry, RankInfo};
+pub use retry::{RetryPolicy, RetryingClient};
+pub use watch::{Push, WatchEvent, WatchId, WatchSpec, WatchTarget, Watcher};
+pub use wid::WidSource;
