@@ -1,5 +1,6 @@
 """A scripted stand-in for rankd, for what a real server will not do on
-cue: stay silent, close mid-request, answer with the wrong id.
+cue: stay silent, close mid-request, answer with the wrong id, push watch
+events between replies.
 
 Each accepted connection runs the next script, a function given a
 `FakeConnection`; the server records every request it reads.
@@ -23,6 +24,8 @@ class FakeConnection:
         self.sock = sock
         #: Which connection this is (0 for the first accepted).
         self.index = index
+        # (The script's thread and the test's may both send: whole frames.)
+        self._send_lock = threading.Lock()
 
     def read(self) -> Optional[Dict[str, Any]]:
         """The next request, or None once the client has closed."""
@@ -52,7 +55,12 @@ class FakeConnection:
 
     def send(self, message: Any) -> None:
         body = msgpack.packb(message, use_bin_type=True)
-        self.sock.sendall(_HEADER.pack(len(body)) + body)
+        with self._send_lock:
+            self.sock.sendall(_HEADER.pack(len(body)) + body)
+
+    def push(self, watch: int, event: Any) -> None:
+        """A watch's push: `{"watch": id, "event": event}`, without `id`."""
+        self.send({"watch": watch, "event": event})
 
     def ok(self, request: Dict[str, Any], result: Any) -> None:
         self.send({"id": request["id"], "ok": result})
@@ -129,6 +137,8 @@ class FakeServer:
         self.closed = threading.Event()
         #: How many connections were accepted.
         self.accepted = 0
+        #: The accepted connections, in order.
+        self.connections: List[FakeConnection] = []
         self._socks: List[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
@@ -147,7 +157,16 @@ class FakeServer:
             with self.lock:
                 self.accepted += 1
             conn = FakeConnection(self, sock, index)
+            with self.lock:
+                self.connections.append(conn)
             threading.Thread(target=script, args=(conn,), daemon=True).start()
+
+    def sent(self, op: str, connection: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The requests of `op` read, on every connection or on one."""
+        with self.lock:
+            return [
+                r for i, r in self.requests if r.get("op") == op and (connection is None or i == connection)
+            ]
 
     def ops(self, connection: Optional[int] = None) -> List[str]:
         """The ops read, on every connection or on one."""

@@ -27,7 +27,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import pytest
 
@@ -167,3 +167,19 @@ def wait_for_server_close(db: AnyClient, timeout: float = 10.0) -> None:
             return aconn.failure is not None
 
         wait_until(closed, "the server to close the connection", timeout)
+
+
+def write(db: AnyClient, method: str, *args: Any, **kwargs: Any) -> Tuple[Any, Optional[rankd.WriteInfo]]:
+    """Calls the write `method` and returns its result with the client's
+    `last_write` as the caller sees it (per thread for `Client`, per task
+    for `AsyncClient`: so, for the latter, read in the task that wrote)."""
+    if isinstance(db, AsyncDriver):
+        client = db.client
+
+        async def run() -> Tuple[Any, Optional[rankd.WriteInfo]]:
+            result = await getattr(client, method)(*args, **kwargs)
+            return result, client.last_write
+
+        written: Tuple[Any, Optional[rankd.WriteInfo]] = db.run(run())
+        return written
+    return getattr(db, method)(*args, **kwargs), db.last_write

@@ -4,7 +4,9 @@ stand-in (fake_server.py), for what a real rankd will not do on cue.
 The rules: a call reconnects at most once (re-authenticating with the
 client's token); a read that was in flight is sent again on the new
 connection; a write that was in flight is not, and raises
-`RankdConnectionError` with `maybe_applied`.
+`RankdConnectionError` with `maybe_applied` -- unless it carries a `wid`
+and the client retries writes (the default), which test_retry_writes.py
+covers: these tests turn `retry_writes` off.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import rankd
 
 def test_a_write_in_flight_when_the_connection_breaks_is_not_sent_again(kind: str) -> None:
     with FakeServer(serve_then_close(0), serve) as server:
-        with open_client(kind, **server.address) as db:
+        with open_client(kind, **server.address, retry_writes=False) as db:
             with pytest.raises(rankd.RankdConnectionError) as failure:
                 db.set("b", "p", 5)
             assert failure.value.maybe_applied
+            assert failure.value.wid is None, "no wid: retry_writes is off"
             assert "may or may not have applied" in str(failure.value)
             assert server.ops() == ["set"], "the set went out once, on the first connection"
+            assert "wid" not in server.requests[0][1]
             assert db.ping() == "pong", "the next call reconnects"
             assert db.reconnects == 1
             assert server.ops(1) == ["ping"]
@@ -54,21 +58,21 @@ def test_a_call_reconnects_only_once(kind: str) -> None:
             assert db.count("b") == 0, "the next call reconnects again"
 
 
-def test_a_pipeline_of_reads_is_sent_again_whole() -> None:
+def test_a_pipeline_sends_again_only_the_reads_not_answered(kind: str) -> None:
     with FakeServer(serve_then_close(2), serve) as server:
-        with rankd.Client(**server.address) as db:
+        with open_client(kind, **server.address) as db:
             requests = [
                 {"op": "ping"},
                 {"op": "count", "board": "b"},
                 {"op": "get", "board": "b", "player": "p"},
             ]
             assert db.pipeline(requests) == ["pong", 0, None]
-            assert server.ops(1) == ["ping", "count", "get"]
+            assert server.ops(1) == ["get"]
 
 
 def test_a_pipeline_with_a_write_gives_what_was_answered_and_raises(kind: str) -> None:
-    with FakeServer(serve_then_close(2), serve) as server:
-        with open_client(kind, **server.address) as db:
+    with FakeServer(serve_then_close(1), serve) as server:
+        with open_client(kind, **server.address, retry_writes=False) as db:
             requests: List[Dict[str, Any]] = [
                 {"op": "ping"},
                 {"op": "set", "board": "b", "player": "p", "score": 3},
@@ -77,7 +81,19 @@ def test_a_pipeline_with_a_write_gives_what_was_answered_and_raises(kind: str) -
             with pytest.raises(rankd.RankdConnectionError) as failure:
                 db.pipeline(requests)
             assert failure.value.maybe_applied
-            assert failure.value.results == ["pong", 3]
+            assert failure.value.results == ["pong"]
+
+
+def test_a_pipeline_whose_write_was_answered_sends_the_reads_after_it_again(kind: str) -> None:
+    with FakeServer(serve_then_close(2), serve) as server:
+        with open_client(kind, **server.address, retry_writes=False) as db:
+            requests: List[Dict[str, Any]] = [
+                {"op": "ping"},
+                {"op": "set", "board": "b", "player": "p", "score": 3},
+                {"op": "ping"},
+            ]
+            assert db.pipeline(requests) == ["pong", 3, "pong"]
+            assert server.ops(1) == ["ping"], "only the unanswered read went again"
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_before_a_write() -> None:
@@ -142,7 +158,7 @@ def test_a_refused_token_raises_the_servers_error(kind: str) -> None:
 
 def test_a_reply_that_does_not_come_in_time(kind: str) -> None:
     with FakeServer(silent, silent, serve) as server:
-        with open_client(kind, **server.address, timeout=0.3) as db:
+        with open_client(kind, **server.address, timeout=0.3, retry_writes=False) as db:
             started = time.monotonic()
             with pytest.raises(rankd.RankdTimeout) as late_read:
                 db.get("b", "p")
@@ -160,7 +176,7 @@ def test_a_reply_that_does_not_come_in_time(kind: str) -> None:
 def test_async_calls_behind_a_late_reply_fail_with_it_and_reads_are_sent_again() -> None:
     async def main() -> None:
         with FakeServer(silent, serve) as server:
-            async with rankd.AsyncClient(**server.address, timeout=0.3) as db:
+            async with rankd.AsyncClient(**server.address, timeout=0.3, retry_writes=False) as db:
                 late_write, read = await asyncio.gather(
                     db.set("b", "p", 1), db.count("b"), return_exceptions=True
                 )

@@ -46,7 +46,7 @@ def test_async_a_connection_closed_while_the_loop_idles_is_replaced(board: Calla
 
 def test_a_write_that_outlives_the_timeout(kind: str, board: Callable[[str], str]) -> None:
     name = board("timeout")
-    with open_client(kind, **slow_options(timeout=0.5)) as db:
+    with open_client(kind, **slow_options(timeout=0.5, retry_writes=False)) as db:
         started = time.monotonic()
         with pytest.raises(rankd.RankdTimeout) as late:
             db.set(name, "p", 42)
@@ -61,7 +61,7 @@ def test_a_write_that_outlives_the_timeout(kind: str, board: Callable[[str], str
 
 def test_async_a_late_write_fails_the_reads_behind_it_which_go_again(board: Callable[[str], str]) -> None:
     async def main() -> None:
-        async with rankd.AsyncClient(**slow_options(timeout=0.5)) as db:
+        async with rankd.AsyncClient(**slow_options(timeout=0.5, retry_writes=False)) as db:
             late, pong = await asyncio.gather(
                 db.set(board("late"), "p", 1), db.ping(), return_exceptions=True
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import struct
+from typing import Any, Dict, List
 
 import msgpack
 import pytest
@@ -83,7 +84,44 @@ def test_an_error_with_id_0_answers_the_oldest_request() -> None:
 
 
 def test_a_push_answers_no_request() -> None:
-    assert _wire.parse_reply(msgpack.packb({"watch": 1, "event": None}), 4) is _wire.PUSH
+    push = _wire.parse_reply(msgpack.packb({"watch": 1, "event": None}), 4)
+    assert isinstance(push, _wire.Push) and (push.watch, push.event) == (1, None)
+    push = _wire.parse_reply(
+        msgpack.packb({"watch": 7, "event": [{"player": "p", "score": 1, "rank": 1}]}), None
+    )
+    assert isinstance(push, _wire.Push) and push.watch == 7 and push.event[0]["player"] == "p"
+
+
+@pytest.mark.parametrize("push", [{"watch": 1}, {"watch": "1", "event": None}, {"watch": -1, "event": 2}])
+def test_pushes_the_protocol_does_not_allow(push: object) -> None:
+    with pytest.raises(rankd.ProtocolError):
+        _wire.parse_reply(msgpack.packb(push), 3)
+
+
+def test_a_reply_marked_dup_is_a_dup() -> None:
+    dup = _wire.parse_reply(msgpack.packb({"id": 3, "ok": 12, "dup": True}), 3)
+    assert dup == _wire.Dup(12) and _wire.plain(dup) == 12
+    assert _wire.parse_reply(msgpack.packb({"id": 3, "ok": 12, "dup": False}), 3) == 12
+
+
+def test_writes_get_a_wid_of_their_own_and_reads_none() -> None:
+    mine = {"op": "set", "board": "b", "player": "p", "score": 1, "wid": "mine"}
+    requests: List[Dict[str, Any]] = [
+        {"op": "set", "board": "b", "player": "p", "score": 1},
+        {"op": "set_many", "board": "b", "entries": [["p", 1]]},
+        {"op": "remove", "board": "b", "player": "p"},
+        {"op": "get", "board": "b", "player": "p"},
+        {"op": "drop_board", "board": "b"},
+        mine,
+    ]
+    sent = _wire.with_wids(requests)
+    wids = [r.get("wid") for r in sent]
+    assert all(isinstance(w, str) and len(w) == 32 for w in wids[:3])
+    assert len(set(wids[:3])) == 3
+    assert wids[3:] == [None, None, "mine"]
+    assert "wid" not in requests[0], "the caller's maps are left alone"
+    assert _wire.is_guarded(sent[0]) and not _wire.is_guarded(requests[0]) and not _wire.is_guarded(sent[3])
+    assert [_wire.retry_delay(n) for n in (1, 2, 3, 10)] == [0.1, 0.2, 0.4, 2.0]
 
 
 @pytest.mark.parametrize(
@@ -106,14 +144,17 @@ def test_the_exception_families() -> None:
     assert issubclass(rankd.RankdTimeout, rankd.RankdConnectionError)
     assert issubclass(rankd.RankdTimeout, TimeoutError)
     assert issubclass(rankd.ProtocolError, rankd.RankdConnectionError)
-    timeout = rankd.RankdTimeout("no reply", maybe_applied=True, results=[1])
+    timeout = rankd.RankdTimeout("no reply", maybe_applied=True, results=[1], wid="w1")
     again = pickle.loads(pickle.dumps(timeout))
-    assert (type(again), str(again), again.maybe_applied, again.results) == (
+    assert (type(again), str(again), again.maybe_applied, again.results, again.wid) == (
         rankd.RankdTimeout,
         "no reply",
         True,
         [1],
+        "w1",
     )
+    ended = pickle.loads(pickle.dumps(rankd.WatchEnded("unwatched")))
+    assert ended.reason == "unwatched" and not issubclass(rankd.WatchEnded, ConnectionError)
     error = pickle.loads(pickle.dumps(rankd.RankdError("bad_request", "no board")))
     assert (error.code, error.msg) == ("bad_request", "no board")
 

@@ -8,28 +8,37 @@ over length-prefixed msgpack on TCP (or TLS).
         print(db.rank("arena", "alice"))   # {'rank': 1, 'score': 1200, 'count': 1}
 
 `rankd.AsyncClient` has the same methods as coroutines, for asyncio.
+Writes carry a write id (`wid`) and are sent again after a lost connection
+or a timeout, applying at most once; `watch` follows a board's top or a
+player's rank as the server pushes them.
 """
 
-from ._errors import ProtocolError, RankdConnectionError, RankdError, RankdTimeout
-from .aio import AsyncClient
-from .client import Client
-from .types import Auth, Board, Entry, Mode, Order, Rank, Ties, Window
+from ._errors import ProtocolError, RankdConnectionError, RankdError, RankdTimeout, WatchEnded
+from .aio import AsyncClient, AsyncWatch
+from .client import Client, Watch
+from .types import Auth, Board, Entry, Mode, Order, PlayerEvent, Rank, Ties, TopEvent, Window, WriteInfo
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
+    "AsyncWatch",
     "Auth",
     "Board",
     "Client",
     "Entry",
     "Mode",
     "Order",
+    "PlayerEvent",
     "ProtocolError",
     "Rank",
     "RankdConnectionError",
     "RankdError",
     "RankdTimeout",
     "Ties",
+    "TopEvent",
+    "Watch",
+    "WatchEnded",
     "Window",
+    "WriteInfo",
 ]

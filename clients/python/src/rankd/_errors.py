@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-__all__ = ["ProtocolError", "RankdConnectionError", "RankdError", "RankdTimeout"]
+__all__ = ["ProtocolError", "RankdConnectionError", "RankdError", "RankdTimeout", "WatchEnded"]
 
 
 class RankdError(Exception):
@@ -43,8 +43,14 @@ class RankdConnectionError(ConnectionError):
     `maybe_applied` is True when a write (`set`, `set_many`, `remove`,
     `create_board`, `drop_board`, or an op unknown to the client) had been
     sent when the connection failed: the server may or may not have applied
-    it, and the client does not retry it. Reads are retried once on a new
-    connection before this is raised.
+    it. Reads are retried once on a new connection before this is raised;
+    writes carrying a `wid` (with the client's `retry_writes`) are sent again
+    with the same `wid`, up to the client's `write_retries` times.
+
+    `wid` is the write id of the write in doubt, when the failed call was one
+    `set`, `set_many` or `remove` that carried one: sending the same request
+    again with this `wid` (within the server's dedup horizon, 10 minutes by
+    default) applies it at most once.
 
     `results` holds the results of the requests of a `pipeline` that were
     answered before the failure, in order (results or `RankdError`s).
@@ -55,19 +61,26 @@ class RankdConnectionError(ConnectionError):
 
     maybe_applied: bool
     results: List[Any]
+    wid: Optional[str]
 
     def __init__(
-        self, message: str, *, maybe_applied: bool = False, results: Optional[List[Any]] = None
+        self,
+        message: str,
+        *,
+        maybe_applied: bool = False,
+        results: Optional[List[Any]] = None,
+        wid: Optional[str] = None,
     ) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
         self.results = [] if results is None else results
+        self.wid = wid
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return (_rebuild, (type(self), str(self), self.maybe_applied, self.results))
+        return (_rebuild, (type(self), str(self), self.maybe_applied, self.results, self.wid))
 
 
 class RankdTimeout(RankdConnectionError, TimeoutError):
@@ -80,6 +93,21 @@ class ProtocolError(RankdConnectionError):
     """The server sent something the protocol does not allow: a frame that
     is not one msgpack map, a reply with an unexpected id, an absurd length.
     The connection is closed."""
+
+
+class WatchEnded(Exception):
+    """A watch has ended and every event it received has been taken: it was
+    closed (`unwatch`), its board was dropped (a `top` watch), or its client
+    was closed. `reason` says which."""
+
+    reason: str
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the watch has ended: {reason}")
+        self.reason = reason
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.reason,))
 
 
 class _Broken(Exception):
@@ -107,15 +135,38 @@ class _Broken(Exception):
         self.protocol = protocol
 
 
-def _rebuild(cls: type, message: str, maybe_applied: bool, results: List[Any]) -> RankdConnectionError:
-    exc: RankdConnectionError = cls(message, maybe_applied=maybe_applied, results=results)
+def _rebuild(
+    cls: type, message: str, maybe_applied: bool, results: List[Any], wid: Optional[str] = None
+) -> RankdConnectionError:
+    exc: RankdConnectionError = cls(message, maybe_applied=maybe_applied, results=results, wid=wid)
     return exc
 
 
-def _failure(broken: _Broken, *, writes: bool, where: str) -> RankdConnectionError:
+def _failure(
+    broken: _Broken,
+    *,
+    writes: bool,
+    where: str,
+    in_doubt: bool = False,
+    results: Optional[List[Any]] = None,
+    sends: int = 1,
+    wid: Optional[str] = None,
+) -> RankdConnectionError:
     """The public exception for `broken`, a failure at `where` of an exchange
-    that held a write if `writes`."""
-    maybe_applied = writes and broken.sent
-    note = "; a write was in flight and may or may not have applied" if maybe_applied else ""
+    that held a write if `writes`; `in_doubt` if an earlier attempt of the
+    same call may have applied a write. `results`: the outcomes answered
+    before (default `broken.results`); `sends`: how many times the call was
+    sent; `wid`: that of the call's one write."""
+    maybe_applied = in_doubt or (writes and broken.sent)
+    note = ""
+    if maybe_applied:
+        note = "; a write was in flight and may or may not have applied"
+        if sends > 1:
+            note = f"; a write was sent {sends} times and may or may not have applied (at most once)"
     cls = RankdTimeout if broken.timed_out else ProtocolError if broken.protocol else RankdConnectionError
-    return cls(f"{where}: {broken}{note}", maybe_applied=maybe_applied, results=broken.results)
+    return cls(
+        f"{where}: {broken}{note}",
+        maybe_applied=maybe_applied,
+        results=broken.results if results is None else results,
+        wid=wid if maybe_applied else None,
+    )

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ssl
 import struct
+import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import msgpack
 
@@ -26,10 +27,17 @@ MAX_REPLY_FRAME = 64 << 20
 
 #: Ops that change nothing, so a read whose connection broke may simply be
 #: sent again on a new one. Every other op (writes, and ops this client does
-#: not know) is never re-sent once it may have reached the server.
+#: not know) is never re-sent once it may have reached the server, unless it
+#: is a write guarded by a `wid` (see `is_guarded`). (A `watch` lives and
+#: dies with its connection: one lost with its connection may be asked again
+#: on the next.)
 READ_OPS = frozenset(
-    {"ping", "auth", "boards", "get", "count", "rank", "rank_of_score", "top", "around", "ranks"}
+    {"ping", "auth", "boards", "get", "count", "rank", "rank_of_score", "top", "around", "ranks", "watch"}
 )
+
+#: The writes that take a `wid` (protocol 1.1): the server applies a
+#: (board, wid) at most once, so such a write may be sent again.
+WID_OPS = frozenset({"set", "set_many", "remove"})
 
 
 def request(op: str, **fields: Any) -> Dict[str, Any]:
@@ -48,6 +56,37 @@ def entries(items: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> List[
 
 def is_read(req: Mapping[str, Any]) -> bool:
     return req.get("op") in READ_OPS
+
+
+def is_guarded(req: Mapping[str, Any]) -> bool:
+    """Whether `req` is a write the server applies at most once: a `set`,
+    `set_many` or `remove` carrying a `wid`."""
+    return req.get("op") in WID_OPS and req.get("wid") is not None
+
+
+#: Seconds before the first re-send of a guarded write; each further one
+#: waits twice as long, up to `RETRY_DELAY_MAX`.
+RETRY_DELAY = 0.1
+RETRY_DELAY_MAX = 2.0
+
+
+def retry_delay(retry: int) -> float:
+    """Seconds to wait before the `retry`-th re-send (1-based) of a write."""
+    return float(min(RETRY_DELAY * 2 ** (retry - 1), RETRY_DELAY_MAX))
+
+
+def new_wid() -> str:
+    """A fresh write id: 32 hex digits of a random UUID."""
+    return uuid.uuid4().hex
+
+
+def with_wids(requests: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """`requests`, each `set`, `set_many` and `remove` without a `wid` given
+    one (in a copy: the caller's maps are left alone)."""
+    return [
+        {**req, "wid": new_wid()} if req.get("op") in WID_OPS and req.get("wid") is None else req
+        for req in requests
+    ]
 
 
 def encode(req: Mapping[str, Any], request_id: int) -> bytes:
@@ -71,6 +110,10 @@ class FrameBuffer:
     def feed(self, data: bytes) -> None:
         self._data += data
 
+    def __len__(self) -> int:
+        """How many bytes are held (of frames not yet popped)."""
+        return len(self._data)
+
     def pop(self) -> Optional[bytes]:
         """The next complete frame's body, or None until more bytes arrive."""
         if len(self._data) < HEADER.size:
@@ -92,16 +135,45 @@ def check_length(length: int) -> None:
 
 
 class Push:
-    """Marks a frame that answers no request (a protocol 1.1 watch push)."""
+    """A frame that answers no request: a watch's push (protocol 1.1),
+    `{"watch": id, "event": value}`."""
+
+    __slots__ = ("watch", "event")
+
+    def __init__(self, watch: int, event: Any) -> None:
+        self.watch = watch
+        self.event = event
+
+    def __repr__(self) -> str:
+        return f"Push(watch={self.watch}, event={self.event!r:.100})"
 
 
-PUSH = Push()
+class Dup:
+    """The result of a write the server had already applied (a repeated
+    `wid`): its reply carried `"dup": true` beside `"ok"`."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Dup) and other.result == self.result
+
+    def __repr__(self) -> str:
+        return f"Dup({self.result!r})"
+
+
+def plain(outcome: Any) -> Any:
+    """An outcome without its `Dup` mark."""
+    return outcome.result if isinstance(outcome, Dup) else outcome
 
 
 def parse_reply(body: bytes, expected_id: Optional[int]) -> Any:
     """The outcome of the request `expected_id` that `body` answers: its `ok`
-    result, or a `RankdError` (returned, not raised); `PUSH` for a frame that
-    answers no request.
+    result (wrapped in `Dup` when the reply says `"dup": true`), or a
+    `RankdError` (returned, not raised); a `Push` for a frame that answers no
+    request.
 
     Errors the server raises before it could read an id (`too_large`, some
     `bad_frame`) carry id 0: they answer the oldest request in flight.
@@ -113,7 +185,10 @@ def parse_reply(body: bytes, expected_id: Optional[int]) -> Any:
     if not isinstance(reply, dict):
         raise ProtocolError(f"a reply is not a map: {reply!r:.200}")
     if "id" not in reply and "watch" in reply:
-        return PUSH
+        watch = reply["watch"]
+        if not isinstance(watch, int) or isinstance(watch, bool) or watch < 0 or "event" not in reply:
+            raise ProtocolError(f"a push is not {{watch: uint, event}}: {reply!r:.200}")
+        return Push(watch, reply["event"])
     got = reply.get("id")
     err = reply.get("err")
     if expected_id is None or (got != expected_id and not (got == 0 and err is not None)):
@@ -122,6 +197,8 @@ def parse_reply(body: bytes, expected_id: Optional[int]) -> Any:
         if not isinstance(err, dict):
             raise ProtocolError(f"an error is not a map: {err!r:.200}")
         return RankdError(str(err.get("code")), str(err.get("msg", "")))
+    if reply.get("dup") is True:
+        return Dup(reply.get("ok"))
     return reply.get("ok")
 
 

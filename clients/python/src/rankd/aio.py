@@ -3,16 +3,45 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
+import logging
 import ssl
 from collections import deque
 from types import TracebackType
-from typing import Any, Deque, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union, cast
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Deque,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    cast,
+    overload,
+)
 
 from . import _wire
-from ._errors import RankdConnectionError, RankdError, RankdTimeout, _Broken, _failure
-from .types import Auth, Board, Entry, Mode, Order, Rank, Ties, Window
+from ._errors import RankdConnectionError, RankdError, RankdTimeout, WatchEnded, _Broken, _failure
+from ._watch import Registry, WatchState, watch_id
+from .types import Auth, Board, Entry, Mode, Order, PlayerEvent, Rank, Ties, TopEvent, Window, WriteInfo
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "AsyncWatch"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("rankd")
+
+#: How many times one `AsyncWatch.get` asks again for a watch whose
+#: connection keeps being lost, before it raises.
+_RESUBSCRIBES_PER_GET = 3
 
 #: How long closing waits for the server to acknowledge (TLS close_notify).
 _CLOSE_WAIT = 2.0
@@ -52,6 +81,8 @@ class _Connection:
         self._watchdog: Optional[asyncio.TimerHandle] = None
         # (Concurrent drain() calls were not allowed before Python 3.10.)
         self._drain_lock = asyncio.Lock()
+        #: The watches living on this connection.
+        self.registry = Registry()
         self._task = self._loop.create_task(self._read_replies())
 
     @classmethod
@@ -135,7 +166,8 @@ class _Connection:
                 body = await self.reader.readexactly(length)
                 expected = self.pending[0][0] if self.pending else None
                 outcome = _wire.parse_reply(body, expected)
-                if outcome is _wire.PUSH:
+                if isinstance(outcome, _wire.Push):
+                    self.registry.dispatch(outcome)
                     continue
                 _, future = self.pending.popleft()
                 self._waiting_since = self._loop.time()
@@ -164,6 +196,10 @@ class _Connection:
             sent = len(self.pending) >= unsent
             if not future.done():
                 future.set_exception(_Broken(reason, sent=sent, results=[], protocol=protocol))
+        for watch in self.registry.all():
+            # Its waiters wake, and it asks again on a new connection.
+            watch._detach()
+            watch._wake()
         self.writer.close()
 
     async def close(self, reason: str) -> None:
@@ -209,8 +245,11 @@ class AsyncClient:
     each reply (from its request's sending, or from the reply before it): a
     reply that does not come in time raises `RankdTimeout` in its call and
     fails the connection, since every reply behind it is late too; of the
-    calls waiting behind it, reads are sent again on a new connection and
-    writes raise `RankdConnectionError` with `maybe_applied`.
+    calls waiting behind it, reads are sent again on a new connection, and
+    so are writes carrying a `wid` (with `retry_writes`); other writes raise
+    `RankdConnectionError` with `maybe_applied`.
+
+    `last_write` is per task: the last write this task awaited.
     """
 
     def __init__(
@@ -226,7 +265,11 @@ class AsyncClient:
         certfile: Optional[str] = None,
         keyfile: Optional[str] = None,
         token: Optional[str] = None,
+        retry_writes: bool = True,
+        write_retries: int = 3,
     ) -> None:
+        if write_retries < 0:
+            raise ValueError("write_retries must be 0 or more")
         self._settings = _wire.Settings.make(
             host,
             port,
@@ -246,10 +289,36 @@ class AsyncClient:
         self._connected_once = False
         self._closed = False
         self._next_id = 1
+        #: Whether writes get a `wid` and are sent again (see `rankd.Client`).
+        self.retry_writes = retry_writes
+        #: How many times at most a write with a `wid` is sent again.
+        self.write_retries = write_retries
+        #: The active watches.
+        self._watches: Set[AsyncWatch[Any]] = set()
+        self._last_write: contextvars.ContextVar[Optional[WriteInfo]] = contextvars.ContextVar(
+            "rankd_last_write", default=None
+        )
         #: How many times a broken connection was replaced by a new one.
         self.reconnects = 0
 
     # -- connection ---------------------------------------------------------
+
+    @property
+    def last_write(self) -> Optional[WriteInfo]:
+        """How the last write call answered by the server (`set`, `set_many`,
+        `remove`, or `call` of one of them) awaited *by the current task*
+        went: its `wid`, whether the server answered it as a duplicate
+        (`dup`), and how many times it was sent. None before the first.
+        (Per task: tasks of `asyncio.gather` each see their own, and their
+        caller none of theirs.)"""
+        return self._last_write.get()
+
+    @property
+    def last_dup(self) -> bool:
+        """Whether this task's last write was answered `"dup": true`: the
+        server had already applied its (board, wid) and changed nothing."""
+        info = self._last_write.get()
+        return info is not None and info.dup
 
     async def connect(self) -> AsyncClient:
         """Connects now (and authenticates), if not connected; returns the client."""
@@ -257,9 +326,11 @@ class AsyncClient:
         return self
 
     async def close(self) -> None:
-        """Closes the connection; calls still waiting and later calls raise
-        `RankdConnectionError`."""
+        """Closes the connection and ends every watch; calls still waiting
+        and later calls raise `RankdConnectionError`."""
         self._closed = True
+        for watch in list(self._watches):
+            watch._end("the client is closed")
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close("the client is closed")
@@ -357,50 +428,192 @@ class AsyncClient:
             raise
         return results
 
-    async def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
-        """The outcomes (results or `RankdError`s) of `requests`, sent as one
-        pipeline. A connection that broke is replaced, once per call: before
-        sending, or after a failure that lost only reads (or requests that
-        never left), which are then sent again."""
-        if not requests:
-            return []
-        writes = not all(_wire.is_read(req) for req in requests)
+    def _prepare(self, requests: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+        """`requests` as sent: with `retry_writes`, writes get a `wid`."""
+        return _wire.with_wids(requests) if self.retry_writes else list(requests)
+
+    async def _run_on(self, requests: Sequence[Mapping[str, Any]]) -> Tuple[List[Any], _Connection, int]:
+        """The outcomes (results, `Dup`s or `RankdError`s) of `requests`,
+        sent as one pipeline; the connection that answered them; how many
+        times they were sent.
+
+        When the connection breaks, what it answered is kept and the rest
+        may go again on a new connection: once per call if the rest holds
+        only reads, or requests that never left, and the failure was no
+        timeout; up to `write_retries` times (also after a timeout) if it
+        holds writes and each carries a `wid` (with `retry_writes`)."""
+        where = f"{self._settings.address} during a call"
+        single_wid = requests[0].get("wid") if len(requests) == 1 and _wire.is_guarded(requests[0]) else None
         # Encoded first: a value msgpack cannot carry raises before anything
-        # is sent. (Ids are per connection: a retry reuses them.)
+        # is sent.
         ids, payload = self._encode(requests)
+        done: List[Any] = []
+        rest: Sequence[Mapping[str, Any]] = requests
+        retries = 0
+        sends = 1
+        #: A write still unanswered was sent by an earlier attempt.
+        sent_before = False
         conn, opened = await self._live()
         while True:
             try:
-                return await self._exchange(conn, ids, payload)
+                results = await self._exchange(conn, ids, payload)
+                return done + results, conn, sends
             except _Broken as broken:
-                retry = (
-                    not opened
-                    and not broken.timed_out
-                    and not broken.protocol
-                    and (not writes or not broken.sent)
+                done.extend(broken.results)
+                rest = rest[len(broken.results) :]
+                writes = not all(_wire.is_read(req) for req in rest)
+                guarded = (
+                    self.retry_writes
+                    and writes
+                    and all(_wire.is_read(req) or _wire.is_guarded(req) for req in rest)
                 )
-                if not retry:
-                    where = f"{self._settings.address} during a call"
-                    raise _failure(broken, writes=writes, where=where) from broken
-            conn, opened = await self._live()
+                in_doubt = writes and (sent_before or broken.sent)
+                if guarded and retries < self.write_retries and not broken.protocol:
+                    retries += 1
+                elif guarded or opened or broken.timed_out or broken.protocol or in_doubt:
+                    raise _failure(
+                        broken,
+                        writes=writes,
+                        where=where,
+                        in_doubt=in_doubt,
+                        results=[_wire.plain(o) for o in done],
+                        sends=sends,
+                        wid=single_wid,
+                    ) from broken
+                sent_before = in_doubt
+                ids, payload = self._encode(rest)
+                sends += 1
+                conn, opened, retries = await self._reconnect_for_retry(
+                    retries if guarded else 0, in_doubt, done, sends, single_wid
+                )
+
+    async def _reconnect_for_retry(
+        self, retry: int, in_doubt: bool, done: List[Any], sends: int, wid: Optional[str]
+    ) -> Tuple[_Connection, bool, int]:
+        """A connection to send a call's rest again on, whether this call
+        opened it, and the re-sends used: `retry` > 0 for the `retry`-th
+        re-send of a guarded write, which first waits, and tries to connect
+        (each try a re-send) until the re-sends run out."""
+        while True:
+            if retry:
+                await asyncio.sleep(_wire.retry_delay(retry))
+            try:
+                conn, opened = await self._live()
+                return conn, opened, retry
+            except RankdConnectionError as exc:
+                if not in_doubt:
+                    raise
+                if retry and retry < self.write_retries:
+                    retry += 1
+                    continue
+                cls = type(exc) if isinstance(exc, RankdTimeout) else RankdConnectionError
+                note = f"a write was sent {sends - 1} times and may or may not have applied (at most once)"
+                raise cls(
+                    f"{exc}; {note}",
+                    maybe_applied=True,
+                    results=[_wire.plain(o) for o in done],
+                    wid=wid,
+                ) from exc
+
+    async def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
+        """The outcomes of `requests` (see `_run_on`), without `Dup` marks."""
+        if not requests:
+            return []
+        outcomes, _, _ = await self._run_on(self._prepare(requests))
+        return [_wire.plain(o) for o in outcomes]
 
     async def _call(self, req: Mapping[str, Any]) -> Any:
-        (outcome,) = await self._run([req])
+        (sent,) = self._prepare([req])
+        (outcome,), _, sends = await self._run_on([sent])
+        if sent.get("op") in _wire.WID_OPS:
+            self._last_write.set(
+                WriteInfo(wid=sent.get("wid"), dup=isinstance(outcome, _wire.Dup), sends=sends)
+            )
         if isinstance(outcome, RankdError):
             raise outcome
-        return outcome
+        return _wire.plain(outcome)
+
+    # -- watches: the pushes' side ------------------------------------------
+
+    async def _subscribe(self, watch: AsyncWatch[Any]) -> None:
+        """Asks the server for `watch` (on the current connection, or a new
+        one) and attaches it to the connection that answered."""
+        (outcome,), conn, _ = await self._run_on([watch._request])
+        if isinstance(outcome, RankdError):
+            raise outcome
+        wid = watch_id(_wire.plain(outcome))
+        if watch._ended is not None:  # closed while asking
+            if conn.failure is None:
+                conn.registry.retire(wid)
+                try:
+                    await self._exchange(conn, *self._encode([_wire.request("unwatch", watch=wid)]))
+                except _Broken:
+                    pass
+            return
+        if conn.failure is None:  # (else it asks again)
+            watch._attach(conn.registry, wid)
+
+    async def _next_event(self, watch: AsyncWatch[T], timeout: Optional[float]) -> T:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        resubscribed = 0
+        while True:
+            if watch._events:
+                return watch._events.popleft()
+            if watch._ended is not None:
+                raise WatchEnded(watch._ended)
+            if self._closed:
+                watch._end("the client is closed")
+                continue
+            if watch._registry is None:
+                # Its connection was lost: ask again on a new one.
+                if watch._asking is not None:  # another waiter asks
+                    await asyncio.wait([watch._asking])
+                    continue
+                if resubscribed == _RESUBSCRIBES_PER_GET:
+                    raise RankdConnectionError(
+                        f"{self._settings.address}: the connection of a watch was lost "
+                        f"{resubscribed} times in one wait"
+                    )
+                resubscribed += 1
+                watch._asking = loop.create_future()
+                try:
+                    await self._subscribe(watch)
+                except RankdError as err:
+                    watch._end(f"asking again was refused: {err}")
+                    raise
+                finally:
+                    watch._asking.set_result(None)
+                    watch._asking = None
+                watch.resubscribes += 1
+                continue
+            wait = None if deadline is None else deadline - loop.time()
+            if wait is not None and wait <= 0:
+                raise TimeoutError(f"no event within {timeout} s")
+            waiter: asyncio.Future[None] = loop.create_future()
+            watch._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, wait)
+            except asyncio.TimeoutError:
+                pass  # (raised above, on the next turn)
+            finally:
+                if waiter in watch._waiters:
+                    watch._waiters.remove(waiter)
 
     # -- generic requests ---------------------------------------------------
 
     async def call(self, op: str, **fields: Any) -> Any:
         """Runs `op` with `fields` and returns its result; raises `RankdError`
-        if the server answers an error. Fields that are None are not sent."""
+        if the server answers an error. Fields that are None are not sent.
+        (A `set`, `set_many` or `remove` gets a `wid` with `retry_writes`.)"""
         return await self._call(_wire.request(op, **fields))
 
     async def pipeline(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
-        """Sends every request (maps without `id`, sent as they are) before
-        awaiting the replies; returns their outcomes in order, each the
-        result or the `RankdError` the server answered (returned, not raised)."""
+        """Sends every request (maps without `id`) before awaiting the
+        replies; returns their outcomes in order, each the result or the
+        `RankdError` the server answered (returned, not raised). The requests
+        are sent as they are, except that with `retry_writes` each `set`,
+        `set_many` and `remove` without a `wid` gets one (in a copy)."""
         return await self._run(list(requests))
 
     # -- operations ---------------------------------------------------------
@@ -435,16 +648,29 @@ class AsyncClient:
         return cast(bool, await self._call(req))
 
     async def drop_board(self, board: str) -> bool:
-        """True if the board existed."""
+        """True if the board existed. Its watches get a last push of None
+        and end."""
         return cast(bool, await self._call(_wire.request("drop_board", board=board)))
 
     async def boards(self) -> List[Board]:
         """Every board with its config and count."""
         return cast(List[Board], await self._call(_wire.request("boards")))
 
-    async def set(self, board: str, player: str, score: int, *, mode: Optional[Mode] = None) -> int:
-        """Writes a score; returns the score stored (in the board's first window)."""
-        req = _wire.request("set", board=board, player=player, score=score, mode=mode)
+    async def set(
+        self,
+        board: str,
+        player: str,
+        score: int,
+        *,
+        mode: Optional[Mode] = None,
+        wid: Optional[str] = None,
+    ) -> int:
+        """Writes a score; returns the score stored (in the board's first
+        window). `wid` (1-64 bytes, never repeated for another write on the
+        board) makes the write apply at most once; with `retry_writes` the
+        client picks one when it is not given. `last_write` tells whether
+        the server answered it as a duplicate."""
+        req = _wire.request("set", board=board, player=player, score=score, mode=mode, wid=wid)
         return cast(int, await self._call(req))
 
     async def set_many(
@@ -453,10 +679,11 @@ class AsyncClient:
         entries: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
         *,
         mode: Optional[Mode] = None,
+        wid: Optional[str] = None,
     ) -> List[int]:
         """Writes up to 10 000 `(player, score)` pairs (or a dict) in one
-        request; returns the stored scores in entry order."""
-        req = _wire.request("set_many", board=board, entries=_wire.entries(entries), mode=mode)
+        request; returns the stored scores in entry order. `wid` as for `set`."""
+        req = _wire.request("set_many", board=board, entries=_wire.entries(entries), mode=mode, wid=wid)
         return cast(List[int], await self._call(req))
 
     async def get(
@@ -466,9 +693,10 @@ class AsyncClient:
         req = _wire.request("get", board=board, player=player, window=window, period=period)
         return cast(Optional[int], await self._call(req))
 
-    async def remove(self, board: str, player: str) -> bool:
-        """True if the player was on the board."""
-        return cast(bool, await self._call(_wire.request("remove", board=board, player=player)))
+    async def remove(self, board: str, player: str, *, wid: Optional[str] = None) -> bool:
+        """True if the player was on the board. `wid` as for `set`."""
+        req = _wire.request("remove", board=board, player=player, wid=wid)
+        return cast(bool, await self._call(req))
 
     async def count(
         self, board: str, *, window: Optional[Window] = None, period: Optional[int] = None
@@ -519,3 +747,193 @@ class AsyncClient:
             "around", board=board, player=player, before=before, after=after, window=window, period=period
         )
         return cast(List[Entry], await self._call(req))
+
+    # -- watches ------------------------------------------------------------
+
+    @overload
+    async def watch(
+        self,
+        board: str,
+        *,
+        top: int,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        interval_ms: Optional[int] = None,
+        buffer: int = 1,
+        callback: Optional[Callable[[TopEvent], object]] = None,
+    ) -> AsyncWatch[TopEvent]: ...
+
+    @overload
+    async def watch(
+        self,
+        board: str,
+        *,
+        player: str,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        interval_ms: Optional[int] = None,
+        buffer: int = 1,
+        callback: Optional[Callable[[PlayerEvent], object]] = None,
+    ) -> AsyncWatch[PlayerEvent]: ...
+
+    async def watch(
+        self,
+        board: str,
+        *,
+        top: Optional[int] = None,
+        player: Optional[str] = None,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        interval_ms: Optional[int] = None,
+        buffer: int = 1,
+        callback: Optional[Callable[[Any], object]] = None,
+    ) -> AsyncWatch[Any]:
+        """Follows a board's best `top` (1-100) entries, or one `player`'s
+        rank, as `rankd.Client.watch` does; returns an `AsyncWatch`: `async
+        for event in w`, or `await w.get(timeout)`. `callback` (a function,
+        or a coroutine function) is called with each event by a task of the
+        watch's own."""
+        if (top is None) == (player is None):
+            raise ValueError("watch takes exactly one of top= and player=")
+        req = _wire.request(
+            "watch",
+            board=board,
+            top=top,
+            player=player,
+            window=window,
+            period=period,
+            interval_ms=interval_ms,
+        )
+        watch: AsyncWatch[Any] = AsyncWatch(self, req, buffer)
+        await self._subscribe(watch)
+        self._watches.add(watch)
+        if callback is not None:
+            watch._start(callback)
+        return watch
+
+    async def unwatch(self, watch: AsyncWatch[Any]) -> bool:
+        """Ends `watch`: True if the server had it active. Events it received
+        before can still be taken. (A watch whose connection was lost, or
+        whose board was dropped, is ended without asking: False.)"""
+        registry, wid = watch._registry, watch.id
+        watch._end("unwatched")
+        conn = self._conn
+        if registry is None or wid is None or conn is None or conn.failure is not None:
+            return False
+        if registry is not conn.registry:
+            return False
+        registry.retire(wid)
+        try:
+            ids, payload = self._encode([_wire.request("unwatch", watch=wid)])
+            (outcome,) = await self._exchange(conn, ids, payload)
+        except _Broken:
+            return False  # the watch went with the connection
+        finally:
+            registry.unretire(wid)
+        if isinstance(outcome, RankdError):
+            raise outcome
+        return bool(_wire.plain(outcome))
+
+
+class AsyncWatch(WatchState[T]):
+    """A watch of an `AsyncClient` (see `AsyncClient.watch`): the events the
+    server pushes, taken in order.
+
+    `async for event in watch:` awaits each event and ends when the watch
+    ends; `watch.events(timeout)` also ends after `timeout` seconds without
+    one; `await watch.get(timeout)` takes one, raising `TimeoutError` when
+    none comes in time and `WatchEnded` once the watch has ended and every
+    event it received was taken. A watch ends by `await close()` (or
+    `AsyncClient.unwatch`), by closing its client, or, for a `top` watch,
+    when its board is dropped (its last event is then None).
+    """
+
+    def __init__(self, client: AsyncClient, request: Mapping[str, Any], buffer: int) -> None:
+        super().__init__(request, buffer)
+        self._client = client
+        self._waiters: List[asyncio.Future[None]] = []
+        #: Set while a waiter asks the server again for this watch.
+        self._asking: Optional[asyncio.Future[None]] = None
+        self._task: Optional[asyncio.Task[None]] = None
+
+    async def get(self, timeout: Optional[float] = None) -> T:
+        """The next event, waiting up to `timeout` seconds (None: forever)."""
+        if self._task is not None and asyncio.current_task() is not self._task:
+            raise RuntimeError("this watch's events go to its callback")
+        return await self._client._next_event(self, timeout)
+
+    async def events(self, timeout: Optional[float] = None) -> AsyncIterator[T]:
+        """Yields the events until the watch ends, or until none comes
+        within `timeout` seconds (None: waits forever); the watch stays
+        active after a timeout."""
+        while True:
+            try:
+                event = await self.get(timeout)
+            except WatchEnded:
+                return
+            except RankdConnectionError:
+                raise
+            except TimeoutError:
+                return
+            yield event
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self.events()
+
+    async def close(self) -> None:
+        """Ends the watch (`AsyncClient.unwatch`); a lost connection is no error."""
+        try:
+            await self._client.unwatch(self)
+        except RankdConnectionError:
+            pass
+
+    async def __aenter__(self) -> AsyncWatch[T]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<rankd.AsyncWatch {self._describe()}>"
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _end(self, reason: str) -> None:
+        super()._end(reason)
+        self._client._watches.discard(self)
+
+    def _start(self, callback: Callable[[T], object]) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._feed(callback))
+
+    async def _feed(self, callback: Callable[[T], object]) -> None:
+        """The callback task: calls `callback` with each event (awaiting
+        what it returns, if awaitable) until the watch ends; a lost
+        connection is tried again every second."""
+        while True:
+            try:
+                async for event in self.events():
+                    try:
+                        result = callback(event)
+                        if inspect.isawaitable(result):
+                            await result
+                    except Exception:
+                        _log.exception("a callback of %r raised", self)
+                return
+            except RankdError:
+                _log.exception("%r ended", self)
+                return
+            except RankdConnectionError as exc:
+                _log.warning("%r: %s; trying again in 1 s", self, exc)
+                for _ in range(10):
+                    await asyncio.sleep(0.1)
+                    if self._ended is not None:
+                        return

@@ -2,19 +2,54 @@
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import selectors
 import socket
 import ssl
 import threading
 import time
 from types import TracebackType
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union, cast
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    cast,
+    overload,
+)
 
 from . import _wire
-from ._errors import ProtocolError, RankdConnectionError, RankdError, RankdTimeout, _Broken, _failure
-from .types import Auth, Board, Entry, Mode, Order, Rank, Ties, Window
+from ._errors import (
+    ProtocolError,
+    RankdConnectionError,
+    RankdError,
+    RankdTimeout,
+    WatchEnded,
+    _Broken,
+    _failure,
+)
+from ._watch import Registry, WatchState, watch_id
+from .types import Auth, Board, Entry, Mode, Order, PlayerEvent, Rank, Ties, TopEvent, Window, WriteInfo
 
-__all__ = ["Client"]
+__all__ = ["Client", "Watch"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("rankd")
+
+#: How many times one `Watch.get` asks again for a watch whose connection
+#: keeps being lost, before it raises.
+_RESUBSCRIBES_PER_GET = 3
 
 #: How much is read, and at most handed to the socket, at once.
 _CHUNK = 256 * 1024
@@ -32,6 +67,8 @@ class _Connection:
         self.frames = _wire.FrameBuffer()
         self.selector = selectors.DefaultSelector()
         self.selector.register(sock, selectors.EVENT_READ)
+        #: The watches living on this connection.
+        self.registry = Registry()
 
     @classmethod
     def open(cls, settings: _wire.Settings) -> _Connection:
@@ -92,7 +129,9 @@ class _Connection:
                     if body is None:
                         break
                     outcome = _wire.parse_reply(body, ids[len(results)])
-                    if outcome is not _wire.PUSH:
+                    if isinstance(outcome, _wire.Push):
+                        self.registry.dispatch(outcome)
+                    else:
                         results.append(outcome)
                         deadline = None if timeout is None else time.monotonic() + timeout
                 if len(results) == len(ids):
@@ -128,6 +167,39 @@ class _Connection:
                 except (OSError, ValueError, KeyError):
                     pass
 
+    def buffered(self) -> bool:
+        """Whether bytes were read that no exchange or pump has parsed yet."""
+        return bool(self.frames)
+
+    def pump(self) -> int:
+        """Reads what has arrived, without waiting, and dispatches the pushes
+        in it; returns how many. Between exchanges, the server sends nothing
+        but pushes. Raises `OSError` (or `ProtocolError`) once the connection
+        is closed or broken, after dispatching what came before."""
+        closed: Optional[BaseException] = None
+        try:
+            for _ in range(64):  # (a server that never stops sending cannot hold the caller here)
+                if not (self._ssl_pending() or self.selector.select(0)):
+                    break
+                before = len(self.frames)
+                self._receive()
+                if len(self.frames) == before:
+                    break  # (only TLS bookkeeping was readable)
+        except OSError as exc:
+            closed = exc
+        pushes = 0
+        while True:
+            body = self.frames.pop()
+            if body is None:
+                break
+            outcome = _wire.parse_reply(body, None)  # a reply here breaks the protocol
+            if isinstance(outcome, _wire.Push):
+                self.registry.dispatch(outcome)
+            pushes += 1
+        if closed is not None:
+            raise closed
+        return pushes
+
     def _send(self, chunk: memoryview) -> int:
         try:
             return self.sock.send(chunk)
@@ -153,7 +225,8 @@ class Client:
     `RankdConnectionError` if it cannot connect, `RankdError` if the token
     is refused. Calls take turns on one connection (a lock makes a client
     safe to share between threads); `pipeline` sends many requests before
-    reading their replies; `AsyncClient` has the same methods for asyncio.
+    reading their replies; `watch` follows a board's top or a player's rank
+    as the server pushes them; `AsyncClient` has the same methods for asyncio.
 
     Optional arguments left as None are not sent, so the server's defaults
     apply.
@@ -175,6 +248,15 @@ class Client:
             requiring mutual TLS (implies TLS).
         token: `auth` with it right after connecting, and after every
             reconnection.
+        retry_writes: give every `set`, `set_many` and `remove` without a
+            `wid` a fresh one (a random UUID's 32 hex digits), and send a
+            write carrying a `wid` again, with the same `wid`, after its reply
+            timed out or its connection was lost: the server applies it at
+            most once (protocol 1.1; a version-1 server ignores `wid`, so
+            turn this off there). Default True.
+        write_retries: how many times at most such a write is sent again
+            (default 3), after waiting 0.1 s, then 0.2, 0.4, ... (at most
+            2 s); each attempt waits up to `timeout` for its reply.
     """
 
     def __init__(
@@ -190,7 +272,11 @@ class Client:
         certfile: Optional[str] = None,
         keyfile: Optional[str] = None,
         token: Optional[str] = None,
+        retry_writes: bool = True,
+        write_retries: int = 3,
     ) -> None:
+        if write_retries < 0:
+            raise ValueError("write_retries must be 0 or more")
         self._settings = _wire.Settings.make(
             host,
             port,
@@ -203,10 +289,25 @@ class Client:
             keyfile=keyfile,
         )
         self._token = token
+        #: Whether writes get a `wid` and are sent again (see the class doc).
+        self.retry_writes = retry_writes
+        #: How many times at most a write with a `wid` is sent again.
+        self.write_retries = write_retries
         self._lock = threading.RLock()
+        #: Signalled when a watch gets an event or ends, or the connection goes.
+        self._cond = threading.Condition(self._lock)
         self._conn: Optional[_Connection] = None
         self._closed = False
         self._next_id = 1
+        #: The active watches.
+        self._watches: Set[Watch[Any]] = set()
+        #: The thread reading pushes for the watches, if one is (it waits
+        #: for the socket without the lock; `_poke` wakes it).
+        self._pump_owner: Optional[int] = None
+        self._wake_pair: Optional[Tuple[socket.socket, socket.socket]] = None
+        self._last_write: contextvars.ContextVar[Optional[WriteInfo]] = contextvars.ContextVar(
+            "rankd_last_write", default=None
+        )
         #: How many times a broken connection was replaced by a new one.
         self.reconnects = 0
         with self._lock:
@@ -215,10 +316,15 @@ class Client:
     # -- connection ---------------------------------------------------------
 
     def close(self) -> None:
-        """Closes the connection; later calls raise `RankdConnectionError`."""
+        """Closes the connection and ends every watch; later calls raise
+        `RankdConnectionError`."""
         with self._lock:
             self._closed = True
+            for watch in list(self._watches):
+                watch._end("the client is closed")
             self._drop()
+            if self._pump_owner is None:
+                self._close_wake()
 
     def __enter__(self) -> Client:
         return self
@@ -235,6 +341,22 @@ class Client:
         state = "closed" if self._closed else "connected" if self._conn is not None else "disconnected"
         tls = " tls" if self._settings.ssl_context is not None else ""
         return f"<rankd.Client {self._settings.address}{tls} {state}>"
+
+    @property
+    def last_write(self) -> Optional[WriteInfo]:
+        """How the last write call answered by the server (`set`, `set_many`,
+        `remove`, or `call` of one of them) made *by this thread* went: its
+        `wid`, whether the server answered it as a duplicate (`dup`), and how
+        many times it was sent. None before the first. (Per thread, so
+        threads sharing the client each see their own.)"""
+        return self._last_write.get()
+
+    @property
+    def last_dup(self) -> bool:
+        """Whether this thread's last write was answered `"dup": true`: the
+        server had already applied its (board, wid) and changed nothing."""
+        info = self._last_write.get()
+        return info is not None and info.dup
 
     def _open(self) -> _Connection:
         """A new connection, authenticated with the token if there is one."""
@@ -262,9 +384,13 @@ class Client:
         return conn
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Closes the connection (its watches will ask again on the next)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            for watch in conn.registry.all():
+                watch._detach()
+            conn.close()
+            self._notify()
 
     def _live(self) -> Tuple[_Connection, bool]:
         """The connection for the next request, and whether this call opened
@@ -293,58 +419,253 @@ class Client:
     def _failure(self, broken: _Broken, *, writes: bool, during: str = "a call") -> RankdConnectionError:
         return _failure(broken, writes=writes, where=f"{self._settings.address} during {during}")
 
-    def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
-        """The outcomes (results or `RankdError`s) of `requests`, sent as one
-        pipeline. A connection that broke is replaced, once per call: before
-        sending, or after a failure that lost only reads (or requests that
-        never left), which are then sent again."""
-        if not requests:
-            return []
-        writes = not all(_wire.is_read(req) for req in requests)
+    def _prepare(self, requests: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+        """`requests` as sent: with `retry_writes`, writes get a `wid`."""
+        return _wire.with_wids(requests) if self.retry_writes else list(requests)
+
+    def _run_on(self, requests: Sequence[Mapping[str, Any]]) -> Tuple[List[Any], _Connection, int]:
+        """The outcomes (results, `Dup`s or `RankdError`s) of `requests`,
+        sent as one pipeline; the connection that answered them; how many
+        times they were sent.
+
+        When the connection breaks, what it answered is kept and the rest
+        may go again on a new connection: once per call if the rest holds
+        only reads, or requests that never left, and the failure was no
+        timeout; up to `write_retries` times (also after a timeout) if it
+        holds writes and each carries a `wid` (with `retry_writes`)."""
+        where = f"{self._settings.address} during a call"
+        single_wid = requests[0].get("wid") if len(requests) == 1 and _wire.is_guarded(requests[0]) else None
         with self._lock:
             # Encoded first: a value msgpack cannot carry raises before
-            # anything is sent. (Ids are per connection: a retry reuses them.)
+            # anything is sent.
             ids, payload = self._encode(requests)
+            done: List[Any] = []
+            rest: Sequence[Mapping[str, Any]] = requests
+            retries = 0
+            sends = 1
+            #: A write still unanswered was sent by an earlier attempt.
+            sent_before = False
             conn, opened = self._live()
             while True:
                 try:
-                    return conn.exchange(payload, ids, self._settings.timeout)
+                    results = conn.exchange(payload, ids, self._settings.timeout)
                 except _Broken as broken:
                     self._drop()
-                    retry = not opened and not broken.timed_out and (not writes or not broken.sent)
-                    if not retry:
-                        raise self._failure(broken, writes=writes) from broken
-                except ProtocolError as exc:
+                    done.extend(broken.results)
+                    rest = rest[len(broken.results) :]
+                    writes = not all(_wire.is_read(req) for req in rest)
+                    guarded = (
+                        self.retry_writes
+                        and writes
+                        and all(_wire.is_read(req) or _wire.is_guarded(req) for req in rest)
+                    )
+                    in_doubt = writes and (sent_before or broken.sent)
+                    if guarded and retries < self.write_retries:
+                        retries += 1
+                    elif guarded or opened or broken.timed_out or in_doubt:
+                        raise _failure(
+                            broken,
+                            writes=writes,
+                            where=where,
+                            in_doubt=in_doubt,
+                            results=[_wire.plain(o) for o in done],
+                            sends=sends,
+                            wid=single_wid,
+                        ) from broken
+                    sent_before = in_doubt
+                    ids, payload = self._encode(rest)
+                    sends += 1
+                    conn, opened, retries = self._reconnect_for_retry(
+                        retries if guarded else 0, in_doubt, done, sends, single_wid
+                    )
+                    continue
+                except ProtocolError as exc:  # (an OSError too: caught first)
                     self._drop()
-                    exc.maybe_applied = writes
+                    exc.maybe_applied = not all(_wire.is_read(req) for req in rest)
+                    exc.results = [_wire.plain(o) for o in done + exc.results]
                     raise
                 except BaseException:
                     # An interrupt may leave replies unread: the connection
                     # is out of step, start afresh.
                     self._drop()
                     raise
+                if conn.buffered():
+                    self._poke()  # pushes read past the last reply
+                return done + results, conn, sends
+
+    def _reconnect_for_retry(
+        self, retry: int, in_doubt: bool, done: List[Any], sends: int, wid: Optional[str]
+    ) -> Tuple[_Connection, bool, int]:
+        """A new connection to send a call's rest again on, whether it is
+        new, and the re-sends used: `retry` > 0 for the `retry`-th re-send
+        of a guarded write, which first waits, and tries to connect (each
+        try a re-send) until the re-sends run out."""
+        while True:
+            if retry:
+                time.sleep(_wire.retry_delay(retry))
+            try:
                 conn, opened = self._live()
+                return conn, opened, retry
+            except RankdConnectionError as exc:
+                if not in_doubt:
+                    raise
+                if retry and retry < self.write_retries:
+                    retry += 1
+                    continue
+                cls = type(exc) if isinstance(exc, RankdTimeout) else RankdConnectionError
+                note = f"a write was sent {sends - 1} times and may or may not have applied (at most once)"
+                raise cls(
+                    f"{exc}; {note}",
+                    maybe_applied=True,
+                    results=[_wire.plain(o) for o in done],
+                    wid=wid,
+                ) from exc
+
+    def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
+        """The outcomes of `requests` (see `_run_on`), without `Dup` marks."""
+        if not requests:
+            return []
+        outcomes, _, _ = self._run_on(self._prepare(requests))
+        return [_wire.plain(o) for o in outcomes]
 
     def _call(self, req: Mapping[str, Any]) -> Any:
-        (outcome,) = self._run([req])
+        (sent,) = self._prepare([req])
+        (outcome,), _, sends = self._run_on([sent])
+        if sent.get("op") in _wire.WID_OPS:
+            self._last_write.set(
+                WriteInfo(wid=sent.get("wid"), dup=isinstance(outcome, _wire.Dup), sends=sends)
+            )
         if isinstance(outcome, RankdError):
             raise outcome
-        return outcome
+        return _wire.plain(outcome)
+
+    # -- watches: the pushes' side ------------------------------------------
+
+    def _notify(self) -> None:
+        """Wakes the threads waiting for watch events (with the lock held)."""
+        self._cond.notify_all()
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wakes the thread waiting on the socket for pushes, if one is."""
+        if self._pump_owner is not None and self._wake_pair is not None:
+            try:
+                self._wake_pair[1].send(b"\0")
+            except OSError:  # full: it has been woken already
+                pass
+
+    def _close_wake(self) -> None:
+        pair, self._wake_pair = self._wake_pair, None
+        if pair is not None:
+            for sock in pair:
+                sock.close()
+
+    def _subscribe(self, watch: Watch[Any]) -> None:
+        """Asks the server for `watch` (on the current connection, or a new
+        one) and attaches it to the connection that answered."""
+        (outcome,), conn, _ = self._run_on([watch._request])
+        if isinstance(outcome, RankdError):
+            raise outcome
+        watch._attach(conn.registry, watch_id(_wire.plain(outcome)))
+
+    def _next_event(self, watch: Watch[T], timeout: Optional[float]) -> T:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        resubscribed = 0
+        with self._lock:
+            while True:
+                if watch._events:
+                    return watch._events.popleft()
+                if watch._ended is not None:
+                    raise WatchEnded(watch._ended)
+                if self._closed:
+                    watch._end("the client is closed")
+                    continue
+                conn = self._conn
+                if conn is None or watch._registry is not conn.registry:
+                    # Its connection was lost: ask again on a new one.
+                    if resubscribed == _RESUBSCRIBES_PER_GET:
+                        raise RankdConnectionError(
+                            f"{self._settings.address}: the connection of a watch was lost "
+                            f"{resubscribed} times in one wait"
+                        )
+                    resubscribed += 1
+                    try:
+                        self._subscribe(watch)
+                    except RankdError as err:
+                        watch._end(f"asking again was refused: {err}")
+                        raise
+                    watch.resubscribes += 1
+                    continue
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    raise TimeoutError(f"no event within {timeout} s")
+                if self._pump_owner is not None:
+                    # Another thread reads the socket; it signals what it reads.
+                    self._cond.wait(wait)
+                    continue
+                self._pump_owner = threading.get_ident()
+                try:
+                    self._pump(conn, wait)
+                finally:
+                    self._pump_owner = None
+                    self._cond.notify_all()
+                    if self._closed:
+                        self._close_wake()
+
+    def _pump(self, conn: _Connection, wait: Optional[float]) -> None:
+        """Dispatches the pushes that have arrived; if none had, waits (the
+        lock released) until the socket is readable, another thread pokes,
+        or `wait` seconds pass."""
+        try:
+            if conn.pump():
+                return
+        except ProtocolError:
+            if self._conn is conn:
+                self._drop()
+            raise
+        except OSError:  # closed or reset: its watches will ask again
+            if self._conn is conn:
+                self._drop()
+            return
+        if self._wake_pair is None:
+            pair = socket.socketpair()
+            for sock in pair:
+                sock.setblocking(False)
+            self._wake_pair = pair
+        wake = self._wake_pair[0]
+        try:
+            while wake.recv(4096):
+                pass
+        except OSError:  # (BlockingIOError: drained)
+            pass
+        self._lock.release()
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(conn.sock, selectors.EVENT_READ)
+                selector.register(wake, selectors.EVENT_READ)
+                selector.select(wait)
+        except (OSError, ValueError):  # a socket closed meanwhile by another thread
+            pass
+        finally:
+            self._lock.acquire()
 
     # -- generic requests ---------------------------------------------------
 
     def call(self, op: str, **fields: Any) -> Any:
         """Runs `op` with `fields` and returns its result; raises `RankdError`
         if the server answers an error. Fields that are None are not sent.
-        For ops (and fields) that have no method."""
+        For ops (and fields) that have no method. (A `set`, `set_many` or
+        `remove` gets a `wid` with `retry_writes`, as from its method.)"""
         return self._call(_wire.request(op, **fields))
 
     def pipeline(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
         """Sends every request (maps like `{"op": "get", "board": "b",
-        "player": "p"}`, without `id`, sent as they are) before reading the
-        replies, and returns their outcomes in order: each the result, or
-        the `RankdError` the server answered (returned, not raised, so one
-        failed request does not hide the others' results)."""
+        "player": "p"}`, without `id`) before reading the replies, and
+        returns their outcomes in order: each the result, or the `RankdError`
+        the server answered (returned, not raised, so one failed request
+        does not hide the others' results). The requests are sent as they
+        are, except that with `retry_writes` each `set`, `set_many` and
+        `remove` without a `wid` gets one (in a copy)."""
         return self._run(list(requests))
 
     # -- operations ---------------------------------------------------------
@@ -384,16 +705,30 @@ class Client:
         )
 
     def drop_board(self, board: str) -> bool:
-        """True if the board existed."""
+        """True if the board existed. Its watches get a last push of None
+        and end."""
         return cast(bool, self._call(_wire.request("drop_board", board=board)))
 
     def boards(self) -> List[Board]:
         """Every board with its config and count."""
         return cast(List[Board], self._call(_wire.request("boards")))
 
-    def set(self, board: str, player: str, score: int, *, mode: Optional[Mode] = None) -> int:
-        """Writes a score; returns the score stored (in the board's first window)."""
-        return cast(int, self._call(_wire.request("set", board=board, player=player, score=score, mode=mode)))
+    def set(
+        self,
+        board: str,
+        player: str,
+        score: int,
+        *,
+        mode: Optional[Mode] = None,
+        wid: Optional[str] = None,
+    ) -> int:
+        """Writes a score; returns the score stored (in the board's first
+        window). `wid` (1-64 bytes, never repeated for another write on the
+        board) makes the write apply at most once; with `retry_writes` the
+        client picks one when it is not given. `last_write` tells whether
+        the server answered it as a duplicate."""
+        req = _wire.request("set", board=board, player=player, score=score, mode=mode, wid=wid)
+        return cast(int, self._call(req))
 
     def set_many(
         self,
@@ -401,11 +736,122 @@ class Client:
         entries: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
         *,
         mode: Optional[Mode] = None,
+        wid: Optional[str] = None,
     ) -> List[int]:
         """Writes up to 10 000 `(player, score)` pairs (or a dict) in one
-        request; returns the stored scores in entry order."""
-        req = _wire.request("set_many", board=board, entries=_wire.entries(entries), mode=mode)
+        request; returns the stored scores in entry order. `wid` as for `set`."""
+        req = _wire.request("set_many", board=board, entries=_wire.entries(entries), mode=mode, wid=wid)
         return cast(List[int], self._call(req))
+
+    def remove(self, board: str, player: str, *, wid: Optional[str] = None) -> bool:
+        """True if the player was on the board. `wid` as for `set`."""
+        return cast(bool, self._call(_wire.request("remove", board=board, player=player, wid=wid)))
+
+    # -- watches ------------------------------------------------------------
+
+    @overload
+    def watch(
+        self,
+        board: str,
+        *,
+        top: int,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        interval_ms: Optional[int] = None,
+        buffer: int = 1,
+        callback: Optional[Callable[[TopEvent], object]] = None,
+    ) -> Watch[TopEvent]: ...
+
+    @overload
+    def watch(
+        self,
+        board: str,
+        *,
+        player: str,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        interval_ms: Optional[int] = None,
+        buffer: int = 1,
+        callback: Optional[Callable[[PlayerEvent], object]] = None,
+    ) -> Watch[PlayerEvent]: ...
+
+    def watch(
+        self,
+        board: str,
+        *,
+        top: Optional[int] = None,
+        player: Optional[str] = None,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        interval_ms: Optional[int] = None,
+        buffer: int = 1,
+        callback: Optional[Callable[[Any], object]] = None,
+    ) -> Watch[Any]:
+        """Follows a board's best `top` (1-100) entries, or one `player`'s
+        rank: the server pushes the current value at once, then each new one
+        when it changes (at most once per `interval_ms`, 10-60000, default
+        100). Returns a `Watch`: iterate it (`for event in w`), or take
+        events with `w.get(timeout)`; or give `callback`, which a thread of
+        the watch's own calls with each event.
+
+        A `top` event is the list `top` would answer; a `player` event what
+        `rank` would answer, or None while the player is absent. When the
+        board is dropped, a `top` watch gets None and ends.
+
+        `buffer`: how many unread events the watch keeps; when full, the
+        oldest goes (each event is a whole state, so the newest is what
+        matters). A connection holds at most 64 watches (then
+        `RankdError("too_large")`). If the connection is lost, the watch
+        asks again on a new one when next waited on; its first event there
+        is the current state."""
+        if (top is None) == (player is None):
+            raise ValueError("watch takes exactly one of top= and player=")
+        req = _wire.request(
+            "watch",
+            board=board,
+            top=top,
+            player=player,
+            window=window,
+            period=period,
+            interval_ms=interval_ms,
+        )
+        watch: Watch[Any] = Watch(self, req, buffer)
+        with self._lock:
+            self._subscribe(watch)
+            self._watches.add(watch)
+        if callback is not None:
+            watch._start(callback)
+        return watch
+
+    def unwatch(self, watch: Watch[Any]) -> bool:
+        """Ends `watch`: True if the server had it active. Events it received
+        before can still be taken. (A watch whose connection was lost, or
+        whose board was dropped, is ended without asking: False.)"""
+        with self._lock:
+            registry, wid = watch._registry, watch.id
+            watch._end("unwatched")
+            conn = self._conn
+            if registry is None or wid is None or conn is None or registry is not conn.registry:
+                return False
+            if conn.dropped():
+                self._drop()
+                return False
+            registry.retire(wid)
+            try:
+                (outcome,) = self._exchange(conn, [_wire.request("unwatch", watch=wid)])
+            except _Broken:
+                self._drop()  # the watch went with the connection
+                return False
+            except BaseException:
+                self._drop()
+                raise
+            finally:
+                registry.unretire(wid)
+            if conn.buffered():
+                self._poke()
+            if isinstance(outcome, RankdError):
+                raise outcome
+            return bool(_wire.plain(outcome))
 
     def get(
         self, board: str, player: str, *, window: Optional[Window] = None, period: Optional[int] = None
@@ -413,10 +859,6 @@ class Client:
         """The player's score, or None."""
         req = _wire.request("get", board=board, player=player, window=window, period=period)
         return cast(Optional[int], self._call(req))
-
-    def remove(self, board: str, player: str) -> bool:
-        """True if the player was on the board."""
-        return cast(bool, self._call(_wire.request("remove", board=board, player=player)))
 
     def count(self, board: str, *, window: Optional[Window] = None, period: Optional[int] = None) -> int:
         """The number of players."""
@@ -465,3 +907,103 @@ class Client:
             "around", board=board, player=player, before=before, after=after, window=window, period=period
         )
         return cast(List[Entry], self._call(req))
+
+
+class Watch(WatchState[T]):
+    """A watch of a `Client` (see `Client.watch`): the events the server
+    pushes, taken in order.
+
+    `for event in watch:` waits for each event and ends when the watch ends;
+    `watch.events(timeout)` also ends after `timeout` seconds without one;
+    `watch.get(timeout)` takes one, raising `TimeoutError` when none comes in
+    time and `WatchEnded` once the watch has ended and every event it
+    received was taken. A watch ends by `close()` (or `Client.unwatch`), by
+    closing its client, or, for a `top` watch, when its board is dropped (its
+    last event is then None). The thread waiting reads the connection for
+    every watch of the client (others' events are kept for them), and other
+    threads may call the client meanwhile.
+    """
+
+    def __init__(self, client: Client, request: Mapping[str, Any], buffer: int) -> None:
+        super().__init__(request, buffer)
+        self._client = client
+        self._thread: Optional[threading.Thread] = None
+        self._stopped = threading.Event()
+
+    def get(self, timeout: Optional[float] = None) -> T:
+        """The next event, waiting up to `timeout` seconds (None: forever)."""
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            raise RuntimeError("this watch's events go to its callback")
+        return self._client._next_event(self, timeout)
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[T]:
+        """Yields the events until the watch ends, or until none comes
+        within `timeout` seconds (None: waits forever); the watch stays
+        active after a timeout."""
+        while True:
+            try:
+                event = self.get(timeout)
+            except WatchEnded:
+                return
+            except RankdConnectionError:
+                raise
+            except TimeoutError:
+                return
+            yield event
+
+    def __iter__(self) -> Iterator[T]:
+        return self.events()
+
+    def close(self) -> None:
+        """Ends the watch (`Client.unwatch`); a lost connection is no error."""
+        try:
+            self._client.unwatch(self)
+        except RankdConnectionError:
+            pass
+
+    def __enter__(self) -> Watch[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<rankd.Watch {self._describe()}>"
+
+    def _wake(self) -> None:
+        self._client._notify()
+
+    def _end(self, reason: str) -> None:
+        super()._end(reason)
+        self._client._watches.discard(self)
+        self._stopped.set()
+
+    def _start(self, callback: Callable[[T], object]) -> None:
+        self._thread = threading.Thread(
+            target=self._feed, args=(callback,), name=f"rankd-watch-{self.board}", daemon=True
+        )
+        self._thread.start()
+
+    def _feed(self, callback: Callable[[T], object]) -> None:
+        """The callback thread: calls `callback` with each event until the
+        watch ends; a lost connection is tried again every second."""
+        while True:
+            try:
+                for event in self.events():
+                    try:
+                        callback(event)
+                    except Exception:
+                        _log.exception("a callback of %r raised", self)
+                return
+            except RankdError:
+                _log.exception("%r ended", self)
+                return
+            except RankdConnectionError as exc:
+                _log.warning("%r: %s; trying again in 1 s", self, exc)
+                if self._stopped.wait(1.0):
+                    return

@@ -3,9 +3,22 @@ results are plain dicts, lists, ints and strings)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Literal, TypedDict, Union
+from dataclasses import dataclass
+from typing import Dict, List, Literal, Optional, TypedDict, Union
 
-__all__ = ["Auth", "Board", "Entry", "Mode", "Order", "Rank", "Ties", "Window"]
+__all__ = [
+    "Auth",
+    "Board",
+    "Entry",
+    "Mode",
+    "Order",
+    "PlayerEvent",
+    "Rank",
+    "Ties",
+    "TopEvent",
+    "Window",
+    "WriteInfo",
+]
 
 #: `"desc"`: a higher score is better (the default); `"asc"`: lower is better.
 Order = Literal["desc", "asc"]
@@ -48,3 +61,28 @@ class Board(TypedDict):
 
 #: `auth`'s answer: `True`, or `{"role": "read" | "write"}` on a server with token roles.
 Auth = Union[bool, Dict[str, str]]
+
+
+#: What a `top` watch pushes: the list `top` would answer; None once, last,
+#: when the board is dropped (the watch then ends).
+TopEvent = Optional[List[Entry]]
+#: What a `player` watch pushes: what `rank` would answer, None while the
+#: player is absent (and, last, when the board is dropped).
+PlayerEvent = Optional[Rank]
+
+
+@dataclass(frozen=True)
+class WriteInfo:
+    """How the last write call (`set`, `set_many`, `remove`, or `call` of
+    one of them) of a thread or task went: see `Client.last_write`."""
+
+    #: The write id the request carried (the caller's, or the one the
+    #: client made with `retry_writes`), or None.
+    wid: Optional[str]
+    #: The server had already applied this (board, wid): it answered the
+    #: first application's result, with `"dup": true`, and changed nothing.
+    #: (After a re-send, this means the attempt that timed out or lost its
+    #: connection had applied.)
+    dup: bool
+    #: How many times the request was sent (1, or more after re-sends).
+    sends: int
