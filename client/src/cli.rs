@@ -2,11 +2,18 @@
 //! `rankd` client subcommands and the load generator so both spell TLS and
 //! tokens the same way. Tokens come from a file or `RANKD_TOKEN`, never a
 //! flag: `ps` would show it.
+//!
+//! Also what a `rankd watch` command needs: its flags ([`WatchArgs`]) and
+//! how a push prints for people ([`show_push`]; for `--json`, a
+//! [`crate::Push`] serializes as its wire frame).
 
 use std::path::PathBuf;
 
 use crate::connect::{ConnectOptions, TlsOptions, Token};
 use crate::error::ClientError;
+use crate::protocol::Window;
+use crate::reply::{Entry, RankInfo};
+use crate::watch::{Push, WatchEvent, WatchSpec, WatchTarget};
 
 /// TLS and token flags.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -48,5 +55,135 @@ impl ConnectArgs {
             None => std::env::var("RANKD_TOKEN").ok().filter(|token| !token.is_empty()).map(Token),
         };
         Ok(ConnectOptions { tls, token })
+    }
+}
+
+/// What to watch: `BOARD (--top N | --player P) [--window W] [--period P]
+/// [--interval-ms MS]`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("watched").required(true).args(["top", "player"])))]
+pub struct WatchArgs {
+    /// The board watched.
+    pub board: String,
+    /// Watch its best N players (1-100)...
+    #[arg(long)]
+    pub top: Option<u64>,
+    /// ...or one player's rank.
+    #[arg(long)]
+    pub player: Option<String>,
+    /// The window: all, daily, weekly or monthly [default: the board's
+    /// first].
+    #[arg(long, value_parser = parse_window)]
+    pub window: Option<Window>,
+    /// A past period: -1 the previous, down to the board's -keep [default:
+    /// 0, the current].
+    #[arg(long, allow_hyphen_values = true)]
+    pub period: Option<i64>,
+    /// At most one push per this many milliseconds (10-60000) [default:
+    /// the server's, 100].
+    #[arg(long)]
+    pub interval_ms: Option<u64>,
+}
+
+impl WatchArgs {
+    /// The watch these flags describe.
+    pub fn spec(&self) -> WatchSpec {
+        let target = match (&self.player, self.top) {
+            (Some(player), _) => WatchTarget::Player(player.clone()),
+            (None, top) => WatchTarget::Top(top.unwrap_or(10)),
+        };
+        WatchSpec {
+            board: self.board.clone(),
+            target,
+            window: self.window,
+            period: self.period,
+            interval_ms: self.interval_ms,
+        }
+    }
+}
+
+/// Parses a window by its protocol name.
+fn parse_window(text: &str) -> Result<Window, String> {
+    Window::from_name(text).ok_or_else(|| format!("unknown window `{text}`: all, daily, weekly or monthly"))
+}
+
+/// A push for people: a line naming the watch, then the event as
+/// [`show_event`] prints it.
+pub fn show_push(push: &Push) -> String {
+    format!("watch {}:\n{}", push.watch, show_event(&push.event))
+}
+
+/// A watch's event for people: a `top` as the `rankd top` table, a
+/// player's rank as `rankd rank` prints it.
+pub fn show_event(event: &WatchEvent) -> String {
+    match event {
+        WatchEvent::Top(entries) => show_entries(entries),
+        WatchEvent::Player(Some(RankInfo { rank, score, count })) => format!("rank {rank} of {count} (score {score})"),
+        WatchEvent::Player(None) => "(nil)".to_string(),
+        WatchEvent::Ended => "(ended: the board was dropped)".to_string(),
+    }
+}
+
+/// Rows of `top` or `around` as a table: rank, score, player.
+pub fn show_entries(entries: &[Entry]) -> String {
+    if entries.is_empty() {
+        return "(empty)".to_string();
+    }
+    let mut out = format!("{:>8}  {:>20}  player", "rank", "score");
+    for Entry { player, score, rank } in entries {
+        out.push_str(&format!("\n{rank:>8}  {score:>20}  {player}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        watch: WatchArgs,
+    }
+
+    #[test]
+    fn watch_flags_make_a_spec() {
+        let cli = Cli::try_parse_from(["watch", "arena", "--top", "5", "--window", "daily", "--period", "-1"]).unwrap();
+        let spec = WatchSpec::top("arena", 5).window(Window::Daily).period(-1);
+        assert_eq!(cli.watch.spec(), spec);
+        let cli = Cli::try_parse_from(["watch", "arena", "--player", "alice", "--interval-ms", "250"]).unwrap();
+        assert_eq!(
+            cli.watch.spec(),
+            WatchSpec::player("arena", "alice").interval(std::time::Duration::from_millis(250))
+        );
+        assert!(Cli::try_parse_from(["watch", "arena"]).is_err(), "one of --top and --player");
+        assert!(Cli::try_parse_from(["watch", "arena", "--top", "1", "--player", "a"]).is_err());
+        assert!(Cli::try_parse_from(["watch", "arena", "--top", "1", "--window", "hourly"]).is_err());
+    }
+
+    #[test]
+    fn pushes_print_for_people_and_serialize_as_on_the_wire() {
+        let top = WatchEvent::Top(vec![Entry { player: "alice".into(), score: 1200, rank: 1 }]);
+        let push = Push { watch: crate::WatchId(3), event: top, received: std::time::Instant::now() };
+        assert_eq!(
+            show_push(&push),
+            format!("watch 3:\n{:>8}  {:>20}  player\n{:>8}  {:>20}  alice", "rank", "score", 1, 1200)
+        );
+        let player = WatchEvent::Player(Some(RankInfo { rank: 2, score: 9, count: 40 }));
+        assert_eq!(show_event(&player), "rank 2 of 40 (score 9)");
+        assert_eq!(show_event(&WatchEvent::Top(vec![])), "(empty)");
+        assert_eq!(show_event(&WatchEvent::Ended), "(ended: the board was dropped)");
+        // The wire form: {"watch": 3, "event": [...]}, and nil for an end.
+        fn on_wire(value: &impl serde::Serialize) -> rmpv::Value {
+            rmpv::decode::read_value(&mut &rmp_serde::to_vec_named(value).unwrap()[..]).unwrap()
+        }
+        let wire = on_wire(&push);
+        assert_eq!(wire["watch"].as_u64(), Some(3));
+        assert_eq!(wire["event"][0]["player"].as_str(), Some("alice"));
+        assert!(on_wire(&WatchEvent::Ended).is_nil());
+        assert!(on_wire(&WatchEvent::Player(None)).is_nil());
+        assert_eq!(on_wire(&player)["rank"].as_u64(), Some(2));
     }
 }

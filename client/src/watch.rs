@@ -98,6 +98,7 @@ impl WatchSpec {
 
 /// A watch's id, unique on its connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct WatchId(pub u64);
 
 impl fmt::Display for WatchId {
@@ -106,9 +107,10 @@ impl fmt::Display for WatchId {
     }
 }
 
-/// What a push says.
+/// What a push says. Serializes as the wire's `event`: the list, the
+/// `{rank, score, count}` map, or nil.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(untagged)]
 pub enum WatchEvent {
     /// A `top` watch: the whole list, best first, as `top` answers it.
     Top(Vec<Entry>),
@@ -120,7 +122,7 @@ pub enum WatchEvent {
     Ended,
 }
 
-/// One push of a watch.
+/// One push of a watch. Serializes as on the wire: `{"watch", "event"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Push {
     /// Which watch.
