@@ -183,3 +183,47 @@ def write(db: AnyClient, method: str, *args: Any, **kwargs: Any) -> Tuple[Any, O
         written: Tuple[Any, Optional[rankd.WriteInfo]] = db.run(run())
         return written
     return getattr(db, method)(*args, **kwargs), db.last_write
+
+
+def next_event(db: AnyClient, watch: Any, timeout: Optional[float] = 10.0) -> Any:
+    """`watch.get(timeout)`, for a watch of either kind of client (an
+    `AsyncDriver`'s loop runs while it waits)."""
+    if isinstance(db, AsyncDriver):
+        return db.run(watch.get(timeout))
+    return watch.get(timeout)
+
+
+def events_until_quiet(db: AnyClient, watch: Any, quiet: float = 1.0, limit: float = 30.0) -> List[Any]:
+    """The events of `watch` until none comes for `quiet` seconds."""
+    deadline = time.monotonic() + limit
+    events: List[Any] = []
+    while time.monotonic() < deadline:
+        try:
+            events.append(next_event(db, watch, quiet))
+        except TimeoutError as exc:
+            if isinstance(exc, rankd.RankdConnectionError):
+                raise
+            return events
+    pytest.fail(f"{watch!r} did not fall quiet within {limit} s")
+
+
+def event_where(
+    db: AnyClient, watch: Any, wanted: Callable[[Any], bool], what: str, timeout: float = 10.0
+) -> Any:
+    """Takes events of `watch` until one is `wanted`; fails naming `what`
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    seen: List[Any] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"no event {what} within {timeout} s; got {seen!r:.500}")
+        try:
+            event = next_event(db, watch, left)
+        except TimeoutError as exc:
+            if isinstance(exc, rankd.RankdConnectionError):
+                raise
+            continue
+        if wanted(event):
+            return event
+        seen.append(event)

@@ -1,16 +1,18 @@
 """A real server that closes idle connections after a second and takes a
 second to commit each write (`RANKD_SLOW_ADDR`): the client replaces a
-connection the server closed, and a write that outlives the timeout raises
-`RankdTimeout` with `maybe_applied` (and indeed applies)."""
+connection the server closed; a write that outlives the timeout raises
+`RankdTimeout` with `maybe_applied` (and indeed applies) when the client
+does not retry writes, and is sent again with its `wid`, applying once,
+when it does."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import pytest
-from support import ENV, needs, open_client, split_addr, wait_for_server_close, wait_until
+from support import ENV, needs, open_client, split_addr, wait_for_server_close, wait_until, write
 
 import rankd
 
@@ -57,6 +59,30 @@ def test_a_write_that_outlives_the_timeout(kind: str, board: Callable[[str], str
     with open_client(kind, **slow_options()) as check:
         # It was in flight: it applies once committed, as maybe_applied warned.
         wait_until(lambda: check.get(name, "p") == 42, "the timed-out write to apply")
+
+
+def test_a_write_that_outlives_the_timeout_is_sent_again_and_counts_once(
+    kind: str, board: Callable[[str], str]
+) -> None:
+    name = board("retried")
+    with open_client(kind, **slow_options(timeout=0.7, write_retries=4)) as db:
+        wid: Optional[str]
+        try:
+            total, info = write(db, "set", name, "p", 5, mode="incr")
+        except rankd.RankdTimeout as late:
+            # (Every re-send timed out too: a server may commit each answer.)
+            assert late.maybe_applied and late.wid is not None
+            wid = late.wid
+        else:
+            assert total == 5, "the first send applied; a re-send answered its result"
+            assert info is not None and info.sends > 1 and info.dup
+            wid = info.wid
+        assert db.reconnects >= 1
+        assert wid is not None and len(wid) == 32
+    with open_client(kind, **slow_options()) as check:
+        wait_until(lambda: check.get(name, "p") == 5, "the write to apply")
+        time.sleep(1.5)  # every send has committed or been refused by now
+        assert check.get(name, "p") == 5, "applied once, though sent several times"
 
 
 def test_async_a_late_write_fails_the_reads_behind_it_which_go_again(board: Callable[[str], str]) -> None:
