@@ -13,6 +13,7 @@ use crate::request_path::dense_registry::DenseRegistry;
 use crate::request_path::router::{Router, SharedBoards};
 use crate::request_path::shard::link::Origin;
 use crate::request_path::shard::{ReplyRelay, ShardLink};
+use crate::watches::WatchHub;
 
 /// One I/O thread: its arbiter and, once the shards run, its router.
 struct IoThread {
@@ -57,12 +58,14 @@ impl IoThreads {
         dense: &DenseRegistry,
         clock: Clock,
         metrics: &Arc<Metrics>,
+        watches: &Arc<WatchHub>,
         configure: impl Fn(Router) -> Router,
     ) {
         for (index, thread) in self.threads.iter_mut().enumerate() {
             let origin = Origin(u16::try_from(index).unwrap_or(u16::MAX));
             let links = links.iter().map(|link| link.from(origin)).collect();
-            let router = configure(Router::new(links, boards.clone(), dense.clone(), clock, metrics.clone()));
+            let router =
+                configure(Router::new(links, boards.clone(), dense.clone(), clock, metrics.clone(), watches.clone()));
             thread.router = Some(Router::start_in_arbiter(&thread.arbiter.handle(), move |_| router));
         }
     }
@@ -79,6 +82,11 @@ impl IoThreads {
             }
             None => false,
         }
+    }
+
+    /// The first thread's router, for work that is not a connection's.
+    pub fn any_router(&self) -> Option<Addr<Router>> {
+        self.threads.first().and_then(|thread| thread.router.clone())
     }
 
     /// Stops the threads (their routers, and connections still open).
