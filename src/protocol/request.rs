@@ -350,12 +350,7 @@ impl<'a> Fields<'a> {
                 WATCH_INTERVAL_MS.end()
             )));
         }
-        Ok(WatchSpec {
-            board: self.board()?,
-            target,
-            view: self.view()?,
-            interval: Duration::from_millis(interval),
-        })
+        Ok(WatchSpec { board: self.board()?, target, view: self.view()?, interval: Duration::from_millis(interval) })
     }
 
     fn required(&self, name: &str) -> Result<&ValueRef<'a>, Error> {

@@ -46,7 +46,6 @@ pub enum Reply {
     Replayed(Box<Reply>),
 }
 
-
 #[derive(Serialize)]
 struct OkFrame<'a> {
     /// The request's id, so a pipelining client can match the reply.

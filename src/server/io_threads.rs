@@ -7,13 +7,10 @@ use std::sync::Arc;
 
 use actix::{Actor, Addr, Arbiter};
 
-use crate::clock::Clock;
 use crate::operations::metrics::Metrics;
-use crate::request_path::dense_registry::DenseRegistry;
-use crate::request_path::router::{Router, SharedBoards};
+use crate::request_path::router::{Router, RouterParts};
 use crate::request_path::shard::link::Origin;
 use crate::request_path::shard::{ReplyRelay, ShardLink};
-use crate::watches::WatchHub;
 
 /// One I/O thread: its arbiter and, once the shards run, its router.
 struct IoThread {
@@ -50,22 +47,12 @@ impl IoThreads {
     }
 
     /// Starts each thread's router over the shards, reached from that
-    /// thread, all sharing `boards`; `configure` may adjust each (tests).
-    pub fn start_routers(
-        &mut self,
-        links: &[ShardLink],
-        boards: &SharedBoards,
-        dense: &DenseRegistry,
-        clock: Clock,
-        metrics: &Arc<Metrics>,
-        watches: &Arc<WatchHub>,
-        configure: impl Fn(Router) -> Router,
-    ) {
+    /// thread, all sharing `parts`; `configure` may adjust each (tests).
+    pub fn start_routers(&mut self, links: &[ShardLink], parts: &RouterParts, configure: impl Fn(Router) -> Router) {
         for (index, thread) in self.threads.iter_mut().enumerate() {
             let origin = Origin(u16::try_from(index).unwrap_or(u16::MAX));
             let links = links.iter().map(|link| link.from(origin)).collect();
-            let router =
-                configure(Router::new(links, boards.clone(), dense.clone(), clock, metrics.clone(), watches.clone()));
+            let router = configure(Router::new(links, parts.clone()));
             thread.router = Some(Router::start_in_arbiter(&thread.arbiter.handle(), move |_| router));
         }
     }

@@ -24,7 +24,7 @@ use crate::clock::Clock;
 use crate::operations::metrics::{self, Metrics};
 use crate::operations::priority;
 use crate::request_path::connection::Limits;
-use crate::request_path::router::{Boards, Router};
+use crate::request_path::router::{Boards, Router, RouterParts};
 use crate::security::TlsReloader;
 use crate::settings::ServeSettings;
 use crate::watches::{evaluator, WatchHub};
@@ -95,7 +95,9 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
         let watches = WatchHub::new(metrics.clone());
-        io.start_routers(&links, &boards, &dense, clock, &metrics, &watches, configure);
+        let parts =
+            RouterParts { boards, dense: dense.clone(), clock, metrics: metrics.clone(), watches: watches.clone() };
+        io.start_routers(&links, &parts, configure);
         // Watches are looked at on a thread of their own, never a shard's
         // or a connection's.
         let watch_thread = actix::Arbiter::new();

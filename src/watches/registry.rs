@@ -92,6 +92,11 @@ impl Registry {
         self.watches.len()
     }
 
+    /// Whether no watch is open.
+    pub fn is_empty(&self) -> bool {
+        self.watches.is_empty()
+    }
+
     /// Whether any watch follows `board`.
     pub fn is_watched(&self, board: &str) -> bool {
         self.by_board.contains_key(board)
@@ -131,14 +136,9 @@ impl Registry {
             watch.dirty = false;
             let spec = &watch.spec;
             let view = spec.view;
-            let group = groups
-                .entry((spec.board.clone(), view.window.map(|w| w.code()), view.period))
-                .or_insert_with(|| Group {
-                    board: spec.board.clone(),
-                    view,
-                    top: 0,
-                    players: Vec::new(),
-                    watches: Vec::new(),
+            let group =
+                groups.entry((spec.board.clone(), view.window.map(|w| w.code()), view.period)).or_insert_with(|| {
+                    Group { board: spec.board.clone(), view, top: 0, players: Vec::new(), watches: Vec::new() }
                 });
             match &spec.target {
                 WatchTarget::Top(n) => group.top = group.top.max(*n),

@@ -111,6 +111,21 @@ impl InPlace {
 /// I/O thread.
 pub type SharedBoards = Arc<Mutex<Boards>>;
 
+/// What every router shares with the others.
+#[derive(Clone)]
+pub struct RouterParts {
+    /// The board registry and arrival sequence.
+    pub boards: SharedBoards,
+    /// The dense indexes.
+    pub dense: DenseRegistry,
+    /// Decides which period a read of a periodic window targets.
+    pub clock: Clock,
+    /// The server's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Told when acknowledged writes change a watched board.
+    pub watches: Arc<WatchHub>,
+}
+
 /// The router actor. See the module docs.
 pub struct Router {
     /// The shards, reached from this router's I/O thread.
@@ -133,15 +148,9 @@ impl Actor for Router {
 
 impl Router {
     /// A router over started shards (reached as from its own I/O thread),
-    /// sharing `boards` with the other routers.
-    pub fn new(
-        shards: Vec<ShardLink>,
-        boards: SharedBoards,
-        dense: DenseRegistry,
-        clock: Clock,
-        metrics: Arc<Metrics>,
-        watches: Arc<WatchHub>,
-    ) -> Self {
+    /// sharing `parts` with the other routers.
+    pub fn new(shards: Vec<ShardLink>, parts: RouterParts) -> Self {
+        let RouterParts { boards, dense, clock, metrics, watches } = parts;
         Self { shards: shards.into(), metrics, boards, dense, clock, in_place_ranks: true, watches }
     }
 

@@ -252,8 +252,15 @@ mod tests {
     #[test]
     fn writes_wait_for_durability_and_maintenance_for_committed_state() {
         let board = Arc::new(Board { id: 1, name: "b".into(), config: Default::default() });
-        let write =
-            Command::Write { board, player: "p".into(), score: 1, mode: Mode::Set, seq: 1, wid: None, reply: reply().0 };
+        let write = Command::Write {
+            board,
+            player: "p".into(),
+            score: 1,
+            mode: Mode::Set,
+            seq: 1,
+            wid: None,
+            reply: reply().0,
+        };
         let rank = Command::Rank {
             tree: tree(),
             player: "p".into(),
