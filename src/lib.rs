@@ -13,6 +13,7 @@
 //! - [`tools`]: the `rankd` command line and its client subcommands,
 //!   import/export, the offline check;
 //! - [`security`]: tokens with roles, per-connection access, TLS;
+//! - [`watches`]: watches, and the evaluator that pushes what they follow;
 //! - [`settings`]: every `serve` setting, from flags and the TOML file;
 //! - [`error`]: the one place errors become protocol codes;
 //! - [`clock`]: the wall clock that decides which period a write lands in;
@@ -29,3 +30,4 @@ pub mod security;
 pub mod server;
 pub mod settings;
 pub mod tools;
+pub mod watches;

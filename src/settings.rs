@@ -114,6 +114,15 @@ pub struct ServeSettings {
     /// read on every write and rank).
     #[arg(long, default_value_t = ServeSettings::default().cache_mb)]
     pub cache_mb: u64,
+    /// Seconds an idempotent write's `wid` is remembered: a retry within it
+    /// is answered with the first result and changes nothing.
+    #[arg(long, default_value_t = ServeSettings::default().dedup_horizon_secs)]
+    pub dedup_horizon_secs: u64,
+    /// Memory for remembered `wid`s, MiB, shared by all shards; past it the
+    /// oldest are forgotten before the horizon (counted in
+    /// `rankd_dedup_early_expiries_total`).
+    #[arg(long, default_value_t = ServeSettings::default().dedup_memory_mb)]
+    pub dedup_memory_mb: u64,
     /// Test and debug hooks: only in builds with the `test-hooks` feature.
     #[cfg(feature = "test-hooks")]
     #[command(flatten)]
@@ -149,6 +158,10 @@ impl Default for ServeSettings {
             // Enough to cache ~1M players' records; 10M players then stay
             // under 60 B/player (see docs/performance-history.md).
             cache_mb: 48,
+            dedup_horizon_secs: 600,
+            // ~1M `set`s' records (~150 B each with their wid): ten minutes
+            // of 2,000 idempotent writes a second.
+            dedup_memory_mb: 256,
             #[cfg(feature = "test-hooks")]
             hooks: crate::hooks::TestHooks::default(),
         }
@@ -237,6 +250,9 @@ impl ServeSettings {
                  pass --allow-unauthenticated-remote if the network is trusted)",
                 self.listen
             ));
+        }
+        if self.dedup_horizon_secs == 0 {
+            return invalid("--dedup-horizon-secs must be at least 1".into());
         }
         if self.max_connections == 0 || self.max_shard_queue == 0 || self.idle_timeout_secs == 0 {
             return invalid("--max-connections, --max-shard-queue and --idle-timeout-secs must be at least 1".into());

@@ -135,6 +135,7 @@ fn regressions_stay_within_the_fuzzers_memory_bounds() {
             board: "b".into(),
             entries: (0..MAX_SET_MANY).map(|i| ((i % 10).to_string(), 0)).collect(),
             mode: Mode::Set,
+            wid: None,
         },
     });
     let cases: [(&str, Vec<u8>, Result<(), &str>); 4] = [

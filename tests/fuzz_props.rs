@@ -37,10 +37,10 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
-use rankd::protocol::request::{parse, Op, Request, View};
+use rankd::protocol::request::{parse, Op, Request, View, WatchSpec, WatchTarget};
 use rankd_client::frame::FrameReader;
 use rankd_client::protocol::DEFAULT_MAX_FRAME;
-use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
+use rankd_shards::{BoardConfig, Mode, Order, Ties, Wid, Window};
 use rmpv::Value;
 use tokio::io::AsyncWriteExt;
 
@@ -326,6 +326,11 @@ fn arb_config() -> impl Strategy<Value = BoardConfig> {
         })
 }
 
+/// An idempotent write's key, or none.
+fn arb_wid() -> impl Strategy<Value = Option<Wid>> {
+    proptest::option::of("[ -~]{1,64}".prop_map(|wid| Wid::from(wid.as_str())))
+}
+
 /// A random valid request of any op.
 fn valid_request() -> impl Strategy<Value = Request> {
     let b = board_name;
@@ -336,19 +341,30 @@ fn valid_request() -> impl Strategy<Value = Request> {
         ".{0,40}".prop_map(|token| Op::Auth { token: rankd::security::Secret(token) }),
         (b(), arb_config()).prop_map(|(board, config)| Op::CreateBoard { board, config }),
         b().prop_map(|board| Op::DropBoard { board }),
-        (b(), p(), any::<i64>(), arb_mode()).prop_map(|(board, player, score, mode)| Op::Set {
+        (b(), p(), any::<i64>(), arb_mode(), arb_wid()).prop_map(|(board, player, score, mode, wid)| Op::Set {
             board,
             player,
             score,
-            mode
+            mode,
+            wid
         }),
-        (b(), vec((p(), any::<i64>()), 0..16), arb_mode()).prop_map(|(board, entries, mode)| Op::SetMany {
-            board,
-            entries,
-            mode
-        }),
+        (b(), vec((p(), any::<i64>()), 0..16), arb_mode(), arb_wid())
+            .prop_map(|(board, entries, mode, wid)| { Op::SetMany { board, entries, mode, wid } }),
         (b(), p(), arb_view()).prop_map(|(board, player, view)| Op::Get { board, player, view }),
-        (b(), p()).prop_map(|(board, player)| Op::Remove { board, player }),
+        (b(), p(), arb_wid()).prop_map(|(board, player, wid)| Op::Remove { board, player, wid }),
+        (
+            b(),
+            prop_oneof![(1usize..=100).prop_map(WatchTarget::Top), p().prop_map(WatchTarget::Player)],
+            arb_view(),
+            10u64..=60_000
+        )
+            .prop_map(|(board, target, view, ms)| Op::Watch(WatchSpec {
+                board,
+                target,
+                view,
+                interval: Duration::from_millis(ms)
+            })),
+        any::<u64>().prop_map(|watch| Op::Unwatch { watch }),
         (b(), arb_view()).prop_map(|(board, view)| Op::Count { board, view }),
         (b(), p(), arb_view()).prop_map(|(board, player, view)| Op::Rank { board, player, view }),
         (b(), any::<i64>(), arb_view()).prop_map(|(board, score, view)| Op::RankOfScore { board, score, view }),
@@ -371,6 +387,7 @@ fn default_of(key: &str) -> Option<Value> {
         "mode" => "set".into(),
         "period" | "offset" => 0.into(),
         "limit" => 10.into(),
+        "interval_ms" => 100.into(),
         "before" | "after" => 5.into(),
         "order" => "desc".into(),
         "ties" => "competition".into(),

@@ -17,11 +17,12 @@ use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
-use rankd::protocol::request::{parse, Op, Rejected, Request, View};
+use rankd::protocol::request::{parse, Op, Rejected, Request, View, WatchSpec, WatchTarget};
 use rankd_client::frame::{FrameError, FrameReader};
 use rankd_client::protocol::{MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT};
-use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
+use rankd_shards::{BoardConfig, Mode, Order, Ties, Wid, Window};
 use rmpv::Value;
 use tokio::io::{AsyncRead, ReadBuf};
 
@@ -31,7 +32,7 @@ pub const DECODE_CODES: [&str; 4] = ["bad_frame", "bad_request", "unknown_op", "
 
 /// Every op of protocol.md, written out here so the checks do not take the
 /// server's word for them.
-pub const OP_NAMES: [&str; 14] = [
+pub const OP_NAMES: [&str; 16] = [
     "ping",
     "auth",
     "create_board",
@@ -46,6 +47,8 @@ pub const OP_NAMES: [&str; 14] = [
     "rank_of_score",
     "top",
     "around",
+    "watch",
+    "unwatch",
 ];
 
 /// Every code of protocol.md.
@@ -91,11 +94,21 @@ pub fn check_request_invariants(req: &Request) {
         Op::DropBoard { board } | Op::Count { board, .. } | Op::RankOfScore { board, .. } => board_ok(board),
         Op::Set { board, player, .. }
         | Op::Get { board, player, .. }
-        | Op::Remove { board, player }
+        | Op::Remove { board, player, .. }
         | Op::Rank { board, player, .. } => {
             board_ok(board);
             player_ok(player);
         }
+        Op::Watch(spec) => {
+            board_ok(&spec.board);
+            match &spec.target {
+                WatchTarget::Top(n) => assert!((1..=100).contains(n), "watch top {n} accepted"),
+                WatchTarget::Player(player) => player_ok(player),
+            }
+            let interval = spec.interval.as_millis();
+            assert!((10..=60_000).contains(&interval), "watch interval {interval} ms accepted");
+        }
+        Op::Unwatch { .. } => {}
         Op::SetMany { board, entries, .. } => {
             board_ok(board);
             assert!(entries.len() <= MAX_SET_MANY, "set_many with {} entries accepted", entries.len());
@@ -114,6 +127,15 @@ pub fn check_request_invariants(req: &Request) {
         }
     }
     match &req.op {
+        Op::Set { wid, .. } | Op::SetMany { wid, .. } | Op::Remove { wid, .. } => {
+            if let Some(wid) = wid {
+                assert!((1..=64).contains(&wid.as_str().len()), "wid of {} bytes accepted", wid.as_str().len());
+            }
+        }
+        _ => {}
+    }
+    match &req.op {
+        Op::Watch(spec) => check_view(&spec.view),
         Op::Get { view, .. }
         | Op::Count { view, .. }
         | Op::Rank { view, .. }
@@ -256,21 +278,36 @@ pub fn request_value(req: &Request) -> Value {
             f.push(("keep", Value::from(config.keep)));
         }
         Op::DropBoard { board } => f.push(("board", s(board))),
-        Op::Set { board, player, score, mode } => {
+        Op::Set { board, player, score, mode, wid } => {
             f.extend([("board", s(board)), ("player", s(player)), ("score", Value::from(*score))]);
             f.push(("mode", s(mode.as_str())));
+            f.extend(wid.iter().map(|wid| ("wid", s(wid.as_str()))));
         }
-        Op::SetMany { board, entries, mode } => {
+        Op::SetMany { board, entries, mode, wid } => {
             f.push(("board", s(board)));
             let list = entries.iter().map(|(p, sc)| Value::Array(vec![s(p), Value::from(*sc)])).collect();
             f.push(("entries", Value::Array(list)));
             f.push(("mode", s(mode.as_str())));
+            f.extend(wid.iter().map(|wid| ("wid", s(wid.as_str()))));
         }
         Op::Get { board, player, view } | Op::Rank { board, player, view } => {
             f.extend([("board", s(board)), ("player", s(player))]);
             view_fields(view, &mut f);
         }
-        Op::Remove { board, player } => f.extend([("board", s(board)), ("player", s(player))]),
+        Op::Remove { board, player, wid } => {
+            f.extend([("board", s(board)), ("player", s(player))]);
+            f.extend(wid.iter().map(|wid| ("wid", s(wid.as_str()))));
+        }
+        Op::Watch(WatchSpec { board, target, view, interval }) => {
+            f.push(("board", s(board)));
+            match target {
+                WatchTarget::Top(n) => f.push(("top", Value::from(*n as u64))),
+                WatchTarget::Player(player) => f.push(("player", s(player))),
+            }
+            f.push(("interval_ms", Value::from(interval.as_millis() as u64)));
+            view_fields(view, &mut f);
+        }
+        Op::Unwatch { watch } => f.push(("watch", Value::from(*watch))),
         Op::Count { board, view } => {
             f.push(("board", s(board)));
             view_fields(view, &mut f);
@@ -337,18 +374,28 @@ pub fn seed_requests() -> Vec<Request> {
         },
         Op::DropBoard { board: b() },
         Op::Boards,
-        Op::Set { board: b(), player: p(), score: 42, mode: Mode::Set },
-        Op::Set { board: b(), player: "ünï☃".into(), score: i64::MIN, mode: Mode::Best },
-        Op::Set { board: b(), player: p(), score: i64::MAX, mode: Mode::Incr },
-        Op::SetMany { board: b(), entries: vec![], mode: Mode::Set },
+        Op::Set { board: b(), player: p(), score: 42, mode: Mode::Set, wid: None },
+        Op::Set { board: b(), player: "ünï☃".into(), score: i64::MIN, mode: Mode::Best, wid: None },
+        Op::Set { board: b(), player: p(), score: i64::MAX, mode: Mode::Incr, wid: Some(Wid::from("retry-7f3a")) },
+        Op::SetMany { board: b(), entries: vec![], mode: Mode::Set, wid: None },
         Op::SetMany {
             board: b(),
             entries: vec![("a".into(), 1), ("b".into(), -2), ("c".into(), 1 << 40)],
             mode: Mode::Best,
+            wid: Some(Wid::from(&*"w".repeat(64))),
         },
         Op::Get { board: b(), player: p(), view: View::default() },
         Op::Get { board: b(), player: p(), view },
-        Op::Remove { board: b(), player: p() },
+        Op::Remove { board: b(), player: p(), wid: None },
+        Op::Remove { board: b(), player: p(), wid: Some(Wid::from("r")) },
+        Op::Watch(WatchSpec { board: b(), target: WatchTarget::Top(100), view, interval: Duration::from_millis(10) }),
+        Op::Watch(WatchSpec {
+            board: b(),
+            target: WatchTarget::Player(p()),
+            view: View::default(),
+            interval: Duration::from_millis(60_000),
+        }),
+        Op::Unwatch { watch: u64::MAX },
         Op::Count { board: b(), view: View::default() },
         Op::Count { board: b(), view: View { window: Some(Window::Monthly), period: -12 } },
         Op::Rank { board: b(), player: p(), view },

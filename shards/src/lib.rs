@@ -13,6 +13,7 @@
 //! - `overlay`: player records and index entries not yet written, and the
 //!   sorted runs they are written in;
 //! - `record`: a player's stored state in one tree ([`Record`]);
+//! - [`dedup`]: the `wid`s of idempotent writes applied lately;
 //! - [`dense`]: distinct-score counting across shards for dense ranks;
 //! - [`board`]: boards, orders, tie rules, windows and write modes;
 //! - [`window`]: which period of a time window a moment falls in.
@@ -23,6 +24,7 @@ pub mod board;
 mod cache;
 mod checkpoint;
 pub mod commit;
+pub mod dedup;
 pub mod dense;
 pub mod error;
 pub mod key;
@@ -34,6 +36,7 @@ pub mod tree;
 pub mod window;
 
 pub use board::{Board, BoardConfig, Mode, Order, Ties, Window};
+pub use dedup::{DedupLimits, Outcome, Wid};
 pub use dense::DenseIndex;
 pub use error::ShardError;
 pub use key::TreeId;

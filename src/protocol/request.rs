@@ -1,10 +1,14 @@
 //! Decoding a frame into a typed [`Request`], with an error that says which
 //! field is wrong. Unknown fields are ignored, as the protocol requires.
 
-use rankd_client::protocol::{MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT};
+use std::time::Duration;
+
+use rankd_client::protocol::{
+    DEFAULT_WATCH_INTERVAL_MS, MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT, MAX_WATCH_TOP, MAX_WID, WATCH_INTERVAL_MS,
+};
 use rankd_client::OpKind;
 use rankd_shards::board::{valid_board_name, valid_player_name};
-use rankd_shards::{BoardConfig, Mode, Order, Ties, Window};
+use rankd_shards::{BoardConfig, Mode, Order, Ties, Wid, Window};
 use rmpv::ValueRef;
 
 use crate::error::Error;
@@ -32,7 +36,30 @@ pub struct View {
     pub period: i64,
 }
 
-/// The operations of the protocol, with their validated fields.
+/// What a watch follows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WatchTarget {
+    /// The best N players, as `top` lists them.
+    Top(usize),
+    /// One player's rank, as `rank` answers it.
+    Player(String),
+}
+
+/// A `watch` request's fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchSpec {
+    /// The board watched (it need not exist yet).
+    pub board: String,
+    /// What of it.
+    pub target: WatchTarget,
+    /// Which window and period.
+    pub view: View,
+    /// Pushes come at most this often.
+    pub interval: Duration,
+}
+
+/// The operations of the protocol, with their validated fields. A write's
+/// `wid` makes it idempotent (protocol 1.1).
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)]
 pub enum Op {
@@ -41,15 +68,17 @@ pub enum Op {
     CreateBoard { board: String, config: BoardConfig },
     DropBoard { board: String },
     Boards,
-    Set { board: String, player: String, score: i64, mode: Mode },
-    SetMany { board: String, entries: Vec<(String, i64)>, mode: Mode },
+    Set { board: String, player: String, score: i64, mode: Mode, wid: Option<Wid> },
+    SetMany { board: String, entries: Vec<(String, i64)>, mode: Mode, wid: Option<Wid> },
     Get { board: String, player: String, view: View },
-    Remove { board: String, player: String },
+    Remove { board: String, player: String, wid: Option<Wid> },
     Count { board: String, view: View },
     Rank { board: String, player: String, view: View },
     RankOfScore { board: String, score: i64, view: View },
     Top { board: String, limit: usize, offset: u64, view: View },
     Around { board: String, player: String, before: usize, after: usize, view: View },
+    Watch(WatchSpec),
+    Unwatch { watch: u64 },
 }
 
 impl Op {
@@ -70,6 +99,8 @@ impl Op {
             Self::RankOfScore { .. } => OpKind::RankOfScore,
             Self::Top { .. } => OpKind::Top,
             Self::Around { .. } => OpKind::Around,
+            Self::Watch(_) => OpKind::Watch,
+            Self::Unwatch { .. } => OpKind::Unwatch,
         }
     }
 
@@ -254,12 +285,18 @@ impl<'a> Fields<'a> {
             OpKind::CreateBoard => Op::CreateBoard { board: self.board()?, config: self.config()? },
             OpKind::DropBoard => Op::DropBoard { board: self.board()? },
             OpKind::Boards => Op::Boards,
-            OpKind::Set => {
-                Op::Set { board: self.board()?, player: self.player()?, score: self.i64("score")?, mode: self.mode()? }
+            OpKind::Set => Op::Set {
+                board: self.board()?,
+                player: self.player()?,
+                score: self.i64("score")?,
+                mode: self.mode()?,
+                wid: self.wid()?,
+            },
+            OpKind::SetMany => {
+                Op::SetMany { board: self.board()?, entries: self.entries()?, mode: self.mode()?, wid: self.wid()? }
             }
-            OpKind::SetMany => Op::SetMany { board: self.board()?, entries: self.entries()?, mode: self.mode()? },
             OpKind::Get => Op::Get { board: self.board()?, player: self.player()?, view: self.view()? },
-            OpKind::Remove => Op::Remove { board: self.board()?, player: self.player()? },
+            OpKind::Remove => Op::Remove { board: self.board()?, player: self.player()?, wid: self.wid()? },
             OpKind::Count => Op::Count { board: self.board()?, view: self.view()? },
             OpKind::Rank => Op::Rank { board: self.board()?, player: self.player()?, view: self.view()? },
             OpKind::RankOfScore => {
@@ -278,7 +315,42 @@ impl<'a> Fields<'a> {
                 after: self.bounded("after", 5, MAX_AROUND)?,
                 view: self.view()?,
             },
+            OpKind::Watch => Op::Watch(self.watch()?),
+            OpKind::Unwatch => Op::Unwatch {
+                watch: self.opt_u64("watch")?.ok_or_else(|| Error::BadRequest("missing field `watch`".into()))?,
+            },
         })
+    }
+
+    fn wid(&self) -> Result<Option<Wid>, Error> {
+        let Some(wid) = self.opt_str("wid")? else { return Ok(None) };
+        if wid.is_empty() || wid.len() > MAX_WID {
+            return Err(Error::BadRequest(format!("field `wid` must be 1-{MAX_WID} bytes")));
+        }
+        Ok(Some(Wid::from(wid)))
+    }
+
+    fn watch(&self) -> Result<WatchSpec, Error> {
+        let target = match (self.get("top"), self.get("player")) {
+            (Some(_), None) => {
+                let top = self.opt_u64("top")?.unwrap_or(0);
+                if !(1..=MAX_WATCH_TOP).contains(&top) {
+                    return Err(Error::BadRequest(format!("field `top` must be 1 to {MAX_WATCH_TOP}")));
+                }
+                WatchTarget::Top(top as usize)
+            }
+            (None, Some(_)) => WatchTarget::Player(self.player()?),
+            _ => return Err(Error::BadRequest("a watch takes exactly one of `top` and `player`".into())),
+        };
+        let interval = self.opt_u64("interval_ms")?.unwrap_or(DEFAULT_WATCH_INTERVAL_MS);
+        if !WATCH_INTERVAL_MS.contains(&interval) {
+            return Err(Error::BadRequest(format!(
+                "field `interval_ms` must be {} to {}",
+                WATCH_INTERVAL_MS.start(),
+                WATCH_INTERVAL_MS.end()
+            )));
+        }
+        Ok(WatchSpec { board: self.board()?, target, view: self.view()?, interval: Duration::from_millis(interval) })
     }
 
     fn required(&self, name: &str) -> Result<&ValueRef<'a>, Error> {
@@ -475,7 +547,10 @@ mod tests {
         ]);
         assert_eq!(
             parse(&body),
-            Ok(Request { id: 7, op: Op::Set { board: "b".into(), player: "p".into(), score: -3, mode: Mode::Set } })
+            Ok(Request {
+                id: 7,
+                op: Op::Set { board: "b".into(), player: "p".into(), score: -3, mode: Mode::Set, wid: None }
+            })
         );
     }
 

@@ -35,6 +35,15 @@ pub enum Reply {
         /// The role the token grants.
         role: Role,
     },
+    /// `watch`: `{"watch": id}`.
+    Watch {
+        /// The watch's id on its connection.
+        watch: u64,
+    },
+    /// An idempotent write's first answer, replayed: encoded as the inner
+    /// reply with `"dup": true` beside `"ok"`.
+    #[serde(skip)]
+    Replayed(Box<Reply>),
 }
 
 #[derive(Serialize)]
@@ -43,6 +52,9 @@ struct OkFrame<'a> {
     id: u64,
     /// The result, borrowed: encoded without a copy.
     ok: &'a Reply,
+    /// Set on a replayed idempotent write only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    dup: bool,
 }
 
 #[derive(Serialize)]
@@ -63,7 +75,10 @@ struct ErrBody<'a> {
 
 /// Appends the framed success response to `out`.
 pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
-    framed(out, &OkFrame { id, ok: reply });
+    match reply {
+        Reply::Replayed(first) => framed(out, &OkFrame { id, ok: first, dup: true }),
+        reply => framed(out, &OkFrame { id, ok: reply, dup: false }),
+    }
 }
 
 /// Appends the framed error response to `out`.
@@ -96,6 +111,14 @@ mod tests {
         let mut out = Vec::new();
         encode_reply(&mut out, 4, &Reply::MaybeScore(None));
         assert!(decode(&out)["ok"].is_nil());
+
+        let mut out = Vec::new();
+        encode_reply(&mut out, 5, &Reply::Replayed(Box::new(Reply::Score(7))));
+        let v = decode(&out);
+        assert_eq!((v["ok"].as_i64(), v["dup"].as_bool()), (Some(7), Some(true)));
+        let mut out = Vec::new();
+        encode_reply(&mut out, 5, &Reply::Score(7));
+        assert!(decode(&out).as_map().unwrap().iter().all(|(k, _)| k.as_str() != Some("dup")));
 
         let mut out = Vec::new();
         encode_error(&mut out, 0, &Error::TooLarge("big".into()));

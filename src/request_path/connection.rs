@@ -26,6 +26,10 @@
 //! connection closed (the rules: `security::access`). Tokens are compared in
 //! constant time and never logged.
 //!
+//! Watches: `watch` and `unwatch` are answered here (`watches::WatchSession`);
+//! pushes are written between replies, each only after its watch's response,
+//! and a connection with watches open is never closed as idle.
+//!
 //! Transport: plain TCP or TLS; the connection only sees a reader and a
 //! writer.
 
@@ -47,6 +51,7 @@ use crate::protocol::{encode_error, encode_reply, Op, Reply};
 use crate::request_path::router::{Dispatch, Router};
 use crate::security::access::Denied;
 use crate::security::{Access, AuthOutcome, Tokens};
+use crate::watches::{PushBox, WatchHub, WatchSession};
 use rankd_client::frame::{FrameError, FrameReader};
 use rankd_client::OpKind;
 
@@ -62,6 +67,16 @@ pub struct Limits {
     pub idle_timeout: std::time::Duration,
 }
 
+/// What every connection shares with the rest of the server.
+pub struct Shared {
+    /// The tokens clients may present.
+    pub tokens: Arc<Tokens>,
+    /// Where each request's outcome and latency are counted.
+    pub metrics: Arc<Metrics>,
+    /// Where watches are opened.
+    pub watches: Arc<WatchHub>,
+}
+
 /// A dispatched batch once answered: its encoded replies, how many
 /// requests it held, and whether it held a multi-step read.
 struct Done {
@@ -72,6 +87,9 @@ struct Done {
     /// Whether it held a multi-step read, to take off
     /// `Connection::multi_outstanding`.
     multi: bool,
+    /// Watches opened by the batch: once its replies are written, their
+    /// pushes may follow.
+    opened: Vec<u64>,
 }
 type InFlight = Pin<Box<dyn Future<Output = Done>>>;
 
@@ -115,6 +133,10 @@ struct Connection {
     access: Access,
     /// An `auth` failed once too often: answer what was read, then close.
     locked_out: bool,
+    /// Where watches are opened.
+    hub: Arc<WatchHub>,
+    /// The connection's watches, from its first `watch` on.
+    watching: Option<WatchSession>,
 }
 
 impl Connection {
@@ -138,7 +160,19 @@ impl Connection {
             return Decoded::Answered(request.id, OpKind::Auth, result);
         }
         match self.access.permits(request.op.kind()) {
-            Ok(()) => Decoded::Request(request),
+            Ok(()) => match request.op {
+                Op::Watch(spec) => {
+                    let hub = &self.hub;
+                    let session = self.watching.get_or_insert_with(|| WatchSession::new(hub.clone()));
+                    let result = session.open(spec).map(|watch| Reply::Watch { watch });
+                    Decoded::Answered(request.id, OpKind::Watch, result)
+                }
+                Op::Unwatch { watch } => {
+                    let closed = self.watching.as_mut().is_some_and(|session| session.close(watch));
+                    Decoded::Answered(request.id, OpKind::Unwatch, Ok(Reply::Bool(closed)))
+                }
+                _ => Decoded::Request(request),
+            },
             Err(Denied::NotAuthenticated) => Decoded::Answered(
                 request.id,
                 request.op.kind(),
@@ -206,6 +240,7 @@ impl Connection {
             .into_iter();
             let elapsed = started.elapsed();
             let mut out = Vec::with_capacity(count * 48);
+            let mut opened = Vec::new();
             for (id, slot) in slots {
                 let (op, result) = match slot {
                     Slot::Routed(op) => {
@@ -216,6 +251,11 @@ impl Connection {
                 };
                 let outcome = match result {
                     Ok(reply) => {
+                        match &reply {
+                            Reply::Watch { watch } => opened.push(*watch),
+                            Reply::Replayed(_) => metrics.watches.dedup_hits.inc(),
+                            _ => {}
+                        }
                         encode_reply(&mut out, id, &reply);
                         Ok(())
                     }
@@ -228,16 +268,33 @@ impl Connection {
                     metrics.op(op).finish(outcome, elapsed);
                 }
             }
-            Done { bytes: out, requests: count, multi: has_multi }
+            Done { bytes: out, requests: count, multi: has_multi, opened }
         }));
     }
 
-    /// Takes an answered batch off the books.
+    /// Takes an answered batch off the books (its replies are about to be
+    /// written: pushes of the watches it opened may follow them).
     fn finished(&mut self, done: &Done) {
         self.inflight_requests -= done.requests;
         if done.multi {
             self.multi_outstanding -= 1;
         }
+        if let Some(session) = &mut self.watching {
+            done.opened.iter().for_each(|watch| session.announce(*watch));
+        }
+    }
+
+    /// Appends the pushes that may be written now to `out`.
+    fn take_pushes(&mut self, out: &mut Vec<u8>) {
+        if let Some(session) = &mut self.watching {
+            out.extend_from_slice(&session.take_pushes().bytes);
+        }
+    }
+
+    /// Whether the connection has watches open: it waits for pushes then,
+    /// and is never closed as idle.
+    fn is_watching(&self) -> bool {
+        self.watching.as_ref().is_some_and(WatchSession::is_watching)
     }
 }
 
@@ -248,17 +305,25 @@ pub async fn serve<R, W>(
     (read_half, write_half): (R, W),
     router: Addr<Router>,
     limits: Limits,
-    tokens: Arc<Tokens>,
-    metrics: Arc<Metrics>,
+    shared: Shared,
     mut shutdown: watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let metrics = shared.metrics.clone();
     metrics.connections_accepted.inc();
     metrics.connections_open.inc();
-    serve_inner(read_half, write_half, router, limits, tokens, metrics.clone(), &mut shutdown).await;
+    serve_inner(read_half, write_half, router, limits, shared, &mut shutdown).await;
     metrics.connections_open.dec();
+}
+
+/// Resolves when `pushes` has something new; never without a box.
+async fn pushed(pushes: Option<&PushBox>) {
+    match pushes {
+        Some(pushes) => pushes.ready().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Answers a connection over the limit with one `overloaded` error, then
@@ -276,8 +341,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     mut write_half: W,
     router: Addr<Router>,
     limits: Limits,
-    tokens: Arc<Tokens>,
-    metrics: Arc<Metrics>,
+    Shared { tokens, metrics, watches }: Shared,
     shutdown: &mut watch::Receiver<bool>,
 ) {
     let mut frames = FrameReader::new(read_half, limits.max_frame);
@@ -290,6 +354,8 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         pending: Vec::new(),
         access: Access::new(tokens),
         locked_out: false,
+        hub: watches,
+        watching: None,
     };
     let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
     let mut closing = *shutdown.borrow();
@@ -301,6 +367,8 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             break;
         }
         let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
+        let pushes = conn.watching.as_ref().map(WatchSession::pushes);
+        let watching = conn.is_watching() && !closing;
         tokio::select! {
             biased;
             Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
@@ -312,6 +380,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     conn.finished(&done);
                 }
                 conn.dispatch_pending();
+                conn.take_pushes(&mut out);
                 metrics.received_bytes.inc_by(std::mem::take(&mut received));
                 metrics.sent_bytes.inc_by(out.len() as u64);
                 // A client that stops reading cannot hold the task forever.
@@ -363,8 +432,19 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 conn.dispatch_pending();
                 idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
             },
+            () = pushed(pushes.as_deref()), if watching => {
+                conn.take_pushes(&mut out);
+                if !out.is_empty() {
+                    metrics.sent_bytes.inc_by(out.len() as u64);
+                    match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) | Err(_) => return,
+                    }
+                    out.clear();
+                }
+            }
             _ = shutdown.changed(), if !closing => closing = true,
-            () = tokio::time::sleep_until(idle_deadline), if conn.inflight.is_empty() && conn.pending.is_empty() => {
+            () = tokio::time::sleep_until(idle_deadline), if conn.inflight.is_empty() && conn.pending.is_empty() && !watching => {
                 // Nothing owed to the client and nothing heard from it.
                 break;
             }

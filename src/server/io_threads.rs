@@ -7,10 +7,8 @@ use std::sync::Arc;
 
 use actix::{Actor, Addr, Arbiter};
 
-use crate::clock::Clock;
 use crate::operations::metrics::Metrics;
-use crate::request_path::dense_registry::DenseRegistry;
-use crate::request_path::router::{Router, SharedBoards};
+use crate::request_path::router::{Router, RouterParts};
 use crate::request_path::shard::link::Origin;
 use crate::request_path::shard::{ReplyRelay, ShardLink};
 
@@ -49,20 +47,12 @@ impl IoThreads {
     }
 
     /// Starts each thread's router over the shards, reached from that
-    /// thread, all sharing `boards`; `configure` may adjust each (tests).
-    pub fn start_routers(
-        &mut self,
-        links: &[ShardLink],
-        boards: &SharedBoards,
-        dense: &DenseRegistry,
-        clock: Clock,
-        metrics: &Arc<Metrics>,
-        configure: impl Fn(Router) -> Router,
-    ) {
+    /// thread, all sharing `parts`; `configure` may adjust each (tests).
+    pub fn start_routers(&mut self, links: &[ShardLink], parts: &RouterParts, configure: impl Fn(Router) -> Router) {
         for (index, thread) in self.threads.iter_mut().enumerate() {
             let origin = Origin(u16::try_from(index).unwrap_or(u16::MAX));
             let links = links.iter().map(|link| link.from(origin)).collect();
-            let router = configure(Router::new(links, boards.clone(), dense.clone(), clock, metrics.clone()));
+            let router = configure(Router::new(links, parts.clone()));
             thread.router = Some(Router::start_in_arbiter(&thread.arbiter.handle(), move |_| router));
         }
     }
@@ -79,6 +69,11 @@ impl IoThreads {
             }
             None => false,
         }
+    }
+
+    /// The first thread's router, for work that is not a connection's.
+    pub fn any_router(&self) -> Option<Addr<Router>> {
+        self.threads.first().and_then(|thread| thread.router.clone())
     }
 
     /// Stops the threads (their routers, and connections still open).

@@ -11,11 +11,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::operations::metrics::Metrics;
-use crate::request_path::connection::{self, Limits};
+use crate::request_path::connection::{self, Limits, Shared};
 use crate::request_path::shard::command::{answer, reply};
 use crate::request_path::shard::{Command, ShardLink};
 use crate::security::tls::handshake;
 use crate::security::{TlsReloader, Tokens};
+use crate::watches::WatchHub;
 
 use super::io_threads::IoThreads;
 
@@ -32,13 +33,15 @@ pub struct Serving {
     pub tls: Option<Arc<TlsReloader>>,
     /// Connections that may be open at once.
     pub slots: Arc<tokio::sync::Semaphore>,
+    /// Where connections open their watches.
+    pub watches: Arc<WatchHub>,
 }
 
 /// Accepts connections and deals them out to the I/O threads until SIGTERM
 /// or Ctrl-C; then stops accepting and waits (bounded) for every connection
 /// to answer what it read.
 pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving: Serving, metrics: Arc<Metrics>) {
-    let Serving { limits, tokens, tls, slots } = serving;
+    let Serving { limits, tokens, tls, slots, watches } = serving;
     let mut hangups = hangup_signals();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // Every connection task holds a clone; when all are dropped, all are done.
@@ -69,7 +72,8 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
                         }
                     };
                     let (shutdown, alive) = (shutdown_rx.clone(), alive_tx.clone());
-                    let (metrics, tokens) = (metrics.clone(), tokens.clone());
+                    let shared = Shared { tokens: tokens.clone(), metrics: metrics.clone(), watches: watches.clone() };
+                    let metrics = metrics.clone();
                     let acceptor = tls.as_ref().map(|tls| tls.acceptor());
                     // Built on the I/O thread: a connection's future is not Send.
                     io.spawn(move |router| {
@@ -84,13 +88,12 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
                             let _ = stream.set_nodelay(true);
                             match acceptor {
                                 None => {
-                                    connection::serve(stream.into_split(), router, limits, tokens, metrics, shutdown)
-                                        .await
+                                    connection::serve(stream.into_split(), router, limits, shared, shutdown).await
                                 }
                                 Some(acceptor) => match handshake(acceptor, stream).await {
                                     Some(stream) => {
                                         let halves = tokio::io::split(stream);
-                                        connection::serve(halves, router, limits, tokens, metrics, shutdown).await
+                                        connection::serve(halves, router, limits, shared, shutdown).await
                                     }
                                     // Plaintext on a TLS port, an untrusted client certificate, a stall.
                                     None => metrics.security.client_handshake_failures.inc(),

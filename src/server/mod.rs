@@ -24,9 +24,10 @@ use crate::clock::Clock;
 use crate::operations::metrics::{self, Metrics};
 use crate::operations::priority;
 use crate::request_path::connection::Limits;
-use crate::request_path::router::{Boards, Router};
+use crate::request_path::router::{Boards, Router, RouterParts};
 use crate::security::TlsReloader;
 use crate::settings::ServeSettings;
+use crate::watches::{evaluator, WatchHub};
 use io_threads::IoThreads;
 
 /// Why the server could not start.
@@ -93,7 +94,20 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         let configure = |router: Router| if config.hooks.queue_ranks { router.queue_all_ranks() } else { router };
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
-        io.start_routers(&links, &boards, &dense, clock, &metrics, configure);
+        let watches = WatchHub::new(metrics.clone());
+        let parts =
+            RouterParts { boards, dense: dense.clone(), clock, metrics: metrics.clone(), watches: watches.clone() };
+        io.start_routers(&links, &parts, configure);
+        // Watches are looked at on a thread of their own, never a shard's
+        // or a connection's.
+        let watch_thread = actix::Arbiter::new();
+        if let Some(router) = io.any_router() {
+            let (watches, metrics) = (watches.clone(), metrics.clone());
+            watch_thread.spawn_fn(move || {
+                metrics.threads.register("watches");
+                actix_rt::spawn(evaluator::run(watches, router));
+            });
+        }
         let metrics_tls = if config.metrics_tls { tls.clone() } else { None };
         let metrics_addr = metrics::serve(config.metrics_listen, metrics.clone(), metrics_tls)
             .await
@@ -117,11 +131,13 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
             tokens,
             tls,
             slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+            watches,
         };
         listener::accept_until_signal(listener, &io, serving, metrics.clone()).await;
         metrics.set_ready(false);
         listener::sync_shards(&links).await;
         io.stop();
+        watch_thread.stop();
         for arbiter in &arbiters {
             arbiter.stop();
         }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::{Actor, Arbiter};
-use rankd_shards::{Board, Durability, Shard, ShardOptions};
+use rankd_shards::{Board, DedupLimits, Durability, Shard, ShardOptions};
 
 use super::layout;
 use super::StartError;
@@ -34,6 +34,11 @@ pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
         cache_bytes: (config.cache_bytes() / 4 / config.shards as u64).max(1 << 20),
         cached_players: rankd_shards::cached_players_for(config.cache_bytes() / 4 * 3 / config.shards as u64),
         leaf_writer_start: Some(|| priority::make_background("leaves")),
+        dedup: DedupLimits {
+            horizon_secs: i64::try_from(config.dedup_horizon_secs).unwrap_or(i64::MAX),
+            max_bytes: usize::try_from(config.dedup_memory_mb.saturating_mul(1 << 20) / config.shards as u64)
+                .unwrap_or(usize::MAX),
+        },
         ..ShardOptions::default()
     };
     #[cfg(feature = "test-hooks")]

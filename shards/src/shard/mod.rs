@@ -55,6 +55,8 @@
 //! - `checkpointing`: when and how the trees' leaves are checkpointed (the
 //!   leaves' writer thread is `crate::checkpoint`);
 //! - `repack`: moving leaves off sparse allocator slabs after a checkpoint;
+//! - `dedup`: the records of idempotent writes, staged with the writes
+//!   they guard and expired in bounded steps;
 //! - `expiry`: deleting expired periods and dropped boards;
 //! - `reads`: records, counts and lists;
 //! - `check`: the consistency check.
@@ -62,6 +64,7 @@
 mod apply;
 mod check;
 mod checkpointing;
+mod dedup;
 mod expiry;
 mod open;
 mod options;
@@ -89,6 +92,7 @@ pub use self::storage::{StorageStats, MEMTABLE_OVERRUN};
 use crate::board::Board;
 use crate::cache::RecordCache;
 pub use crate::cache::{cached_players_for, Lookups};
+use crate::dedup::DedupTable;
 use crate::key::TreeId;
 use crate::overlay::Overlay;
 pub use crate::record::Record;
@@ -137,6 +141,8 @@ pub struct Shard {
     repacking: Vec<(TreeId, u128)>,
     /// The checkpoint being copied, if any, and whether one was begun.
     checkpoints: Checkpoints,
+    /// The `wid`s of idempotent writes applied within the dedup horizon.
+    dedup: DedupTable,
 }
 
 /// The change log's extent, kept in memory so sealing a batch and

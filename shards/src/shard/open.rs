@@ -23,6 +23,7 @@ use super::storage::{
 use super::{LogPositions, Shard};
 use crate::board::{Board, BoardConfig};
 use crate::cache::RecordCache;
+use crate::dedup::{DedupTable, RECORD_PREFIX};
 use crate::error::ShardError;
 use crate::key::{TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
@@ -38,6 +39,7 @@ impl Shard {
         let storage = Storage::open(path, &options)?;
         let cached_players = options.cached_players;
         let run_every = options.run_every;
+        let dedup_limits = options.dedup;
         let leaf_encoding = check_format(&storage.db, &storage.meta, options.branching)?;
         let mut shard = Self {
             storage,
@@ -57,6 +59,7 @@ impl Shard {
             leaf_encoding,
             repacking: Vec::new(),
             checkpoints: Checkpoints::default(),
+            dedup: DedupTable::new(dedup_limits),
         };
         let opened = started.elapsed();
         shard.load()?;
@@ -118,6 +121,11 @@ impl Shard {
         }
         if format == LogFormat::TreeKeys {
             self.migrate_log()?;
+        }
+        self.dedup.clear();
+        for item in self.storage.meta.prefix(RECORD_PREFIX) {
+            let (key, value) = item.into_inner()?;
+            self.dedup.load(&key, &value).ok_or(ShardError::Corrupt("wid record"))?;
         }
         Ok(())
     }

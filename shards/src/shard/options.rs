@@ -1,6 +1,7 @@
 //! How a shard is opened, and the defaults the server starts from.
 
 use crate::cache::cached_players_for;
+use crate::dedup::DedupLimits;
 use crate::tree;
 
 /// When a committed batch counts as durable.
@@ -59,6 +60,8 @@ pub struct ShardOptions {
     /// say in how it is scheduled (the server lowers its priority, as the
     /// writing of runs is lowered, so requests come first).
     pub leaf_writer_start: Option<fn()>,
+    /// How long idempotent writes' `wid`s are remembered, and in how much memory.
+    pub dedup: DedupLimits,
 }
 
 impl Default for ShardOptions {
@@ -75,6 +78,7 @@ impl Default for ShardOptions {
             checkpoint_slice_leaves: CHECKPOINT_SLICE_LEAVES,
             checkpoint_phase: 0.0,
             leaf_writer_start: None,
+            dedup: DedupLimits::default(),
         }
     }
 }

@@ -14,6 +14,7 @@
 //! - `requests`: per op, outcomes and latency ([`OpMetrics`]), and the
 //!   latency of cross-shard read rounds;
 //! - `security`: failed `auth`s, TLS handshakes and certificate reloads;
+//! - `watches`: watches, their pushes, and replayed idempotent writes;
 //! - `shard`: per shard, its rounds, commits and storage ([`ShardMetrics`]);
 //! - `endpoint`: `/metrics`, `/healthz` and `/readyz` ([`serve`]).
 
@@ -21,6 +22,7 @@ mod endpoint;
 mod requests;
 mod security;
 mod shard;
+mod watches;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,6 +36,7 @@ pub(crate) use requests::LATENCY_BUCKETS;
 pub use requests::{OpMetrics, Outcome, FANOUT_OPS};
 pub use security::SecurityMetrics;
 pub use shard::ShardMetrics;
+pub use watches::WatchMetrics;
 
 /// Metric families on their way to the registry.
 type Collectors = Vec<Box<dyn prometheus::core::Collector>>;
@@ -64,6 +67,8 @@ pub struct Metrics {
     pub sent_bytes: IntCounter,
     /// Failed `auth`s, TLS handshakes and reloads.
     pub security: SecurityMetrics,
+    /// Watches, pushes and replayed idempotent writes.
+    pub watches: WatchMetrics,
     /// Cross-shard read round latency, indexed by [`OpKind`] (`None` for
     /// ops that do not fan out).
     fanout: Vec<Option<Histogram>>,
@@ -104,6 +109,7 @@ impl Metrics {
         let fanout = requests.fanout_by_op();
         let (shard_metrics, shard_families) = shard::shard_metrics(shards)?;
         let (security, security_families) = SecurityMetrics::new()?;
+        let (watches, watch_families) = WatchMetrics::new()?;
 
         let connections_open = IntGauge::new("rankd_connections_open", "Client connections open.")?;
         let connections_accepted = IntCounter::new("rankd_connections_accepted_total", "Client connections accepted.")?;
@@ -155,6 +161,7 @@ impl Metrics {
             .into_iter()
             .chain(shard_families)
             .chain(security_families)
+            .chain(watch_families)
             .chain(server_wide)
             .chain(allocator.iter().map(|gauge| Box::new(gauge.clone()) as Box<dyn prometheus::core::Collector>))
         {
@@ -177,6 +184,7 @@ impl Metrics {
             received_bytes,
             sent_bytes,
             security,
+            watches,
             fanout,
             ready: AtomicBool::new(false),
             ready_gauge,

@@ -57,6 +57,12 @@ pub struct ShardMetrics {
     pub players: IntGauge,
     /// 1 while writes are refused after a storage failure.
     pub degraded: IntGauge,
+    /// `wid` records of idempotent writes held (within the dedup horizon).
+    pub dedup_records: IntGauge,
+    /// Memory those records take, roughly.
+    pub dedup_bytes: IntGauge,
+    /// Records dropped before the horizon to stay under the memory bound.
+    pub dedup_early_expiries: IntCounter,
 }
 
 impl ShardMetrics {
@@ -160,6 +166,16 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         "rankd_shard_degraded",
         "1 while the shard refuses writes after a storage failure (reads go on; it retries each second).",
     )?;
+    let dedup_records = shard_gauge(
+        "rankd_dedup_records",
+        "Records of idempotent writes' `wid`s held, each until the dedup horizon passes (--dedup-horizon-secs).",
+    )?;
+    let dedup_bytes = shard_gauge("rankd_dedup_bytes", "Memory the `wid` records take, roughly (--dedup-memory-mb).")?;
+    let dedup_early = shard_counter(
+        "rankd_dedup_early_expiries_total",
+        "`wid` records dropped before the dedup horizon to stay under --dedup-memory-mb: retries of those writes \
+         would apply again.",
+    )?;
     let handles = (0..shards)
         .map(|i| {
             let label = i.to_string();
@@ -187,6 +203,9 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
                 repack_moved: repack_moved.with_label_values(&l),
                 players: players.with_label_values(&l),
                 degraded: degraded.with_label_values(&l),
+                dedup_records: dedup_records.with_label_values(&l),
+                dedup_bytes: dedup_bytes.with_label_values(&l),
+                dedup_early_expiries: dedup_early.with_label_values(&l),
             }
         })
         .collect();
@@ -213,6 +232,9 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         Box::new(repack_moved),
         Box::new(players),
         Box::new(degraded),
+        Box::new(dedup_records),
+        Box::new(dedup_bytes),
+        Box::new(dedup_early),
     ];
     Ok((handles, families))
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use futures::future::try_join_all;
 use rankd_client::{BoardInfo, OpKind};
-use rankd_shards::{window, Board};
+use rankd_shards::{window, Board, Wid};
 
 use super::boards::{Boards, Created};
 use super::reads::{summed_counts, Read};
@@ -14,7 +14,8 @@ use super::{shard_of, Outbox, ReplyFuture, Router};
 use crate::error::Error;
 use crate::protocol::{Op, Reply, View};
 use crate::request_path::shard::command::{answer, reply};
-use crate::request_path::shard::{Command, Forward, Pending};
+use crate::request_path::shard::{Command, Forward, Pending, Written};
+use crate::watches::WatchHub;
 
 /// How routing left one op of a batch.
 pub enum Routed {
@@ -23,7 +24,7 @@ pub enum Routed {
     /// A `set`: its shard's one answer, awaited in place. Sets make up
     /// write-heavy batches, and a future of their own each (boxed, then
     /// tracked by `join_all`) was two allocations and a task per request.
-    Score(Pending<i64>),
+    Score(Pending<Written<i64>>),
     /// Anything more: a future of its own.
     Later(ReplyFuture),
 }
@@ -41,7 +42,7 @@ pub async fn replies(mut routed: Vec<Routed>) -> Vec<Result<Reply, Error>> {
     for routed in routed {
         replies.push(match routed {
             Routed::Ready(reply) => reply,
-            Routed::Score(pending) => answer(pending).await.map(Reply::Score),
+            Routed::Score(pending) => answer(pending).await.map(|w| marked(Reply::Score, w)),
             Routed::Later(_) => later.next().unwrap_or_else(|| Err(Error::Internal("a reply went missing".into()))),
         });
     }
@@ -83,11 +84,28 @@ impl Router {
     /// what it returns says how the op's reply will come. A rank may be
     /// answered `in_place` (see [`super::IN_PLACE_MAX_BATCH`]).
     pub(super) fn dispatch(&mut self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
+        // A write to a watched board tells the watches once acknowledged.
+        let watched = match &op {
+            Op::Set { board, .. } | Op::SetMany { board, .. } | Op::Remove { board, .. } => {
+                self.watches.is_watched(board).then(|| board.clone())
+            }
+            _ => None,
+        };
+        let routed = self.route(boards, op, outbox, in_place);
+        match watched {
+            None => routed,
+            Some(board) => noticed(routed, self.watches.clone(), board),
+        }
+    }
+
+    fn route(&mut self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
         let ready = Routed::Ready;
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
-            // Every `auth` is answered by its connection, which knows the roles.
-            Op::Auth { .. } => ready(Err(Error::Internal("`auth` reached the router".into()))),
+            // Answered by the connection, which knows its roles and watches.
+            Op::Auth { .. } | Op::Watch(_) | Op::Unwatch { .. } => {
+                ready(Err(Error::Internal(format!("`{}` reached the router", op.kind()))))
+            }
             Op::CreateBoard { board, config } => match boards.create(&board, config) {
                 Err(e) => ready(Err(e)),
                 Ok(Created::Exists) => ready(Ok(Reply::Bool(false))),
@@ -103,10 +121,11 @@ impl Router {
                 let Some(board) = boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
                 let board_id = board.id;
                 let pending = outbox.ask_all(|reply| Command::DropBoard { board_id, reply });
-                let dense = self.dense.clone();
+                let (dense, watches, name) = (self.dense.clone(), self.watches.clone(), board.name.clone());
                 Routed::Later(Box::pin(async move {
                     try_join_all(pending.into_iter().map(answer)).await?;
                     dense.forget_board(board_id);
+                    watches.dropped(&name);
                     Ok(Reply::Bool(true))
                 }))
             }
@@ -133,13 +152,13 @@ impl Router {
                     Ok(Reply::Boards(out))
                 }))
             }
-            Op::Set { board, player, score, mode } => {
+            Op::Set { board, player, score, mode, wid } => {
                 let board = boards.for_write(&board);
                 let seq = boards.next_seq();
                 let owner = self.owner(&player);
-                Routed::Score(outbox.ask(owner, |reply| Command::Write { board, player, score, mode, seq, reply }))
+                Routed::Score(outbox.ask(owner, |reply| Command::Write { board, player, score, mode, seq, wid, reply }))
             }
-            Op::SetMany { board, entries, mode } => self.set_many(boards, board, entries, mode, outbox),
+            Op::SetMany { board, entries, mode, wid } => self.set_many(boards, board, entries, mode, wid, outbox),
             Op::Get { board, player, view } => match self.read(boards, OpKind::Get, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::MaybeScore(None))),
@@ -151,10 +170,10 @@ impl Router {
                     }))
                 }
             },
-            Op::Remove { board, player } => {
+            Op::Remove { board, player, wid } => {
                 let Some(board) = boards.get(&board).cloned() else { return ready(Ok(Reply::Bool(false))) };
-                let pending = outbox.ask(self.owner(&player), |reply| Command::Remove { board, player, reply });
-                Routed::Later(Box::pin(async move { answer(pending).await.map(Reply::Bool) }))
+                let pending = outbox.ask(self.owner(&player), |reply| Command::Remove { board, player, wid, reply });
+                Routed::Later(Box::pin(async move { answer(pending).await.map(|w| marked(Reply::Bool, w)) }))
             }
             Op::Count { board, view } => match self.read(boards, OpKind::Count, &board, view) {
                 Err(e) => ready(Err(e)),
@@ -199,13 +218,17 @@ impl Router {
         }
     }
 
-    /// `set_many`: each shard gets its players' entries, all or none.
+    /// `set_many`: each shard gets its players' entries, all or none. With
+    /// a `wid`, each shard records its own part: a retry after a crash that
+    /// kept some parts applies only the others. It is a replay (`dup`) when
+    /// every part was.
     fn set_many(
         &mut self,
         boards: &mut Boards,
         board: String,
         entries: Vec<(String, i64)>,
         mode: rankd_shards::Mode,
+        wid: Option<Wid>,
         outbox: &mut Outbox,
     ) -> Routed {
         let board = boards.for_write(&board);
@@ -219,7 +242,7 @@ impl Router {
             part.entries.push((player, score, seq));
         }
         if mode == rankd_shards::Mode::Incr && per_shard.iter().filter(|part| !part.entries.is_empty()).count() > 1 {
-            if let Err(error) = self.check_incr_everywhere(&board, &per_shard, outbox) {
+            if let Err(error) = self.check_incr_everywhere(&board, &per_shard, wid.as_ref(), outbox) {
                 return Routed::Ready(Err(error));
             }
         }
@@ -228,18 +251,20 @@ impl Router {
         for (shard, ShardPart { positions: idx, entries }) in per_shard.into_iter().enumerate() {
             if !entries.is_empty() {
                 positions.push(idx);
-                let board = board.clone();
-                pending.push(outbox.ask(shard, |reply| Command::WriteMany { board, entries, mode, reply }));
+                let (board, wid) = (board.clone(), wid.clone());
+                pending.push(outbox.ask(shard, |reply| Command::WriteMany { board, entries, mode, wid, reply }));
             }
         }
         Routed::Later(Box::pin(async move {
             let mut out = vec![0i64; total];
-            for (idx, scores) in positions.into_iter().zip(try_join_all(pending.into_iter().map(answer)).await?) {
-                for (i, score) in idx.into_iter().zip(scores) {
+            let mut dup = true;
+            for (idx, part) in positions.into_iter().zip(try_join_all(pending.into_iter().map(answer)).await?) {
+                dup &= part.dup;
+                for (i, score) in idx.into_iter().zip(part.value) {
                     out[i] = score;
                 }
             }
-            Ok(Reply::Scores(out))
+            Ok(marked(Reply::Scores, Written { value: out, dup: dup && total > 0 }))
         }))
     }
 
@@ -250,14 +275,20 @@ impl Router {
     /// this I/O thread while it holds the board registry, so no router can
     /// queue a write between these checks and the writes: rare (only this
     /// op), and as short as a shard round.
-    fn check_incr_everywhere(&self, board: &Arc<Board>, parts: &[ShardPart], outbox: &mut Outbox) -> Result<(), Error> {
+    fn check_incr_everywhere(
+        &self,
+        board: &Arc<Board>,
+        parts: &[ShardPart],
+        wid: Option<&Wid>,
+        outbox: &mut Outbox,
+    ) -> Result<(), Error> {
         // Earlier requests of this batch first, as the writes will be.
         outbox.flush(&self.shards);
         let checks: Vec<_> = (parts.iter().zip(self.shards.iter()))
             .filter(|(part, _)| !part.entries.is_empty())
             .map(|(part, link)| {
                 let entries = part.entries.iter().map(|(player, score, _)| (player.clone(), *score)).collect();
-                link.ask(|reply| Command::CheckIncr { board: board.clone(), entries, reply })
+                link.ask(|reply| Command::CheckIncr { board: board.clone(), entries, wid: wid.cloned(), reply })
             })
             .collect();
         // Unconstrained: the replies must not spend this task's tokio budget;
@@ -301,6 +332,30 @@ struct ShardPart {
     positions: Vec<usize>,
     /// The entries, with their arrival sequence.
     entries: Vec<(String, i64, u64)>,
+}
+
+/// A write to a watched board, reporting its acknowledgment to the watches.
+fn noticed(routed: Routed, watches: Arc<WatchHub>, board: String) -> Routed {
+    let reply: ReplyFuture = match routed {
+        Routed::Ready(reply) => return Routed::Ready(reply),
+        Routed::Score(pending) => Box::pin(async move { answer(pending).await.map(|w| marked(Reply::Score, w)) }),
+        Routed::Later(reply) => reply,
+    };
+    Routed::Later(Box::pin(async move {
+        let reply = reply.await;
+        if reply.is_ok() {
+            watches.changed(&board);
+        }
+        reply
+    }))
+}
+
+/// A write's reply, marked as replayed when its `wid` had applied already.
+fn marked<T>(reply: impl FnOnce(T) -> Reply, written: Written<T>) -> Reply {
+    match written.dup {
+        false => reply(written.value),
+        true => Reply::Replayed(Box::new(reply(written.value))),
+    }
 }
 
 fn board_info(board: &Board, count: u64) -> BoardInfo {

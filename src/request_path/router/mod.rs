@@ -39,7 +39,9 @@ use crate::error::Error;
 use crate::operations::metrics::Metrics;
 use crate::protocol::{Op, Reply};
 use crate::request_path::dense_registry::DenseRegistry;
-use crate::request_path::shard::ShardLink;
+use crate::request_path::shard::command::answer;
+use crate::request_path::shard::{Command, ShardLink};
+use crate::watches::WatchHub;
 use dispatch::Routed;
 use outbox::Outbox;
 
@@ -76,6 +78,14 @@ impl Message for Dispatch {
     type Result = Vec<Result<Reply, Error>>;
 }
 
+/// Answered once every shard has made durable everything it did before
+/// the fence reached it: a watch's reads are pushed only after one.
+pub struct Fence;
+
+impl Message for Fence {
+    type Result = Result<(), Error>;
+}
+
 /// Which ops of a batch may have their ranks answered in place: with
 /// in-place ranks `enabled`, a batch `alone` on its connection and at most
 /// [`IN_PLACE_MAX_BATCH`] long, every op up to and including its first
@@ -101,6 +111,21 @@ impl InPlace {
 /// I/O thread.
 pub type SharedBoards = Arc<Mutex<Boards>>;
 
+/// What every router shares with the others.
+#[derive(Clone)]
+pub struct RouterParts {
+    /// The board registry and arrival sequence.
+    pub boards: SharedBoards,
+    /// The dense indexes.
+    pub dense: DenseRegistry,
+    /// Decides which period a read of a periodic window targets.
+    pub clock: Clock,
+    /// The server's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Told when acknowledged writes change a watched board.
+    pub watches: Arc<WatchHub>,
+}
+
 /// The router actor. See the module docs.
 pub struct Router {
     /// The shards, reached from this router's I/O thread.
@@ -113,6 +138,8 @@ pub struct Router {
     /// Whether a lone rank may be answered in place; off only in tests of
     /// the queued paths.
     in_place_ranks: bool,
+    /// Told when acknowledged writes change a watched board.
+    watches: Arc<WatchHub>,
 }
 
 impl Actor for Router {
@@ -121,15 +148,10 @@ impl Actor for Router {
 
 impl Router {
     /// A router over started shards (reached as from its own I/O thread),
-    /// sharing `boards` with the other routers.
-    pub fn new(
-        shards: Vec<ShardLink>,
-        boards: SharedBoards,
-        dense: DenseRegistry,
-        clock: Clock,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Self { shards: shards.into(), metrics, boards, dense, clock, in_place_ranks: true }
+    /// sharing `parts` with the other routers.
+    pub fn new(shards: Vec<ShardLink>, parts: RouterParts) -> Self {
+        let RouterParts { boards, dense, clock, metrics, watches } = parts;
+        Self { shards: shards.into(), metrics, boards, dense, clock, in_place_ranks: true, watches }
     }
 
     /// Queues every rank for the shards instead (`--debug-queue-ranks`).
@@ -160,6 +182,20 @@ impl Handler<Dispatch> for Router {
     }
 }
 
+impl Handler<Fence> for Router {
+    type Result = ResponseFuture<Result<(), Error>>;
+
+    fn handle(&mut self, _: Fence, _: &mut Self::Context) -> Self::Result {
+        let mut outbox = Outbox::new(self.shards.len());
+        let pending = outbox.ask_all(|reply| Command::Fence { reply });
+        outbox.send(&self.shards);
+        Box::pin(async move {
+            futures::future::try_join_all(pending.into_iter().map(answer)).await?;
+            Ok(())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,7 +216,7 @@ mod tests {
     #[test]
     fn ranks_are_answered_in_place_only_for_a_short_lone_batch_before_its_first_write() {
         let rank = || Op::Rank { board: "b".into(), player: "p".into(), view: Default::default() };
-        let set = || Op::Set { board: "b".into(), player: "p".into(), score: 1, mode: Mode::Set };
+        let set = || Op::Set { board: "b".into(), player: "p".into(), score: 1, mode: Mode::Set, wid: None };
         let allowed = |enabled, alone, ops: &[Op]| {
             let mut policy = InPlace::new(enabled, alone, ops.len());
             ops.iter().map(|op| policy.allows(op)).collect::<Vec<_>>()

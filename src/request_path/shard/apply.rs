@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use rankd_shards::Shard;
+use rankd_shards::{Outcome, Shard, ShardError, Wid};
 
-use super::command::{Command, Counts, Held, Ranked};
+use super::command::{Command, Counts, Held, Ranked, Written};
 use crate::error::Error;
 
 /// How long a shutdown waits for the memtables to be flushed; past it the
@@ -18,14 +18,17 @@ const SHUTDOWN_FLUSH_WAIT: Duration = Duration::from_secs(20);
 /// held until its batch is durable.
 pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&mut Shard)) -> Option<Held> {
     match command {
-        Command::Write { board, player, score, mode, seq, reply } => {
-            Some(Held::Score(reply, shard.write(&board, &player, score, mode, seq).map_err(Error::from)))
+        Command::Write { board, player, score, mode, seq, wid, reply } => {
+            let written = once(shard, board.id, wid, |shard| shard.write(&board, &player, score, mode, seq));
+            Some(Held::Score(reply, written))
         }
-        Command::WriteMany { board, entries, mode, reply } => {
-            Some(Held::Scores(reply, shard.write_many(&board, &entries, mode).map_err(Error::from)))
+        Command::WriteMany { board, entries, mode, wid, reply } => {
+            let written = once(shard, board.id, wid, |shard| shard.write_many(&board, &entries, mode));
+            Some(Held::Scores(reply, written))
         }
-        Command::Remove { board, player, reply } => {
-            Some(Held::Bool(reply, shard.remove(&board, &player).map_err(Error::from)))
+        Command::Remove { board, player, wid, reply } => {
+            let written = once(shard, board.id, wid, |shard| shard.remove(&board, &player));
+            Some(Held::Removed(reply, written))
         }
         Command::EnsureBoard { board, reply } => {
             shard.ensure_board(&board);
@@ -34,11 +37,18 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
         Command::DropBoard { board_id, reply } => {
             Some(Held::Bool(reply, shard.drop_board(board_id).map_err(Error::from)))
         }
+        // Held like a write that changed nothing: answered with its batch.
+        Command::Fence { reply } => Some(Held::Done(reply, Ok(()))),
         Command::Shutdown { reply } => {
             Some(Held::Done(reply, shard.prepare_shutdown(SHUTDOWN_FLUSH_WAIT).map_err(Error::from)))
         }
-        Command::CheckIncr { board, entries, reply } => {
-            let checked = shard.check_incr(&board, entries.iter().map(|(player, score)| (player.as_str(), *score)));
+        Command::CheckIncr { board, entries, wid, reply } => {
+            // A part applied already is replayed, not applied again.
+            let replayed = wid.is_some_and(|wid| shard.applied(board.id, &wid).is_some());
+            let checked = match replayed {
+                true => Ok(()),
+                false => shard.check_incr(&board, entries.iter().map(|(player, score)| (player.as_str(), *score))),
+            };
             before_reply(shard);
             let _ = reply.send(checked.map_err(Error::from));
             None
@@ -77,4 +87,68 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
             None
         }
     }
+}
+
+/// What a write's answer is recorded as, and read back from a record.
+trait Recorded: Sized {
+    fn outcome(&self) -> Outcome;
+    fn replayed(outcome: &Outcome) -> Option<Self>;
+}
+
+impl Recorded for i64 {
+    fn outcome(&self) -> Outcome {
+        Outcome::Score(*self)
+    }
+    fn replayed(outcome: &Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Score(score) => Some(*score),
+            _ => None,
+        }
+    }
+}
+
+impl Recorded for Vec<i64> {
+    fn outcome(&self) -> Outcome {
+        Outcome::Scores(self.clone())
+    }
+    fn replayed(outcome: &Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Scores(scores) => Some(scores.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl Recorded for bool {
+    fn outcome(&self) -> Outcome {
+        Outcome::Removed(*self)
+    }
+    fn replayed(outcome: &Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Removed(removed) => Some(*removed),
+            _ => None,
+        }
+    }
+}
+
+/// Applies a write at most once per `wid` on its board: a `wid` this
+/// shard applied already answers its first outcome and changes nothing;
+/// else the write is staged and, if it succeeded, its outcome recorded in
+/// the same batch. A refused write records nothing (it changed nothing, and
+/// a retry is refused again or applies).
+fn once<T: Recorded>(
+    shard: &mut Shard,
+    board: u64,
+    wid: Option<Wid>,
+    write: impl FnOnce(&mut Shard) -> Result<T, ShardError>,
+) -> Result<Written<T>, Error> {
+    let Some(wid) = wid else { return write(shard).map(Written::applied).map_err(Error::from) };
+    if let Some(first) = shard.applied(board, &wid) {
+        return T::replayed(first).map(|value| Written { value, dup: true }).ok_or_else(|| {
+            Error::BadRequest(format!("`wid` {:?} was used by a `{}` on this board", wid.as_str(), first.kind()))
+        });
+    }
+    let value = write(shard)?;
+    shard.record_applied(board, wid, value.outcome());
+    Ok(Written::applied(value))
 }

@@ -256,7 +256,9 @@ impl BatchLoop {
     /// the loop calls again when it is answered, and everything staged
     /// meanwhile joins that next batch.
     pub(super) fn seal_and_submit(&mut self, force: bool) {
-        if self.held.is_empty() || (self.pipeline.syncs_in_flight() > 0 && !force) {
+        // Staged without an answer to hold: expired `wid` records.
+        let nothing = self.held.is_empty() && self.engine.with(|shard| shard.has_staged()) != Some(true);
+        if nothing || (self.pipeline.syncs_in_flight() > 0 && !force) {
             return;
         }
         let held = std::mem::take(&mut self.held);
@@ -351,7 +353,7 @@ mod tests {
 
     use super::*;
     use crate::error::Error;
-    use crate::request_path::shard::command::{reply, Pending};
+    use crate::request_path::shard::command::{reply, Pending, Written};
 
     struct Fixture {
         core: BatchLoop,
@@ -378,10 +380,10 @@ mod tests {
     }
 
     impl Fixture {
-        fn write(&self, player: &str, score: i64, seq: u64) -> (Command, Pending<i64>) {
+        fn write(&self, player: &str, score: i64, seq: u64) -> (Command, Pending<Written<i64>>) {
             let (reply, pending) = reply();
-            let command =
-                Command::Write { board: self.board.clone(), player: player.into(), score, mode: Mode::Set, seq, reply };
+            let (board, player) = (self.board.clone(), player.into());
+            let command = Command::Write { board, player, score, mode: Mode::Set, seq, wid: None, reply };
             (command, pending)
         }
 
@@ -401,8 +403,8 @@ mod tests {
         }
     }
 
-    fn score(pending: Pending<i64>) -> Result<i64, Error> {
-        pending.blocking_recv().unwrap_or_else(|_| Err(Error::Internal("dropped".into())))
+    fn score(pending: Pending<Written<i64>>) -> Result<i64, Error> {
+        pending.blocking_recv().unwrap_or_else(|_| Err(Error::Internal("dropped".into()))).map(|w| w.value)
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rankd_shards::{Board, Direction, ListEntry, Mode, Order, Record, Ties, TreeId, Upcoming, UpcomingWrite};
+use rankd_shards::{Board, Direction, ListEntry, Mode, Order, Record, Ties, TreeId, Upcoming, UpcomingWrite, Wid};
 use tokio::sync::oneshot;
 
 use super::link::ShardLink;
@@ -23,6 +23,23 @@ pub fn reply<T>() -> (Responder<T>, Pending<T>) {
 /// Awaits an answer; a dropped channel means the shard stopped.
 pub async fn answer<T>(pending: Pending<T>) -> Result<T, Error> {
     pending.await.map_err(|_| Error::Internal("shard stopped".into()))?
+}
+
+/// A write's answer, and whether it was replayed: its `wid` had been
+/// applied already, so this request changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written<T> {
+    /// What the write answered (the first time, when replayed).
+    pub value: T,
+    /// Whether it was replayed rather than applied.
+    pub dup: bool,
+}
+
+impl<T> Written<T> {
+    /// A write applied now.
+    pub fn applied(value: T) -> Self {
+        Self { value, dup: false }
+    }
 }
 
 /// A shard's count of players before each of some keys, and its total.
@@ -50,15 +67,32 @@ pub struct Ranked {
 /// order in one mailbox.
 #[derive(Debug)]
 pub enum Command {
-    /// Stage a write; answers the score stored.
-    Write { board: Arc<Board>, player: String, score: i64, mode: Mode, seq: u64, reply: Responder<i64> },
-    /// Stage several writes, all or none; answers the scores, in entry order.
-    WriteMany { board: Arc<Board>, entries: Vec<(String, i64, u64)>, mode: Mode, reply: Responder<Vec<i64>> },
-    /// Whether `incr`s of these entries would all stay in range; stages
-    /// nothing (a `set_many` spanning shards asks each shard first).
-    CheckIncr { board: Arc<Board>, entries: Vec<(String, i64)>, reply: Responder<()> },
-    /// Stage a removal; answers whether the player was there.
-    Remove { board: Arc<Board>, player: String, reply: Responder<bool> },
+    /// Stage a write, at most once per `wid`; answers the score stored.
+    Write {
+        board: Arc<Board>,
+        player: String,
+        score: i64,
+        mode: Mode,
+        seq: u64,
+        wid: Option<Wid>,
+        reply: Responder<Written<i64>>,
+    },
+    /// Stage several writes, all or none, at most once per `wid`; answers
+    /// the scores, in entry order.
+    WriteMany {
+        board: Arc<Board>,
+        entries: Vec<(String, i64, u64)>,
+        mode: Mode,
+        wid: Option<Wid>,
+        reply: Responder<Written<Vec<i64>>>,
+    },
+    /// Whether `incr`s of these entries would all stay in range (or were
+    /// applied already under `wid`); stages nothing (a `set_many` spanning
+    /// shards asks each shard first).
+    CheckIncr { board: Arc<Board>, entries: Vec<(String, i64)>, wid: Option<Wid>, reply: Responder<()> },
+    /// Stage a removal, at most once per `wid`; answers whether the player
+    /// was there.
+    Remove { board: Arc<Board>, player: String, wid: Option<Wid>, reply: Responder<Written<bool>> },
     /// Persist a board's config.
     EnsureBoard { board: Arc<Board>, reply: Responder<()> },
     /// Delete a board; answers whether it held anything here.
@@ -84,6 +118,9 @@ pub enum Command {
     /// Commit everything before this and prepare a fast restart (checkpoint
     /// the trees, flush the memtables).
     Shutdown { reply: Responder<()> },
+    /// Answered once everything this shard did before it is durable: what
+    /// a watch waits for before it pushes what it read.
+    Fence { reply: Responder<()> },
 }
 
 impl Command {
@@ -97,6 +134,7 @@ impl Command {
                 | Self::Remove { .. }
                 | Self::EnsureBoard { .. }
                 | Self::DropBoard { .. }
+                | Self::Fence { .. }
         )
     }
 
@@ -127,8 +165,11 @@ impl Command {
         match self {
             Self::Write { reply, .. } => drop(reply.send(Err(error))),
             Self::WriteMany { reply, .. } => drop(reply.send(Err(error))),
-            Self::Remove { reply, .. } | Self::DropBoard { reply, .. } => drop(reply.send(Err(error))),
-            Self::EnsureBoard { reply, .. } | Self::Shutdown { reply } => drop(reply.send(Err(error))),
+            Self::Remove { reply, .. } => drop(reply.send(Err(error))),
+            Self::DropBoard { reply, .. } => drop(reply.send(Err(error))),
+            Self::EnsureBoard { reply, .. } | Self::Shutdown { reply } | Self::Fence { reply } => {
+                drop(reply.send(Err(error)))
+            }
             Self::Get { reply, .. } => drop(reply.send(Err(error))),
             Self::CheckIncr { reply, .. } => drop(reply.send(Err(error))),
             Self::Rank { reply, .. } => drop(reply.send(Err(error))),
@@ -168,10 +209,12 @@ impl std::fmt::Debug for Forward {
 #[derive(Debug)]
 pub enum Held {
     /// A `Write`'s.
-    Score(Responder<i64>, Result<i64, Error>),
+    Score(Responder<Written<i64>>, Result<Written<i64>, Error>),
     /// A `WriteMany`'s.
-    Scores(Responder<Vec<i64>>, Result<Vec<i64>, Error>),
-    /// A `Remove`'s or `DropBoard`'s.
+    Scores(Responder<Written<Vec<i64>>>, Result<Written<Vec<i64>>, Error>),
+    /// A `Remove`'s.
+    Removed(Responder<Written<bool>>, Result<Written<bool>, Error>),
+    /// A `DropBoard`'s.
     Bool(Responder<bool>, Result<bool, Error>),
     /// An `EnsureBoard`'s or `Shutdown`'s.
     Done(Responder<()>, Result<(), Error>),
@@ -191,6 +234,7 @@ impl Held {
         match self {
             Self::Score(reply, answer) => drop(reply.send(unless(answer, failure))),
             Self::Scores(reply, answer) => drop(reply.send(unless(answer, failure))),
+            Self::Removed(reply, answer) => drop(reply.send(unless(answer, failure))),
             Self::Bool(reply, answer) => drop(reply.send(unless(answer, failure))),
             Self::Done(reply, answer) => drop(reply.send(unless(answer, failure))),
         }
@@ -208,7 +252,15 @@ mod tests {
     #[test]
     fn writes_wait_for_durability_and_maintenance_for_committed_state() {
         let board = Arc::new(Board { id: 1, name: "b".into(), config: Default::default() });
-        let write = Command::Write { board, player: "p".into(), score: 1, mode: Mode::Set, seq: 1, reply: reply().0 };
+        let write = Command::Write {
+            board,
+            player: "p".into(),
+            score: 1,
+            mode: Mode::Set,
+            seq: 1,
+            wid: None,
+            reply: reply().0,
+        };
         let rank = Command::Rank {
             tree: tree(),
             player: "p".into(),
@@ -228,8 +280,8 @@ mod tests {
     #[tokio::test]
     async fn a_failed_commit_turns_successes_into_internal_and_keeps_refusals() {
         let (ok, ok_answer) = reply();
-        let (refused, refused_answer) = reply::<i64>();
-        Held::Score(ok, Ok(5)).send(Some("fsync failed"));
+        let (refused, refused_answer) = reply::<Written<i64>>();
+        Held::Score(ok, Ok(Written::applied(5))).send(Some("fsync failed"));
         Held::Score(refused, Err(Error::BadRequest("overflow".into()))).send(Some("fsync failed"));
         assert_eq!(answer(ok_answer).await, Err(Error::Internal("fsync failed".into())));
         assert_eq!(answer(refused_answer).await, Err(Error::BadRequest("overflow".into())));

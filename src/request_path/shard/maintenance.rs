@@ -13,6 +13,11 @@ use crate::operations::priority;
 /// a rollover never holds a round up for long.
 const EXPIRY_BUDGET: usize = 4096;
 
+/// Expired `wid` records deleted per second: at a 600 s horizon, enough
+/// for 50,000 idempotent writes a second per shard; past that the records
+/// wait longer, bounded in memory by the dedup table.
+const WID_EXPIRY_BUDGET: usize = 50_000;
+
 /// Count-tree leaves looked at per repacking step: keeps a step about as
 /// long as a small round (see docs/performance-history.md).
 const REPACK_BUDGET: usize = 256;
@@ -36,6 +41,7 @@ impl BatchLoop {
         if self.health.is_degraded() {
             return;
         }
+        self.expire_wids(now);
         let has_expired = self.engine.with(|shard| {
             shard.set_time(now);
             shard.has_expired()
@@ -57,6 +63,26 @@ impl BatchLoop {
             }
             _ => {}
         }
+    }
+
+    /// Stages deleting a bounded number of `wid` records past the dedup
+    /// horizon (or over its memory bound), for the next batch, and
+    /// publishes what the table holds.
+    fn expire_wids(&mut self, now: i64) {
+        let Some((records, bytes, early)) = self.engine.with(|shard| {
+            shard.set_time(now);
+            if shard.has_expired_wids() {
+                shard.expire_wids(WID_EXPIRY_BUDGET);
+            }
+            shard.dedup_stats()
+        }) else {
+            return;
+        };
+        let metrics = &self.metrics.shards[self.index];
+        metrics.dedup_records.set(i64::try_from(records).unwrap_or(i64::MAX));
+        metrics.dedup_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        metrics.dedup_early_expiries.inc_by(early.saturating_sub(metrics.dedup_early_expiries.get()));
+        self.seal_and_submit(false);
     }
 
     /// Publishes how the shard's storage keeps up.

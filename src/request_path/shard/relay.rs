@@ -46,22 +46,22 @@ pub fn send_all(answers: impl IntoIterator<Item = Held>, failure: Option<&str>) 
 mod tests {
     use super::*;
     use crate::error::Error;
-    use crate::request_path::shard::command::{answer, reply, Pending};
+    use crate::request_path::shard::command::{answer, reply, Pending, Written};
 
-    fn scores(values: &[i64]) -> (Vec<Held>, Vec<Pending<i64>>) {
+    fn scores(values: &[i64]) -> (Vec<Held>, Vec<Pending<Written<i64>>>) {
         values
             .iter()
             .map(|&score| {
                 let (sender, pending) = reply();
-                (Held::Score(sender, Ok(score)), pending)
+                (Held::Score(sender, Ok(Written::applied(score))), pending)
             })
             .unzip()
     }
 
-    async fn received(pending: Vec<Pending<i64>>) -> Vec<Result<i64, Error>> {
+    async fn received(pending: Vec<Pending<Written<i64>>>) -> Vec<Result<i64, Error>> {
         let mut out = Vec::new();
         for p in pending {
-            out.push(answer(p).await);
+            out.push(answer(p).await.map(|w| w.value));
         }
         out
     }

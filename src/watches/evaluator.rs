@@ -1,0 +1,119 @@
+//! The evaluator: the one task that reads what due watches follow and
+//! offers the values to the registry, on a thread of its own so it never
+//! runs in a shard's round or on a connection's thread.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use rankd_client::{Entry, RankInfo};
+use serde::Serialize;
+
+use super::registry::{Group, Offered};
+use super::{push_frame, WatchHub};
+use crate::error::Error;
+use crate::protocol::request::WatchTarget;
+use crate::protocol::{Op, Reply};
+use crate::request_path::router::{Dispatch, Fence, Router};
+
+/// How long a look that failed (a shard refusing writes, so its fence too)
+/// waits before the watches it held are looked at again.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// Runs until the process ends: waits for due watches, looks, offers.
+pub async fn run(hub: Arc<WatchHub>, router: Addr<Router>) {
+    loop {
+        let (groups, next) = hub.registry.lock().take_due(Instant::now());
+        if groups.is_empty() {
+            let sleep = next.map(|at| tokio::time::sleep_until(at.into()));
+            match sleep {
+                Some(sleep) => tokio::select! {
+                    () = hub.wake.notified() => {}
+                    () = sleep => {}
+                },
+                None => hub.wake.notified().await,
+            }
+            continue;
+        }
+        if let Err(error) = look(&hub, &router, &groups).await {
+            tracing::warn!(%error, "reading watched boards failed; retrying");
+            hub.registry.lock().retry(groups.iter().flat_map(|g| g.watches.iter().map(|(key, _)| *key)));
+            tokio::time::sleep(RETRY_AFTER).await;
+        }
+    }
+}
+
+/// Reads every group's values in one batch, waits until all the shards
+/// have made durable everything the reads could have seen, then offers
+/// each watch its value.
+async fn look(hub: &WatchHub, router: &Addr<Router>, groups: &[Group]) -> Result<(), Error> {
+    let stopped = |_| Error::Internal("router stopped".into());
+    let mut ops = Vec::new();
+    for group in groups {
+        let (board, view) = (group.board.clone(), group.view);
+        if group.top > 0 {
+            ops.push(Op::Top { board: board.clone(), limit: group.top, offset: 0, view });
+        }
+        ops.extend(group.players.iter().map(|player| Op::Rank { board: board.clone(), player: player.clone(), view }));
+    }
+    let mut replies = router.send(Dispatch { ops, alone: false }).await.map_err(stopped)?.into_iter();
+    // Reads may see writes staged but not yet durable; none of those may be
+    // pushed before it is.
+    router.send(Fence).await.map_err(stopped)??;
+    hub.metrics.watches.looks.inc();
+    let now = Instant::now();
+    for group in groups {
+        let top: Vec<Entry> = match group.top {
+            0 => Vec::new(),
+            _ => match replies.next() {
+                Some(Ok(Reply::Entries(entries))) => entries,
+                other => return Err(unexpected(other)),
+            },
+        };
+        let mut ranks: Vec<(&str, Vec<u8>)> = Vec::with_capacity(group.players.len());
+        for player in &group.players {
+            let rank: Option<RankInfo> = match replies.next() {
+                Some(Ok(Reply::Rank(rank))) => rank,
+                other => return Err(unexpected(other)),
+            };
+            ranks.push((player, encode(&rank)));
+        }
+        // Watches of one length of top share one encoding.
+        let mut tops: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut registry = hub.registry.lock();
+        for (key, target) in &group.watches {
+            let event = match target {
+                WatchTarget::Top(n) => {
+                    if !tops.iter().any(|(len, _)| len == n) {
+                        tops.push((*n, encode(&top[..top.len().min(*n)])));
+                    }
+                    tops.iter().find(|(len, _)| len == n).map(|(_, event)| event)
+                }
+                WatchTarget::Player(player) => ranks.iter().find(|(p, _)| p == player).map(|(_, event)| event),
+            };
+            let Some(event) = event else { continue };
+            match registry.offer(*key, event, || push_frame(key.watch, event), now) {
+                Offered::Pushed { coalesced } => {
+                    hub.metrics.watches.pushes.inc();
+                    hub.metrics.watches.coalesced.inc_by(u64::from(coalesced));
+                }
+                Offered::Unchanged | Offered::Gone => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    // Serializing plain structs into a Vec cannot fail.
+    let _ = rmp_serde::encode::write_named(&mut out, value);
+    out
+}
+
+fn unexpected(reply: Option<Result<Reply, Error>>) -> Error {
+    match reply {
+        Some(Err(error)) => error,
+        other => Error::Internal(format!("a watch's read answered {other:?}")),
+    }
+}

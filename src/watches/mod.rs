@@ -1,0 +1,148 @@
+//! Watches (protocol 1.1): a connection asks to be told when a board's top
+//! or a player's rank changes, and the server pushes the new value.
+//!
+//! The write path only marks: a router whose write to a watched board was
+//! acknowledged tells the hub the board changed ([`WatchHub::changed`]); with
+//! no watch open, that costs one atomic load per write. The looking is done
+//! apart, by the [`evaluator`] on a thread of its own: it takes the watches
+//! that are due ([`registry`]: changed, and past their `interval_ms`), reads
+//! their values through a router like any client, then waits for a fence on
+//! every shard, so what it read is durable before anything is pushed. A
+//! value equal to the watch's last push is dropped; a new one goes into the
+//! connection's [`pushes`] box, which keeps only the latest frame per watch.
+//! So the shards see a few reads per interval per watched board, never one
+//! per write, and a client that reads slowly gets the latest state, never a
+//! backlog.
+
+pub mod evaluator;
+pub mod pushes;
+pub mod registry;
+pub mod session;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use rankd_client::frame::write_frame_with;
+use tokio::sync::Notify;
+
+use crate::operations::metrics::Metrics;
+use crate::protocol::request::WatchSpec;
+pub use pushes::PushBox;
+pub use registry::{Offered, Registry, WatchKey};
+pub use session::WatchSession;
+
+/// The watches of every connection, shared by the routers (which report
+/// changes), the connections (which open and end watches) and the evaluator.
+pub struct WatchHub {
+    registry: Mutex<Registry>,
+    /// Open watches: lets a write skip the registry when there are none.
+    open: AtomicUsize,
+    /// Wakes the evaluator: a board changed or a watch opened.
+    wake: Notify,
+    /// Numbers connections, so watch ids need only be unique per connection.
+    next_conn: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+impl WatchHub {
+    /// A hub with no watch open.
+    pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            registry: Mutex::new(Registry::default()),
+            open: AtomicUsize::new(0),
+            wake: Notify::new(),
+            next_conn: AtomicU64::new(1),
+            metrics,
+        })
+    }
+
+    /// A number for a new connection's watches.
+    pub fn connection(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Opens a watch; its first push comes at once.
+    pub fn add(&self, key: WatchKey, spec: WatchSpec, pushes: Arc<PushBox>) {
+        let open = {
+            let mut registry = self.registry.lock();
+            registry.add(key, spec, pushes, Instant::now());
+            registry.len()
+        };
+        self.set_open(open);
+        self.wake.notify_one();
+    }
+
+    /// Ends a watch; whether it was open. No push for it is put after this.
+    pub fn remove(&self, key: WatchKey) -> bool {
+        let (removed, open) = {
+            let mut registry = self.registry.lock();
+            (registry.remove(key), registry.len())
+        };
+        self.set_open(open);
+        removed
+    }
+
+    fn set_open(&self, open: usize) {
+        self.open.store(open, Ordering::Relaxed);
+        self.metrics.watches.open.set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    /// Whether a write to `board` must report its acknowledgment.
+    pub fn is_watched(&self, board: &str) -> bool {
+        self.open.load(Ordering::Relaxed) > 0 && self.registry.lock().is_watched(board)
+    }
+
+    /// An acknowledged write changed `board`.
+    pub fn changed(&self, board: &str) {
+        self.registry.lock().changed(board);
+        self.wake.notify_one();
+    }
+
+    /// `board` was dropped: each of its watches gets a last push, nil.
+    pub fn dropped(&self, board: &str) {
+        let (ended, open) = {
+            let mut registry = self.registry.lock();
+            (registry.dropped(board), registry.len())
+        };
+        self.set_open(open);
+        for (key, pushes) in ended {
+            pushes.put(key.watch, push_frame(key.watch, &[rmp::Marker::Null.to_u8()]), true);
+            self.metrics.watches.pushes.inc();
+        }
+    }
+}
+
+/// A push as the connection writes it: `{"watch": id, "event": ...}`
+/// framed, with `event` already encoded.
+pub fn push_frame(watch: u64, event: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(event.len() + 24);
+    write_frame_with(&mut out, |out| {
+        let head = rmp::encode::write_map_len(out, 2).is_ok()
+            && rmp::encode::write_str(out, "watch").is_ok()
+            && rmp::encode::write_uint(out, watch).is_ok()
+            && rmp::encode::write_str(out, "event").is_ok();
+        out.extend_from_slice(event);
+        head
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_frame_has_no_id_and_carries_the_event_as_is() {
+        let mut event = Vec::new();
+        rmp_serde::encode::write_named(&mut event, &Some(rankd_client::RankInfo { rank: 2, score: 9, count: 5 }))
+            .unwrap();
+        let frame = push_frame(4, &event);
+        assert_eq!(u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize, frame.len() - 4);
+        let value = rmpv::decode::read_value(&mut &frame[4..]).unwrap();
+        assert_eq!(value["watch"], rmpv::Value::from(4));
+        assert_eq!(value["event"]["rank"], rmpv::Value::from(2));
+        assert_eq!(value.as_map().unwrap().len(), 2, "no id key");
+    }
+}

@@ -1,0 +1,245 @@
+//! Every open watch and what it last pushed, as a plain struct: which
+//! watches are due for a look (their board changed and their interval has
+//! passed), how they group into reads, and whether a value read is new.
+//! The hub locks it; nothing here waits or does I/O.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::pushes::PushBox;
+use crate::protocol::request::{WatchSpec, WatchTarget};
+use crate::protocol::View;
+
+/// A watch, server-wide: its connection and its id there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WatchKey {
+    /// The connection, numbered by the hub.
+    pub conn: u64,
+    /// The id the connection gave it.
+    pub watch: u64,
+}
+
+#[derive(Debug)]
+struct Watch {
+    spec: WatchSpec,
+    pushes: Arc<PushBox>,
+    /// The encoded event last pushed; `None` before the first.
+    last: Option<Vec<u8>>,
+    /// Its board changed (or it is new) since it was last read.
+    dirty: bool,
+    /// The earliest its next push may go.
+    next_push: Instant,
+}
+
+/// The reads one board view needs for its due watches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The board.
+    pub board: String,
+    /// Which window and period.
+    pub view: View,
+    /// The longest `top` among the watches (0: none watches a top).
+    pub top: usize,
+    /// The players watched, each once.
+    pub players: Vec<String>,
+    /// The due watches and what each follows.
+    pub watches: Vec<(WatchKey, WatchTarget)>,
+}
+
+/// What became of a value read for a watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offered {
+    /// New: pushed. `coalesced` when it replaced a push not yet written.
+    Pushed {
+        /// It replaced an unwritten push.
+        coalesced: bool,
+    },
+    /// The same as the last push: nothing sent.
+    Unchanged,
+    /// The watch ended meanwhile.
+    Gone,
+}
+
+/// Every open watch. See the module docs.
+#[derive(Debug, Default)]
+pub struct Registry {
+    watches: HashMap<WatchKey, Watch>,
+    by_board: HashMap<String, BTreeSet<WatchKey>>,
+}
+
+impl Registry {
+    /// Opens a watch; its first look is due at once.
+    pub fn add(&mut self, key: WatchKey, spec: WatchSpec, pushes: Arc<PushBox>, now: Instant) {
+        self.by_board.entry(spec.board.clone()).or_default().insert(key);
+        self.watches.insert(key, Watch { spec, pushes, last: None, dirty: true, next_push: now });
+    }
+
+    /// Ends a watch; whether it was open.
+    pub fn remove(&mut self, key: WatchKey) -> bool {
+        let Some(watch) = self.watches.remove(&key) else { return false };
+        if let Some(keys) = self.by_board.get_mut(&watch.spec.board) {
+            keys.remove(&key);
+            if keys.is_empty() {
+                self.by_board.remove(&watch.spec.board);
+            }
+        }
+        true
+    }
+
+    /// Open watches.
+    pub fn len(&self) -> usize {
+        self.watches.len()
+    }
+
+    /// Whether no watch is open.
+    pub fn is_empty(&self) -> bool {
+        self.watches.is_empty()
+    }
+
+    /// Whether any watch follows `board`.
+    pub fn is_watched(&self, board: &str) -> bool {
+        self.by_board.contains_key(board)
+    }
+
+    /// An acknowledged write changed `board`: its watches are due a look.
+    pub fn changed(&mut self, board: &str) {
+        for key in self.by_board.get(board).into_iter().flatten() {
+            if let Some(watch) = self.watches.get_mut(key) {
+                watch.dirty = true;
+            }
+        }
+    }
+
+    /// Makes `keys` due again (a look failed and must be retried).
+    pub fn retry(&mut self, keys: impl IntoIterator<Item = WatchKey>) {
+        for key in keys {
+            if let Some(watch) = self.watches.get_mut(&key) {
+                watch.dirty = true;
+            }
+        }
+    }
+
+    /// Takes the watches due at `now` (changed, and past their interval),
+    /// grouped by board view; and when the next one not yet due will be.
+    pub fn take_due(&mut self, now: Instant) -> (Vec<Group>, Option<Instant>) {
+        let mut groups: BTreeMap<(String, Option<u8>, i64), Group> = BTreeMap::new();
+        let mut next: Option<Instant> = None;
+        for (key, watch) in &mut self.watches {
+            if !watch.dirty {
+                continue;
+            }
+            if watch.next_push > now {
+                next = Some(next.map_or(watch.next_push, |n| n.min(watch.next_push)));
+                continue;
+            }
+            watch.dirty = false;
+            let spec = &watch.spec;
+            let view = spec.view;
+            let group =
+                groups.entry((spec.board.clone(), view.window.map(|w| w.code()), view.period)).or_insert_with(|| {
+                    Group { board: spec.board.clone(), view, top: 0, players: Vec::new(), watches: Vec::new() }
+                });
+            match &spec.target {
+                WatchTarget::Top(n) => group.top = group.top.max(*n),
+                WatchTarget::Player(player) => {
+                    if !group.players.contains(player) {
+                        group.players.push(player.clone());
+                    }
+                }
+            }
+            group.watches.push((*key, spec.target.clone()));
+        }
+        (groups.into_values().collect(), next)
+    }
+
+    /// Offers a value read for `key` (`frame` frames `event` for the
+    /// connection): pushed if it differs from the last push, and then the
+    /// watch's next push waits out its interval.
+    pub fn offer(&mut self, key: WatchKey, event: &[u8], frame: impl FnOnce() -> Vec<u8>, now: Instant) -> Offered {
+        let Some(watch) = self.watches.get_mut(&key) else { return Offered::Gone };
+        if watch.last.as_deref() == Some(event) {
+            return Offered::Unchanged;
+        }
+        watch.last = Some(event.to_vec());
+        watch.next_push = now + watch.spec.interval;
+        Offered::Pushed { coalesced: watch.pushes.put(key.watch, frame(), false) }
+    }
+
+    /// Ends every watch of `board` (it was dropped); returns each with
+    /// where its last push goes.
+    pub fn dropped(&mut self, board: &str) -> Vec<(WatchKey, Arc<PushBox>)> {
+        let keys = self.by_board.remove(board).unwrap_or_default();
+        keys.into_iter().filter_map(|key| self.watches.remove(&key).map(|watch| (key, watch.pushes))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn spec(board: &str, target: WatchTarget, interval_ms: u64) -> WatchSpec {
+        WatchSpec { board: board.into(), target, view: View::default(), interval: Duration::from_millis(interval_ms) }
+    }
+
+    fn key(conn: u64, watch: u64) -> WatchKey {
+        WatchKey { conn, watch }
+    }
+
+    #[test]
+    fn a_new_watch_is_due_at_once_and_groups_by_board() {
+        let (mut registry, now, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        registry.add(key(1, 1), spec("b", WatchTarget::Top(5), 100), pushes.clone(), now);
+        registry.add(key(1, 2), spec("b", WatchTarget::Top(10), 100), pushes.clone(), now);
+        registry.add(key(2, 1), spec("b", WatchTarget::Player("p".into()), 100), pushes.clone(), now);
+        registry.add(key(2, 2), spec("b", WatchTarget::Player("p".into()), 100), pushes.clone(), now);
+        registry.add(key(3, 1), spec("c", WatchTarget::Top(1), 100), pushes, now);
+        let (groups, next) = registry.take_due(now);
+        assert_eq!(next, None);
+        assert_eq!(groups.len(), 2);
+        assert_eq!((groups[0].board.as_str(), groups[0].top, groups[0].players.clone()), ("b", 10, vec!["p".into()]));
+        assert_eq!(groups[0].watches.len(), 4);
+        assert!(registry.take_due(now).0.is_empty(), "taken: not due again until changed");
+    }
+
+    #[test]
+    fn pushes_only_new_values_and_at_most_once_per_interval() {
+        let (mut registry, t0, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        let k = key(1, 7);
+        registry.add(k, spec("b", WatchTarget::Top(3), 100), pushes.clone(), t0);
+        registry.take_due(t0);
+        assert_eq!(registry.offer(k, b"v1", || b"f1".to_vec(), t0), Offered::Pushed { coalesced: false });
+        // Changed 10 ms later: due only once the interval has passed.
+        registry.changed("b");
+        let (groups, next) = registry.take_due(t0 + Duration::from_millis(10));
+        assert!(groups.is_empty());
+        assert_eq!(next, Some(t0 + Duration::from_millis(100)));
+        let (groups, _) = registry.take_due(t0 + Duration::from_millis(100));
+        assert_eq!(groups.len(), 1);
+        let t1 = t0 + Duration::from_millis(100);
+        assert_eq!(registry.offer(k, b"v1", || b"f1".to_vec(), t1), Offered::Unchanged);
+        // Not read by the client yet: the new push replaces the old one.
+        assert_eq!(registry.offer(k, b"v2", || b"f2".to_vec(), t1), Offered::Pushed { coalesced: true });
+        assert_eq!(pushes.take(|_| true).bytes, b"f2");
+        // Another board's writes do not touch it.
+        registry.changed("other");
+        assert!(registry.take_due(t1 + Duration::from_secs(1)).0.is_empty());
+    }
+
+    #[test]
+    fn ended_watches_take_no_more_pushes() {
+        let (mut registry, now, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        registry.add(key(1, 1), spec("b", WatchTarget::Top(3), 10), pushes.clone(), now);
+        registry.add(key(1, 2), spec("b", WatchTarget::Top(3), 10), pushes.clone(), now);
+        registry.add(key(1, 3), spec("c", WatchTarget::Top(3), 10), pushes, now);
+        assert!(registry.remove(key(1, 1)));
+        assert!(!registry.remove(key(1, 1)));
+        assert_eq!(registry.offer(key(1, 1), b"v", Vec::new, now), Offered::Gone);
+        let dropped = registry.dropped("b");
+        assert_eq!(dropped.iter().map(|(k, _)| *k).collect::<Vec<_>>(), vec![key(1, 2)]);
+        assert!(!registry.is_watched("b") && registry.is_watched("c"));
+        assert_eq!(registry.len(), 1);
+    }
+}
