@@ -18,7 +18,7 @@ from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
 from .types import Auth, Board, Entry, Mode, Order, PlayerEvent, Rank, Ties, TopEvent, Window, WriteInfo
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AsyncClient",
