@@ -312,7 +312,10 @@ fn launch(
     };
     let mut child = Command::new(env!("CARGO_BIN_EXE_rankd"))
         .arg("serve")
-        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        // A test that must find the server at one address across restarts
+        // gives its own `--listen`.
+        .args(if extra.iter().any(|arg| arg == "--listen") { &[][..] } else { &["--listen", "127.0.0.1:0"][..] })
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--shards", &shards.to_string()])
@@ -349,6 +352,13 @@ fn launch(
             Err(format!("server did not start ({status}): {other:?}, first line {line:?}"))
         }
     }
+}
+
+/// A loopback port nothing listens on right now (for a server that must
+/// come back on the same address after a restart).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("its address").port()
 }
 
 /// Runs `rankd serve` expecting it to fail; returns its stderr.
