@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
 use crate::sweep::SweepArgs;
+use crate::watch_latency::WatchLatencyArgs;
 
 /// What the load is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -39,11 +40,11 @@ pub enum KeyDistribution {
     Zipf,
 }
 
-/// `rankd-bench`: a run, or the `sweep` subcommand.
+/// `rankd-bench`: a run, or the `sweep` or `watch-latency` subcommand.
 #[derive(Debug, Clone, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct BenchCommand {
-    /// A shard-count sweep instead of a single run.
+    /// A shard-count sweep or a watch-latency run instead of a single run.
     #[command(subcommand)]
     pub sub: Option<BenchSub>,
     /// A single run's flags.
@@ -57,6 +58,10 @@ pub enum BenchSub {
     /// Start a fresh `rankd serve` for each shard count, run the same load on
     /// each (and once on Redis as a reference), write sweep.csv and sweep.png.
     Sweep(SweepArgs),
+    /// Open many watches (protocol 1.1) on one board while writers raise a
+    /// player's score at a steady rate, and time each push from the
+    /// acknowledgement of the write it first shows.
+    WatchLatency(WatchLatencyArgs),
 }
 
 /// `rankd-bench` flags for a single run.
@@ -117,6 +122,11 @@ pub struct LoadArgs {
     /// How writes combine with the stored score: set, best or incr.
     #[arg(long, default_value = "set", value_parser = parse_mode)]
     pub mode: Mode,
+    /// Give every write a unique `wid` (an idempotent write, protocol 1.1;
+    /// 32 hex digits, as rankd-client's RetryingClient sends): what the
+    /// server's dedup costs a write. rankd only.
+    #[arg(long)]
+    pub wid: bool,
     /// Distinct players the load picks from.
     #[arg(long, default_value_t = 1_000_000)]
     pub players: u64,

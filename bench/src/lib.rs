@@ -7,7 +7,10 @@
 //! commands over a small pipelined RESP client, see `target.rs`), so the two
 //! can be compared on equal terms. `rankd-bench sweep` (`sweep.rs`) runs one
 //! load against fresh servers with several shard counts (and Redis as a
-//! reference) and charts the result.
+//! reference) and charts the result. `rankd-bench watch-latency`
+//! (`watch_latency.rs`) times watch pushes (protocol 1.1) from the
+//! acknowledgement of the write they show; `--wid` gives every write of a
+//! run an idempotency id, to measure what that costs.
 //!
 //! Latency is measured per request from the moment its pipeline batch was
 //! written to the moment the batch's last reply arrived, so it includes
@@ -16,6 +19,7 @@
 //! - [`args`]: the command line; [`load`]: running a load; [`report`]: what
 //!   it measured; [`target`]: rankd or Redis; [`sweep`]: shard-count
 //!   experiments; [`serve`]: starting `rankd serve` processes;
+//!   [`watch_latency`]: push latency of watches;
 //! - `cpu`, `server_latency`: the server's CPU and latency as its metrics
 //!   and Redis's `INFO` say; `chart`: the sweep's PNG; [`resp`]: Redis's wire
 //!   protocol.
@@ -31,6 +35,7 @@ pub mod serve;
 mod server_latency;
 pub mod sweep;
 pub mod target;
+pub mod watch_latency;
 
 use std::process::ExitCode;
 
@@ -46,6 +51,7 @@ pub fn main(command: BenchCommand) -> ExitCode {
     let result = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(BenchError::from).and_then(
         |runtime| match command.sub {
             Some(BenchSub::Sweep(args)) => sweep::run(&runtime, &args),
+            Some(BenchSub::WatchLatency(args)) => runtime.block_on(watch_latency::main(&args)),
             None => runtime.block_on(single(&command.run)),
         },
     );

@@ -16,7 +16,7 @@ use crate::cpu;
 use crate::error::BenchError;
 use crate::report::Report;
 use crate::target::{self, Target};
-use rankd_client::ConnectOptions;
+use rankd_client::{ConnectOptions, WidSource};
 
 /// Runs the load against rankd at `args.server` (or `args.target`) and
 /// returns the report.
@@ -37,6 +37,9 @@ pub async fn run_on(
     connect: &ConnectOptions,
 ) -> Result<Report, BenchError> {
     load.validate()?;
+    if load.wid && !matches!(target, Target::Rankd(_)) {
+        return Err(BenchError::Invalid("--wid needs a rankd target: Redis has no idempotent writes".into()));
+    }
     let setup = target::Setup::probe(target, &load.board, connect).await?;
     if reset {
         setup.reset(&load.board).await?;
@@ -92,7 +95,9 @@ async fn prefill(setup: &target::Setup, load: &LoadArgs) -> Result<(), BenchErro
     result.map(|_| ())
 }
 
-async fn join_all<T>(tasks: Vec<tokio::task::JoinHandle<Result<T, BenchError>>>) -> Result<Vec<T>, BenchError> {
+pub(crate) async fn join_all<T>(
+    tasks: Vec<tokio::task::JoinHandle<Result<T, BenchError>>>,
+) -> Result<Vec<T>, BenchError> {
     let mut out = Vec::with_capacity(tasks.len());
     let mut first_error = None;
     for task in tasks {
@@ -179,6 +184,7 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
         server_version: setup.version(),
         workload: load.workload,
         mode: load.mode,
+        wid: load.wid,
         distribution: load.distribution,
         zipf_exponent: (load.distribution == KeyDistribution::Zipf).then_some(load.zipf_exponent),
         players: load.players,
@@ -216,6 +222,7 @@ async fn connection_load(
     let mut histogram = new_histogram()?;
     let (mut ok, mut err) = (0u64, 0u64);
     let mut ops = Vec::with_capacity(load.pipeline);
+    let mut wids = load.wid.then(WidSource::new);
     // With --rate, batch k of this connection is due at `k * every`.
     let every = load.rate.map(|rate| Duration::from_secs_f64(load.pipeline as f64 * load.connections as f64 / rate));
     let (start, mut batches) = (Instant::now(), 0u32);
@@ -238,7 +245,7 @@ async fn connection_load(
             }
             None => Instant::now(),
         };
-        let (good, bad) = conn.execute(&load.board, load.mode, &ops).await?;
+        let (good, bad) = conn.execute(&load.board, load.mode, &ops, wids.as_mut()).await?;
         let micros = sent.elapsed().as_micros() as u64;
         histogram.saturating_record_n(micros.max(1), granted);
         ok += good;
@@ -399,9 +406,11 @@ mod tests {
                 assert_eq!(args.load.duration, 3.0);
                 assert_eq!(args.redis.as_deref(), Some("redis://x:1"));
             }
-            None => panic!("no sweep"),
+            _ => panic!("no sweep"),
         }
         assert!(Cli::try_parse_from(["bench", "--workload", "set", "sweep"]).is_err());
+        let cli = Cli::try_parse_from(["bench", "--wid", "--mode", "incr"]).unwrap();
+        assert!(cli.bench.run.load.wid && !load(KeyDistribution::Uniform, Workload::Set).wid);
     }
 
     #[test]
@@ -411,6 +420,7 @@ mod tests {
             server_version: Some("7.0.15".into()),
             workload: Workload::Set,
             mode: rankd_client::Mode::Best,
+            wid: true,
             distribution: KeyDistribution::Zipf,
             zipf_exponent: Some(1.0),
             players: 10,
@@ -434,7 +444,7 @@ mod tests {
             machine_idle_seconds: Some(0.25),
         };
         assert_eq!(report.csv_row().split(',').count(), Report::CSV_HEADER.split(',').count());
-        assert!(report.csv_row().ends_with(",0.50,,1.50,0.25"), "{}", report.csv_row());
+        assert!(report.csv_row().ends_with(",0.50,,1.50,0.25,true"), "{}", report.csv_row());
         assert_eq!((report.machine_busy_cores(), report.machine_idle_cores()), (Some(1.5), Some(0.25)));
         assert_eq!(report.server_cpu_us_per_op(), Some(100_000.0));
         assert_eq!(csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");

@@ -7,7 +7,7 @@ use rankd_bench::BenchCommand;
 
 /// Load-generate against a running rankd (or Redis, `--target redis://...`)
 /// and report throughput, latency and CPU; `rankd-bench sweep` compares
-/// shard counts.
+/// shard counts; `rankd-bench watch-latency` times watch pushes.
 #[derive(Debug, Parser)]
 #[command(name = "rankd-bench", version, about)]
 struct Cli {

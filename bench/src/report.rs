@@ -21,6 +21,9 @@ pub struct Report {
     pub workload: Workload,
     /// How writes combined with the stored scores (`--mode`).
     pub mode: Mode,
+    /// Every write carried a unique `wid` (`--wid`).
+    #[serde(default)]
+    pub wid: bool,
     /// How players were picked.
     pub distribution: KeyDistribution,
     /// Zipf exponent, for `zipf`.
@@ -81,7 +84,7 @@ impl Report {
     pub const CSV_HEADER: &'static str = "target,server_version,workload,mode,distribution,zipf_exponent,players,\
                                           connections,pipeline,ops,errors,seconds,ops_per_sec,p50_us,p99_us,\
                                           p999_us,max_us,offered_rate,server_cpu_seconds,client_cpu_seconds,\
-                                          machine_busy_seconds,machine_idle_seconds";
+                                          machine_busy_seconds,machine_idle_seconds,wid";
 
     /// One CSV row.
     pub fn csv_row(&self) -> String {
@@ -108,6 +111,7 @@ impl Report {
             self.client_cpu_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
             self.machine_busy_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
             self.machine_idle_seconds.map(|s| format!("{s:.2}")).unwrap_or_default(),
+            self.wid.to_string(),
         ]
         .join(",")
     }
@@ -170,6 +174,7 @@ pub fn print(report: &Report) {
     let version = report.server_version.as_ref().map(|v| format!(" (v{v})")).unwrap_or_default();
     let offered = report.offered_rate.map(|r| format!(", offered {r:.0} ops/s")).unwrap_or_default();
     let mode = match report.workload {
+        Workload::Set | Workload::Mixed if report.wid => format!("mode {} with wids, ", report.mode.name()),
         Workload::Set | Workload::Mixed => format!("mode {}, ", report.mode.name()),
         _ => String::new(),
     };

@@ -13,7 +13,7 @@
 //! | prefill           | `set_many` of 10 000  | `ZADD` of 1000 pairs                         |
 
 use rankd_client::ConnectOptions;
-use rankd_client::{set_call, Call, Client, Mode, OpKind};
+use rankd_client::{set_call, Call, Client, Mode, OpKind, WidSource};
 use serde::de::IgnoredAny;
 
 use crate::args::Workload;
@@ -289,11 +289,18 @@ impl Conn {
         Ok(())
     }
 
-    /// Sends `ops` as one pipeline and returns (answered ok, answered with an error).
-    pub async fn execute(&mut self, board: &str, mode: Mode, ops: &[Op]) -> Result<(u64, u64), BenchError> {
+    /// Sends `ops` as one pipeline and returns (answered ok, answered with an
+    /// error). With `wids`, every rankd write carries a new `wid` from it.
+    pub async fn execute(
+        &mut self,
+        board: &str,
+        mode: Mode,
+        ops: &[Op],
+        mut wids: Option<&mut WidSource>,
+    ) -> Result<(u64, u64), BenchError> {
         match self {
             Conn::Rankd(client) => {
-                let calls: Vec<Call> = ops.iter().map(|op| rankd_call(board, mode, op)).collect();
+                let calls: Vec<Call> = ops.iter().map(|op| rankd_call(board, mode, op, wids.as_deref_mut())).collect();
                 Ok(client.pipeline_outcomes(&calls).await?)
             }
             Conn::Redis(redis) => redis.execute(board.as_bytes(), mode, ops).await,
@@ -301,9 +308,15 @@ impl Conn {
     }
 }
 
-fn rankd_call(board: &str, mode: Mode, op: &Op) -> Call {
+fn rankd_call(board: &str, mode: Mode, op: &Op, wids: Option<&mut WidSource>) -> Call {
     match *op {
-        Op::Write { player: p, score } => set_call(board, &player(p), score, mode),
+        Op::Write { player: p, score } => {
+            let call = set_call(board, &player(p), score, mode);
+            match wids {
+                Some(wids) => call.with("wid", wids.next_wid()),
+                None => call,
+            }
+        }
         Op::Rank(p) => Call::new(OpKind::Rank).with("board", board).with("player", player(p)),
         Op::Top => Call::new(OpKind::Top).with("board", board).with("limit", 10),
         Op::Around(p) => {
