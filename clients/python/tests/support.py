@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -227,3 +229,67 @@ def event_where(
         if wanted(event):
             return event
         seen.append(event)
+
+
+class Proxy:
+    """Relays TCP connections to `upstream` (host:port) byte for byte (so
+    TLS too), and on cue stops handing one connection's replies to the
+    client: a reply lost on the way, as after a network failure."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = split_addr(upstream)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        #: Per accepted connection: set to withhold the server's bytes.
+        self.holds: List[threading.Event] = []
+        self._socks: List[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hold_replies(self, connection: int) -> None:
+        """From now on, the server's bytes on `connection` (0: the first
+        accepted) are read and dropped."""
+        self.holds[connection].set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection((self.upstream["host"], self.upstream["port"]))
+            hold = threading.Event()
+            with self._lock:
+                self._socks += [client, server]
+                self.holds.append(hold)
+            threading.Thread(target=self._relay, args=(client, server, None), daemon=True).start()
+            threading.Thread(target=self._relay, args=(server, client, hold), daemon=True).start()
+
+    @staticmethod
+    def _relay(source: socket.socket, sink: socket.socket, hold: Optional[threading.Event]) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if hold is None or not hold.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+        with self._lock:
+            for sock in self._socks:
+                sock.close()
+
+    def __enter__(self) -> Proxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

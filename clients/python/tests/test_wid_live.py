@@ -1,5 +1,7 @@
 """Idempotent writes against a real rankd (`RANKD_ADDR`): a (board, wid)
-applies once; a repeat answers the first result with `"dup": true`."""
+applies once; a repeat answers the first result with `"dup": true`; a
+write whose reply is lost is sent again by the client with its wid and
+counts once."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import uuid
 from typing import Callable
 
 import pytest
-from support import AnyClient, write
+from support import ENV, AnyClient, Proxy, write
 
 import rankd
 
@@ -90,3 +92,20 @@ def test_a_wid_out_of_range_is_a_bad_request(
             db.set(name, "p", 1, wid=wid)
         assert refused.value.code == "bad_request"
     assert db.set(name, "p", 2, wid="w" * 64) == 2
+
+
+def test_a_write_whose_reply_is_lost_is_sent_again_and_counts_once(
+    connect: Callable[..., AnyClient], board: Callable[[str], str]
+) -> None:
+    name = board("wid_lost")
+    with Proxy(str(ENV.addr)) as proxy:
+        db = connect(addr=proxy.addr, token=ENV.write_token, timeout=1.5)
+        assert db.ping() == "pong"
+        proxy.hold_replies(0)  # the server applies the next write; its reply never arrives
+        total, info = write(db, "set", name, "p", 5, mode="incr")
+        assert total == 5, "the first send's result"
+        assert info is not None and info.dup and info.sends == 2, info
+        assert db.reconnects == 1
+        total, info = write(db, "set", name, "p", 5, mode="incr")
+        assert total == 10 and info is not None and not info.dup
+    assert connect().get(name, "p") == 10, "each incr counted once"
