@@ -307,3 +307,37 @@ async fn a_watcher_that_never_reads_holds_neither_memory_nor_writers() {
     assert_eq!(server.metric("rankd_watches_open", &[]), 64.0);
     drop(idle);
 }
+
+/// `rankd watch BOARD --top N --json` prints each push as a JSON line and
+/// exits 0 once the board is dropped; `rankd set --wid` applies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_watches_until_the_board_is_dropped() {
+    use std::io::{BufRead, BufReader};
+    let server = Server::start(2);
+    let rankd = env!("CARGO_BIN_EXE_rankd");
+    let mut child = std::process::Command::new(rankd)
+        .args(["watch", "-s", &server.addr, "cli", "--top", "2", "--interval-ms", "10", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("rankd watch starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("its stdout")).lines();
+    let mut next_line = move || lines.next().expect("a line").expect("readable");
+    let line = tokio::task::spawn_blocking(move || (next_line(), next_line));
+    let (first, mut next_line) = line.await.unwrap();
+    assert_eq!(first, r#"{"watch":1,"event":[]}"#);
+    for _ in 0..2 {
+        let out = std::process::Command::new(rankd)
+            .args(["set", "-s", &server.addr, "cli", "alice", "5", "--mode", "incr", "--wid", "once"])
+            .output()
+            .expect("rankd set runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5", "the repeat answers the first result");
+    }
+    let pushed = tokio::task::spawn_blocking(move || (next_line(), next_line)).await.unwrap();
+    let (pushed, mut next_line) = pushed;
+    assert_eq!(pushed, r#"{"watch":1,"event":[{"player":"alice","score":5,"rank":1}]}"#);
+    server.client().await.drop_board("cli").await.unwrap();
+    let last = tokio::task::spawn_blocking(move || next_line()).await.unwrap();
+    assert_eq!(last, r#"{"watch":1,"event":null}"#);
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().expect("it exits");
+    assert!(status.success());
+}

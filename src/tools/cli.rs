@@ -33,6 +33,11 @@ pub enum Command {
         /// set, best or incr.
         #[arg(long, default_value = "set")]
         mode: String,
+        /// Apply at most once: a repeat with the same wid (within the
+        /// server's dedup horizon) answers the first result and changes
+        /// nothing.
+        #[arg(long)]
+        wid: Option<String>,
     },
     /// A player's score.
     Get {
@@ -77,6 +82,14 @@ pub enum Command {
     },
     /// All boards.
     Boards(ClientArgs),
+    /// Print a board's top or a player's rank each time it changes, until
+    /// interrupted: `rankd watch BOARD --top 10` or `--player NAME`.
+    Watch {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        watch: rankd_client::cli::WatchArgs,
+    },
     /// Verify a stopped server's data dir (trees, index and players agree).
     Check {
         /// The data dir to check.

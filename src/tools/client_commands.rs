@@ -3,7 +3,9 @@
 
 use rmpv::Value;
 
-use rankd_client::{Call, ClientError, OpKind};
+use futures::StreamExt;
+use rankd_client::cli::{show_push, WatchArgs};
+use rankd_client::{Call, ClientError, OpKind, WatchEvent, Watcher};
 
 use crate::tools::cli::{ClientArgs, Command};
 
@@ -13,10 +15,16 @@ pub async fn run(command: Command) -> Result<(), ClientError> {
         Command::Serve(_) | Command::Import(_) | Command::Export(_) | Command::Check { .. } => {
             unreachable!("not a single-request client command")
         }
+        Command::Watch { client, watch: spec } => return watch(client, spec).await,
         Command::Ping(args) => (args, Call::new(OpKind::Ping), plain),
-        Command::Set { client, board, player, score, mode } => (
+        Command::Set { client, board, player, score, mode, wid } => (
             client,
-            Call::new(OpKind::Set).with("board", board).with("player", player).with("score", score).with("mode", mode),
+            Call::new(OpKind::Set)
+                .with("board", board)
+                .with("player", player)
+                .with("score", score)
+                .with("mode", mode)
+                .with_opt("wid", wid),
             plain,
         ),
         Command::Get { client, board, player } => {
@@ -49,6 +57,25 @@ pub async fn run(command: Command) -> Result<(), ClientError> {
         println!("{json}");
     } else {
         println!("{}", show(&result));
+    }
+    Ok(())
+}
+
+/// `rankd watch`: prints every push (a JSON line each with `--json`)
+/// until the watch ends (its board was dropped) or the connection closes.
+async fn watch(args: ClientArgs, spec: WatchArgs) -> Result<(), ClientError> {
+    let mut watcher = Watcher::connect_with(&args.server, &args.connect.options()?).await?;
+    watcher.watch(&spec.spec()).await?;
+    while let Some(push) = watcher.next().await {
+        let push = push?;
+        if args.json {
+            println!("{}", serde_json::to_string(&push).map_err(|e| ClientError::Protocol(e.to_string()))?);
+        } else {
+            println!("{}\n", show_push(&push));
+        }
+        if push.event == WatchEvent::Ended {
+            break;
+        }
     }
     Ok(())
 }
