@@ -336,7 +336,7 @@ async fn the_cli_watches_until_the_board_is_dropped() {
     let (pushed, mut next_line) = pushed;
     assert_eq!(pushed, r#"{"watch":1,"event":[{"player":"alice","score":5,"rank":1}]}"#);
     server.client().await.drop_board("cli").await.unwrap();
-    let last = tokio::task::spawn_blocking(move || next_line()).await.unwrap();
+    let last = tokio::task::spawn_blocking(next_line).await.unwrap();
     assert_eq!(last, r#"{"watch":1,"event":null}"#);
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().expect("it exits");
     assert!(status.success());
