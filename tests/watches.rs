@@ -333,7 +333,7 @@ async fn the_cli_watches_until_the_board_is_dropped() {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5", "the repeat answers the first result");
     }
     let pushed = tokio::task::spawn_blocking(move || (next_line(), next_line)).await.unwrap();
-    let (pushed, mut next_line) = pushed;
+    let (pushed, next_line) = pushed;
     assert_eq!(pushed, r#"{"watch":1,"event":[{"player":"alice","score":5,"rank":1}]}"#);
     server.client().await.drop_board("cli").await.unwrap();
     let last = tokio::task::spawn_blocking(next_line).await.unwrap();
