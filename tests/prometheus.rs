@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rankd_client::{set_call, Call, Client, Mode, OpKind, Order, Ties};
+use futures::StreamExt;
+use rankd_client::{set_call, Call, Client, ConnectOptions, Mode, OpKind, Order, Ties, WatchSpec, Watcher};
 use rmpv::Value as Msg;
 use serde_json::Value;
 
@@ -217,6 +218,8 @@ async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), r
             .with("after", 3),
         Call::new(OpKind::Boards),
         Call::new(OpKind::Remove).with("board", "season").with("player", player(round * 17 + 1).as_str()),
+        // an idempotent write, repeated every other round (a replay)
+        set_call("season", &player(round * 19), 1, Mode::Incr).with("wid", format!("w{}", round / 2)),
         // client errors: unknown op, a limit over the maximum, a board config conflict
         Call::named("no_such_op"),
         Call::new(OpKind::Top).with("board", "season").with("limit", 5000),
@@ -330,6 +333,14 @@ async fn every_dashboard_query_returns_data_from_a_live_rankd() {
     let server = common::Server::start(2);
     let mut client = server.client().await;
     client.create_board("season", Order::Desc, Ties::Competition).await.expect("create board");
+    // A watcher of the top 10 that reads every push, and one that never
+    // reads (its pushes coalesce).
+    let mut watcher = Watcher::connect_with(&server.addr, &ConnectOptions::default()).await.expect("watcher");
+    watcher.watch(&WatchSpec::top("season", 10).interval(Duration::from_millis(50))).await.expect("watch");
+    let reading = tokio::spawn(async move { while let Some(Ok(_)) = watcher.next().await {} });
+    let mut idle = Client::connect(&server.addr).await.expect("an idle watcher");
+    let _: Msg =
+        idle.call(WatchSpec::top("season", 100).interval(Duration::from_millis(10)).call()).await.expect("watch");
 
     // Load in the background for as long as Prometheus scrapes.
     let stop = Arc::new(AtomicBool::new(false));
@@ -351,6 +362,8 @@ async fn every_dashboard_query_returns_data_from_a_live_rankd() {
     let checked = tokio::task::spawn_blocking(move || check_dashboard_against_prometheus(&metrics_addr)).await;
     stop.store(true, Ordering::Relaxed);
     let rounds = load.await.expect("load task");
+    reading.abort();
+    drop(idle);
     if let Err(e) = checked {
         std::panic::resume_unwind(e.into_panic());
     }
