@@ -85,14 +85,22 @@ pub fn read_b() -> Vec<Op> {
     ]
 }
 
-/// One request of every op but `ping` and `auth` (every `OpKind`:
-/// protocol.md's version-1 ops; the server has none of version 1.1's
-/// `ranks`, `watch` and `unwatch` yet), each with valid fields, and the
-/// exact result protocol.md gives for it, sent in this order on a fresh
-/// server: [`fill_b`], [`read_b`], then r removed, `boards`, and `b` dropped.
+/// One request of every op but `ping` and `auth` (every `OpKind`), each
+/// with valid fields, and the exact result protocol.md gives for it, sent
+/// in this order on one connection of a fresh server: [`fill_b`],
+/// [`read_b`], a watch opened and ended, then r removed, `boards`, and `b`
+/// dropped.
 pub fn every_other_op() -> Vec<Op> {
     let mut ops = fill_b();
     ops.extend(read_b());
+    ops.extend([
+        (
+            "watch",
+            Call::new(OpKind::Watch).with("board", "b").with("top", 3),
+            Value::Map(vec![("watch".into(), 1.into())]),
+        ),
+        ("unwatch", Call::new(OpKind::Unwatch).with("watch", 1), Value::from(true)),
+    ]);
     ops.extend([
         ("remove", Call::new(OpKind::Remove).with("board", "b").with("player", "r"), Value::from(true)),
         ("boards", Call::new(OpKind::Boards), boards_b(2)),
