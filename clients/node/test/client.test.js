@@ -377,8 +377,10 @@ describe("framing", () => {
   test("requests are length-prefixed maps with increasing ids and no unset fields", async () => {
     const { socket, client } = fakeClient();
     const replies = [client.set("b", "p", 5_000_000_000, { mode: undefined }), client.top("b", { limit: 3 }), client.ping()];
+    const wid = socket.requests()[0].wid;
+    assert.match(wid, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, "a write gets a random UUID as its wid");
     assert.deepEqual(socket.requests(), [
-      { id: 1, op: "set", board: "b", player: "p", score: 5_000_000_000n },
+      { id: 1, op: "set", board: "b", player: "p", score: 5_000_000_000n, wid },
       { id: 2, op: "top", board: "b", limit: 3 },
       { id: 3, op: "ping" },
     ]);

@@ -127,7 +127,8 @@ describe("conformance cases (clients/conformance/cases.json)", { skip: SKIP }, (
   before(async () => {
     const at = ADDR.lastIndexOf(":");
     const host = ADDR.slice(0, at).replace(/^\[(.*)\]$/, "$1");
-    client = await connect(host, Number(ADDR.slice(at + 1)), { timeoutMs: 10_000 });
+    // Every step goes out exactly as written: no wid added, nothing sent again.
+    client = await connect(host, Number(ADDR.slice(at + 1)), { timeoutMs: 10_000, retryWrites: false, reconnect: false });
   });
 
   after(() => client?.destroy());
