@@ -706,12 +706,21 @@ async fn live_server_answers_random_frames_in_order() {
     });
     let mut replies = FrameReader::new(read, 64 << 20);
     for (k, want) in expect.iter().enumerate() {
-        let body = tokio::time::timeout(Duration::from_secs(10), replies.next_frame())
-            .await
-            .unwrap_or_else(|_| panic!("reply #{k}: none within 10 s"))
-            .unwrap_or_else(|e| panic!("reply #{k}: {e}"))
-            .unwrap_or_else(|| panic!("reply #{k}: the server closed the connection"));
-        let reply = rmpv::decode::read_value(&mut &body[..]).unwrap_or_else(|e| panic!("reply #{k}: not msgpack: {e}"));
+        // Random `watch` requests open watches: their pushes (no `id`) may
+        // come between replies, and are set aside.
+        let reply = loop {
+            let body = tokio::time::timeout(Duration::from_secs(10), replies.next_frame())
+                .await
+                .unwrap_or_else(|_| panic!("reply #{k}: none within 10 s"))
+                .unwrap_or_else(|e| panic!("reply #{k}: {e}"))
+                .unwrap_or_else(|| panic!("reply #{k}: the server closed the connection"));
+            let frame =
+                rmpv::decode::read_value(&mut &body[..]).unwrap_or_else(|e| panic!("reply #{k}: not msgpack: {e}"));
+            match (field(&frame, "id"), field(&frame, "watch"), field(&frame, "event")) {
+                (None, Some(watch), Some(_)) if watch.as_u64().is_some() => continue,
+                _ => break frame,
+            }
+        };
         let id = field(&reply, "id").and_then(Value::as_u64).unwrap_or_else(|| panic!("reply #{k} has no id: {reply}"));
         let (ok, err) = (field(&reply, "ok"), field(&reply, "err"));
         assert!(ok.is_some() != err.is_some(), "reply #{k} needs exactly one of ok/err: {reply}");
