@@ -194,6 +194,8 @@ class Connection {
   socket;
   /** Set once the connection is unusable. */
   failure;
+  /** Whether it failed because the server broke the protocol. */
+  broken = false;
   /** The watches living on this connection, by the id the server gave them. */
   registry = new Map();
   /** Resolves when the socket has closed. */
@@ -249,10 +251,15 @@ class Connection {
     this.socket.write(frame);
   }
 
-  /** Marks the connection unusable, closes the socket and hands the unanswered requests to the client. */
-  fail(error) {
+  /**
+   * Marks the connection unusable, closes the socket and hands the
+   * unanswered requests to the client; `broken`: the server broke the
+   * protocol (nothing is sent again then).
+   */
+  fail(error, broken = false) {
     if (this.failure) return;
     this.failure = error;
+    this.broken = broken;
     clearTimeout(this.#timer);
     this.#timer = undefined;
     const pending = this.#pending.slice(this.#head);
@@ -285,7 +292,7 @@ class Connection {
       try {
         message = this.#decoder.decode(body);
       } catch (err) {
-        return this.fail(new RankdConnectionError(`undecodable frame from the server: ${err.message}`, { cause: err }));
+        return this.fail(new RankdConnectionError(`undecodable frame from the server: ${err.message}`, { cause: err }), true);
       }
       this.#onMessage(message);
       if (this.failure) return;
@@ -303,19 +310,20 @@ class Connection {
       new RankdConnectionError(
         length === 0 ? "the server sent an empty frame" : `the server sent a frame of ${length} bytes, over the ${MAX_FRAME}-byte limit`,
       ),
+      true,
     );
   }
 
   #onMessage(message) {
     if (message === null || typeof message !== "object" || Array.isArray(message) || message instanceof Uint8Array) {
-      return this.fail(new RankdConnectionError("the server sent a frame that is not a map"));
+      return this.fail(new RankdConnectionError("the server sent a frame that is not a map"), true);
     }
     if (!("id" in message) && "watch" in message) {
       this.#hooks.onPush(this, fromWire(message));
       return;
     }
     if (this.inflight === 0) {
-      return this.fail(new RankdConnectionError(`the server answered id ${message.id} with no request in flight`));
+      return this.fail(new RankdConnectionError(`the server answered id ${message.id} with no request in flight`), true);
     }
     const entry = this.#pending[this.#head];
     const id = message.id;
@@ -324,7 +332,7 @@ class Connection {
     // bad_frame) carry id 0; they still answer the oldest request.
     const matches = id === sent || (id === 0 && "err" in message) || (typeof id === "bigint" && id === BigInt(sent));
     if (!matches) {
-      return this.fail(new RankdConnectionError(`expected a reply to id ${sent}, got id ${String(id)}`));
+      return this.fail(new RankdConnectionError(`expected a reply to id ${sent}, got id ${String(id)}`), true);
     }
     this.#pending[this.#head] = undefined;
     this.#head++;
@@ -765,7 +773,7 @@ export class RankdClient extends EventEmitter {
     conn.registry.clear();
     const again = [];
     for (const entry of pending) {
-      if (entry.guarded && reconnect && entry.retries < this.#writeRetries) {
+      if (entry.guarded && reconnect && !conn.broken && entry.retries < this.#writeRetries) {
         entry.retries++;
         again.push(entry);
       } else {

@@ -14,58 +14,13 @@ import assert from "node:assert/strict";
 import { EventEmitter } from "node:events";
 import { describe, test } from "node:test";
 
-import { decode, encode } from "@msgpack/msgpack";
+import { decode } from "@msgpack/msgpack";
 
-import { MAX_FRAME, RankdClient, RankdConnectionError, RankdError, connect } from "../index.js";
+import { MAX_FRAME, RankdClient, RankdConnectionError } from "../index.js";
+import { CA, CLIENT_CERT, CLIENT_KEY, NO_SERVER, READ_TOKEN, WRITE_TOKEN, frame, freshBoard, open, rejectsWithCode, withClient } from "./support.js";
 
-const env = (name) => process.env[name] || undefined;
-const ADDR = env("RANKD_ADDR");
-const CA = env("RANKD_TLS_CA");
-const WRITE_TOKEN = env("RANKD_WRITE_TOKEN");
-const READ_TOKEN = env("RANKD_READ_TOKEN");
-const CLIENT_CERT = env("RANKD_TLS_CLIENT_CERT");
-const CLIENT_KEY = env("RANKD_TLS_CLIENT_KEY");
-
-const NO_SERVER = ADDR ? false : "RANKD_ADDR (host:port of a running rankd) is not set";
 const NO_SECURITY = NO_SERVER || (CA && WRITE_TOKEN && READ_TOKEN ? false : "RANKD_TLS_CA, RANKD_WRITE_TOKEN and RANKD_READ_TOKEN are not all set");
 const NO_MUTUAL_TLS = NO_SECURITY || (CLIENT_CERT && CLIENT_KEY ? false : "RANKD_TLS_CLIENT_CERT and RANKD_TLS_CLIENT_KEY are not set");
-
-/** [host, port] of RANKD_ADDR (`[::1]:7070` too). */
-function address() {
-  const at = ADDR.lastIndexOf(":");
-  return [ADDR.slice(0, at).replace(/^\[(.*)\]$/, "$1"), Number(ADDR.slice(at + 1))];
-}
-
-/** A client of the server under test, as configured by the environment, `options` overriding. */
-function open(options = {}) {
-  const [host, port] = address();
-  const defaults = { caFile: CA, certFile: CLIENT_CERT, keyFile: CLIENT_KEY, token: WRITE_TOKEN, timeoutMs: 10_000 };
-  return connect(host, port, { ...defaults, ...options });
-}
-
-/** Runs `body` with a fresh client, closed afterwards. */
-async function withClient(body, options) {
-  const client = await open(options);
-  try {
-    return await body(client);
-  } finally {
-    client.destroy();
-  }
-}
-
-let boards = 0;
-/** A board name no other test (or earlier run on the same server) uses. */
-const freshBoard = (what) => `node.${what}.${process.pid}.${Date.now().toString(36)}.${boards++}`;
-
-/** Asserts that `promise` rejects with a RankdError of `code`. */
-async function rejectsWithCode(promise, code) {
-  await assert.rejects(promise, (err) => {
-    assert.ok(err instanceof RankdError, `expected a RankdError, got ${err}`);
-    assert.equal(err.code, code, `expected ${code}, got ${err.code}: ${err.msg}`);
-    assert.equal(typeof err.msg, "string");
-    return true;
-  });
-}
 
 /** assert.rejects with an error class. */
 const rejects = (promise, type) => assert.rejects(promise, type);
@@ -360,14 +315,6 @@ class FakeSocket extends EventEmitter {
   }
 }
 
-/** One frame: the 4-byte big-endian length and the msgpack of `value`. */
-function frame(value) {
-  const body = encode(value, { useBigInt64: true });
-  const header = Buffer.alloc(4);
-  header.writeUInt32BE(body.length);
-  return Buffer.concat([header, body]);
-}
-
 function fakeClient(options) {
   const socket = new FakeSocket();
   return { socket, client: new RankdClient(socket, options) };
@@ -386,6 +333,39 @@ describe("framing", () => {
     ]);
     socket.feed(Buffer.concat([frame({ id: 1, ok: 5_000_000_000 }), frame({ id: 2, ok: [] }), frame({ id: 3, ok: "pong" })]));
     assert.deepEqual(await Promise.all(replies), [5_000_000_000, [], "pong"]);
+  });
+
+  test("a reply marked dup resolves with its result; {info: true} tells the wid, dup and sends", async () => {
+    const { socket, client } = fakeClient();
+    const plain = client.set("b", "p", 5, { mode: "incr", wid: "w-1" });
+    const detailed = client.remove("b", "p", { wid: "w-2", info: true });
+    const fresh = client.setMany("b", [["p", 1]], { info: true });
+    const [set, remove, many] = socket.requests();
+    assert.deepEqual([set.wid, remove.wid], ["w-1", "w-2"]);
+    assert.match(many.wid, /^[0-9a-f-]{36}$/);
+    assert.equal("info" in set || "info" in remove || "info" in many, false, "info is not sent");
+    socket.feed(
+      Buffer.concat([
+        frame({ id: 1, ok: 5, dup: true }),
+        frame({ id: 2, ok: true, dup: true }),
+        frame({ id: 3, ok: [1] }),
+      ]),
+    );
+    assert.equal(await plain, 5);
+    assert.deepEqual(await detailed, { result: true, dup: true, wid: "w-2", sends: 1 });
+    assert.deepEqual(await fresh, { result: [1], dup: false, wid: many.wid, sends: 1 });
+  });
+
+  test("with retryWrites off, writes go out as given", async () => {
+    const { socket, client } = fakeClient({ retryWrites: false });
+    assert.equal(client.retryWrites, false);
+    client.set("b", "p", 1).catch(() => {});
+    client.remove("b", "p", { wid: "mine" }).catch(() => {});
+    assert.deepEqual(
+      socket.requests().map(({ op, wid }) => [op, wid]),
+      [["set", undefined], ["remove", "mine"]],
+    );
+    client.destroy();
   });
 
   test("replies split into single bytes, and many replies in one chunk", async () => {
