@@ -780,11 +780,11 @@ export class RankdClient extends EventEmitter {
         entry.fail(this.#lost(error, entry));
       }
     }
-    if (conn === this.#conn && reconnect) emitSafely(this, "disconnect", error);
     if (again.length > 0) this.#queue.unshift(...again);
     this.#endExhaustedWatches(error);
     if (this.#queue.length > 0 || this.#waitingWatches().length > 0) this.#startReconnecting();
     this.#checkIdle();
+    if (conn === this.#conn && reconnect) emitSafely(this, "disconnect", error);
   }
 
   /** The open watches without a connection, and not being asked for on one. */
