@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import { DEFAULT_WRITE_RETRIES, RankdConnectionError, retryDelay } from "../index.js";
-import { ADDR, FakeServer, NO_SERVER, Relay, UUID, freshBoard, open, rejectsWithCode, withClient } from "./support.js";
+import { ADDR, FakeServer, NO_SERVER, Relay, UUID, freshBoard, open, rejectsWithCode, sleep, withClient } from "./support.js";
 
 describe("idempotent writes against rankd", { skip: NO_SERVER }, () => {
   test("a repeated wid answers the first result with dup and counts once", async () => {
@@ -268,6 +268,58 @@ describe("idempotent writes against a scripted server", () => {
       assert.equal(db.reconnects, 0);
     } finally {
       db.destroy();
+    }
+  });
+
+  test("nothing is sent again to a server that broke the protocol", async () => {
+    const server = await new FakeServer(async (conn) => {
+      await conn.read();
+      conn.send({ id: 999, ok: 1 });
+      await conn.read();
+    }).start();
+    const db = await server.connect();
+    try {
+      await assert.rejects(db.set("b", "p", 1, { wid: "w-odd" }), (err) => {
+        assert.ok(err instanceof RankdConnectionError);
+        assert.match(err.message, /expected a reply to id 1, got id 999/);
+        assert.deepEqual([err.maybeApplied, err.wid, err.sends], [true, "w-odd", 1]);
+        return true;
+      });
+      await sleep(200);
+      assert.equal(server.connections.length, 1);
+    } finally {
+      db.destroy();
+      await server.stop();
+    }
+  });
+
+  test("close waits for a write being sent again; destroy stops it", async () => {
+    const server = await new FakeServer(async (conn, index) => {
+      const set = await conn.read();
+      if (index === 0 || index === 2) return conn.drop();
+      conn.reply(set, 3);
+    }).start();
+    const db = await server.connect();
+    let doomed;
+    try {
+      const write = db.set("b", "p", 3, { info: true });
+      await new Promise((resolve) => db.once("disconnect", resolve));
+      const closed = db.close();
+      await assert.rejects(db.ping(), /the client is closed/);
+      assert.deepEqual(await write, { result: 3, dup: false, wid: server.connections[1].log[0].wid, sends: 2 });
+      await closed;
+
+      doomed = await server.connect();
+      const lost = doomed.set("b", "p", 4, { wid: "w-4" });
+      await new Promise((resolve) => doomed.once("disconnect", resolve));
+      doomed.destroy(); // while it waits to send again
+      await assert.rejects(lost, (err) => err.maybeApplied === true && err.wid === "w-4" && /destroyed/.test(err.message));
+      await sleep(300);
+      assert.equal(server.connections.length, 3, "nothing sent after destroy");
+    } finally {
+      db.destroy();
+      doomed?.destroy();
+      await server.stop();
     }
   });
 
