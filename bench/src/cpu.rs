@@ -73,6 +73,14 @@ impl ServerCpu {
 /// What the rankd serving metrics at `addr` (`host:port`) says now: its
 /// CPU seconds by thread, and its request-latency histograms.
 pub(crate) async fn scrape_rankd(addr: &str) -> Result<ServerSample, BenchError> {
+    let page = metrics_page(addr).await?;
+    let cpu = cpu_seconds_in(&page)
+        .ok_or_else(|| BenchError::Other(format!("metrics at {addr}: no rankd_thread_cpu_seconds_total")))?;
+    Ok(ServerSample { cpu, latency: Histograms::in_page(&page) })
+}
+
+/// The Prometheus text page served at `addr` (`host:port`).
+pub(crate) async fn metrics_page(addr: &str) -> Result<String, BenchError> {
     let failed = |why: String| BenchError::Other(format!("metrics at {addr}: {why}"));
     let page = tokio::time::timeout(SCRAPE_TIMEOUT, async {
         let mut stream = TcpStream::connect(addr).await?;
@@ -85,9 +93,18 @@ pub(crate) async fn scrape_rankd(addr: &str) -> Result<ServerSample, BenchError>
     .await
     .map_err(|_| failed(format!("no answer within {SCRAPE_TIMEOUT:?}")))?
     .map_err(|e| failed(e.to_string()))?;
-    let page = String::from_utf8_lossy(&page);
-    let cpu = cpu_seconds_in(&page).ok_or_else(|| failed("no rankd_thread_cpu_seconds_total".into()))?;
-    Ok(ServerSample { cpu, latency: Histograms::in_page(&page) })
+    Ok(String::from_utf8_lossy(&page).into_owned())
+}
+
+/// The value of an unlabelled series `name` in a Prometheus text page.
+pub(crate) fn series_in(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The whole process's CPU seconds in a rankd metrics page (the sum over
+/// its threads).
+pub(crate) fn total_cpu_seconds_in(page: &str) -> Option<f64> {
+    cpu_seconds_in(page).map(|cpu| cpu.total)
 }
 
 /// The series of `rankd_thread_cpu_seconds_total` in a Prometheus text page.
@@ -175,6 +192,10 @@ mod tests {
         let used = cpu.since(&earlier);
         assert_eq!((used.total, used.by_thread["shard-0"], used.by_thread["fjall:worker"]), (2.75, 1.5, 1.25));
         assert_eq!(cpu_seconds_in("rankd_ready 1\n"), None);
+        assert_eq!(total_cpu_seconds_in(page), Some(3.75));
+        assert_eq!(series_in(page, "process_cpu_seconds_total"), Some(3.0));
+        assert_eq!(series_in(page, "process_cpu"), None, "a whole name only");
+        assert_eq!(series_in(page, "rankd_thread_cpu_seconds_total"), None, "unlabelled series only");
     }
 
     #[test]

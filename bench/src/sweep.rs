@@ -98,6 +98,9 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         },
         None => None,
     };
+    if args.load.wid && redis.is_some() {
+        return Err(BenchError::Invalid("--wid needs rankd: Redis has no idempotent writes (drop --redis)".into()));
+    }
     let exe = match &args.rankd {
         Some(path) => path.clone(),
         None => serve::locate_rankd()?,

@@ -90,6 +90,11 @@ pub struct WatchLatencyArgs {
     /// How long the watchers keep reading after the last write, seconds.
     #[arg(long, default_value_t = 2.0)]
     pub drain_secs: f64,
+    /// rankd's metrics address (its `--metrics-listen`, host:port): the
+    /// report then gives the server's own count of pushes, of pushes it
+    /// coalesced for slow readers, of its looks at the board, and its CPU.
+    #[arg(long)]
+    pub server_metrics: Option<String>,
     /// Also write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -161,6 +166,8 @@ pub struct WatchReport {
     pub writes_per_sec: f64,
     /// The writers' time, seconds.
     pub seconds: f64,
+    /// The drain after them, seconds (`--drain-secs`).
+    pub drain_seconds: f64,
     /// A write's latency (from when it was due to its acknowledgement),
     /// median, microseconds.
     pub write_p50_us: u64,
@@ -198,14 +205,58 @@ pub struct WatchReport {
     /// Watches whose last push did not show the last acknowledged write
     /// by the end of the drain.
     pub stale_watches: usize,
+    /// What the server counted over the run, given `--server-metrics`.
+    #[serde(default)]
+    pub server: Option<ServerWatchCounts>,
+}
+
+/// The server's watch metrics over a run (from the first write to the end
+/// of the drain).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerWatchCounts {
+    /// Pushes it put for connections (`rankd_watch_pushes_total`).
+    pub pushes: f64,
+    /// Pushes that replaced one a slow reader had not been sent yet
+    /// (`rankd_watch_pushes_coalesced_total`): coalescing for slow
+    /// readers, on top of the interval's.
+    pub coalesced: f64,
+    /// Looks at watched boards: a batch of reads and a fence on every
+    /// shard each (`rankd_watch_looks_total`).
+    pub looks: f64,
+    /// CPU seconds the server used.
+    pub cpu_seconds: f64,
+}
+
+impl ServerWatchCounts {
+    /// The counters in a metrics page.
+    fn in_page(page: &str) -> Self {
+        let series = |name| crate::cpu::series_in(page, name).unwrap_or(0.0);
+        Self {
+            pushes: series("rankd_watch_pushes_total"),
+            coalesced: series("rankd_watch_pushes_coalesced_total"),
+            looks: series("rankd_watch_looks_total"),
+            cpu_seconds: crate::cpu::total_cpu_seconds_in(page).unwrap_or(0.0),
+        }
+    }
+
+    /// What was counted from `earlier` to `self`.
+    fn since(&self, earlier: &Self) -> Self {
+        Self {
+            pushes: self.pushes - earlier.pushes,
+            coalesced: self.coalesced - earlier.coalesced,
+            looks: self.looks - earlier.looks,
+            cpu_seconds: self.cpu_seconds - earlier.cpu_seconds,
+        }
+    }
 }
 
 impl WatchReport {
     /// The CSV header matching [`WatchReport::csv_row`].
     pub const CSV_HEADER: &'static str = "target,watch,watches,connections,interval_ms,offered_writes_per_sec,writes,\
-                                          write_errors,superseded,writes_per_sec,seconds,write_p50_us,write_p99_us,pushes,\
+                                          write_errors,superseded,writes_per_sec,seconds,drain_seconds,write_p50_us,write_p99_us,pushes,\
                                           pushes_per_sec,timed,repeats,coalesced,coalesced_share,p50_us,p99_us,\
-                                          p999_us,max_us,before_ack,unacknowledged,stale_watches";
+                                          p999_us,max_us,before_ack,unacknowledged,stale_watches,server_pushes,\
+                                          server_coalesced,server_looks,server_cpu_seconds";
 
     /// One CSV row.
     pub fn csv_row(&self) -> String {
@@ -221,6 +272,7 @@ impl WatchReport {
             self.superseded.to_string(),
             format!("{:.1}", self.writes_per_sec),
             format!("{:.3}", self.seconds),
+            self.drain_seconds.to_string(),
             self.write_p50_us.to_string(),
             self.write_p99_us.to_string(),
             self.pushes.to_string(),
@@ -236,6 +288,10 @@ impl WatchReport {
             self.before_ack.to_string(),
             self.unacknowledged.to_string(),
             self.stale_watches.to_string(),
+            self.server.as_ref().map(|s| s.pushes.to_string()).unwrap_or_default(),
+            self.server.as_ref().map(|s| s.coalesced.to_string()).unwrap_or_default(),
+            self.server.as_ref().map(|s| s.looks.to_string()).unwrap_or_default(),
+            self.server.as_ref().map(|s| format!("{:.2}", s.cpu_seconds)).unwrap_or_default(),
         ]
         .join(",")
     }
@@ -278,6 +334,17 @@ pub fn print(report: &WatchReport) {
         report.coalesced,
         report.coalesced_share * 100.0
     );
+    if let Some(server) = &report.server {
+        println!(
+            "  server: {:.0} pushes, {:.0} coalesced for slow readers, {:.0} looks at the board; CPU {:.2} cores \
+             ({:.1} us per push)",
+            server.pushes,
+            server.coalesced,
+            server.looks,
+            server.cpu_seconds / (report.seconds + report.drain_seconds),
+            server.cpu_seconds * 1e6 / server.pushes.max(1.0)
+        );
+    }
     if report.before_ack > 0 || report.unacknowledged > 0 || report.stale_watches > 0 {
         println!(
             "  note: {} pushes arrived before their write's acknowledgement (timed as 0), {} showed an \
@@ -443,6 +510,10 @@ pub async fn run(args: &WatchLatencyArgs) -> Result<WatchReport, BenchError> {
     let begin = Instant::now() + Duration::from_millis(100);
     let end = begin + Duration::from_secs_f64(args.duration_secs);
     let drained = end + Duration::from_secs_f64(args.drain_secs);
+    let server_before = match &args.server_metrics {
+        Some(addr) => Some(ServerWatchCounts::in_page(&crate::cpu::metrics_page(addr).await?)),
+        None => None,
+    };
     let readers: Vec<_> = watchers.into_iter().map(|watcher| tokio::spawn(read(watcher, drained))).collect();
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
     let every = Duration::from_secs_f64(1.0 / args.writes_per_sec);
@@ -470,6 +541,12 @@ pub async fn run(args: &WatchLatencyArgs) -> Result<WatchReport, BenchError> {
     let writer_logs = crate::load::join_all(writers).await?;
     let seconds = begin.elapsed().as_secs_f64().min(args.duration_secs).max(1e-9);
     let watch_logs: Vec<WatchLog> = crate::load::join_all(readers).await?.into_iter().flatten().collect();
+    let server = match (&args.server_metrics, server_before) {
+        (Some(addr), Some(before)) => {
+            Some(ServerWatchCounts::in_page(&crate::cpu::metrics_page(addr).await?).since(&before))
+        }
+        _ => None,
+    };
 
     let written = writer_logs.iter().map(|(log, _)| log.len()).sum::<usize>() as u64;
     let write_errors = writer_logs.iter().map(|(_, errors)| errors).sum();
@@ -497,6 +574,7 @@ pub async fn run(args: &WatchLatencyArgs) -> Result<WatchReport, BenchError> {
         superseded,
         writes_per_sec: written as f64 / seconds,
         seconds,
+        drain_seconds: args.drain_secs,
         write_p50_us: write_latency.value_at_quantile(0.5),
         write_p99_us: write_latency.value_at_quantile(0.99),
         pushes: analysis.pushes,
@@ -512,6 +590,7 @@ pub async fn run(args: &WatchLatencyArgs) -> Result<WatchReport, BenchError> {
         before_ack: analysis.before_ack,
         unacknowledged: analysis.unacknowledged,
         stale_watches: analysis.stale_watches,
+        server,
     })
 }
 
@@ -621,6 +700,22 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_counts_come_from_its_metrics() {
+        let page = |pushes: u64, cpu: f64| {
+            format!(
+                "# TYPE rankd_watch_pushes_total counter\nrankd_watch_pushes_total {pushes}\n\
+                 rankd_watch_pushes_coalesced_total 3\nrankd_watch_looks_total 7\n\
+                 rankd_thread_cpu_seconds_total{{thread=\"watch\"}} {cpu}\n"
+            )
+        };
+        let before = ServerWatchCounts::in_page(&page(10, 1.0));
+        let after = ServerWatchCounts::in_page(&page(250, 3.5));
+        let run = after.since(&before);
+        assert_eq!((run.pushes, run.coalesced, run.looks, run.cpu_seconds), (240.0, 0.0, 0.0, 2.5));
+        assert_eq!(ServerWatchCounts::in_page(""), ServerWatchCounts::default());
+    }
+
+    #[test]
     fn flags_parse_and_are_checked() {
         use crate::args::{BenchCommand, BenchSub};
         use clap::Parser;
@@ -673,6 +768,7 @@ mod tests {
             superseded: 0,
             writes_per_sec: 1.0,
             seconds: 1.0,
+            drain_seconds: 0.5,
             write_p50_us: 1,
             write_p99_us: 1,
             pushes: 1,
@@ -688,6 +784,7 @@ mod tests {
             before_ack: 0,
             unacknowledged: 0,
             stale_watches: 0,
+            server: Some(ServerWatchCounts::default()),
         };
         assert_eq!(report.csv_row().split(',').count(), WatchReport::CSV_HEADER.split(',').count());
     }

@@ -301,3 +301,81 @@ fn stalls_script_reports_a_run() {
         assert!(line.trim_start().starts_with(step) && line.contains("over 100 ms:"), "{stdout}");
     }
 }
+
+#[test]
+fn watch_latency_and_wids_against_rankd() {
+    let server = Server::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "watch-latency",
+        "--server",
+        &server.addr,
+        "--watchers",
+        "80",
+        "--writes-per-sec",
+        "100",
+        "--duration-secs",
+        "1",
+        "--drain-secs",
+        "1",
+        "--interval-ms",
+        "20",
+        "--server-metrics",
+        &server.metrics_addr,
+        "--json",
+        "watch.json",
+        "--csv",
+        "watch.csv",
+    ];
+    let out = rankd_bench(&args, dir.path());
+    let report = read_report(&dir.path().join("watch.json"));
+    assert_eq!((report["watches"].as_u64(), report["connections"].as_u64()), (Some(80), Some(2)), "{report}");
+    assert!(report["writes"].as_u64().unwrap() > 0 && report["write_errors"] == 0, "{report}");
+    // Every watch saw pushes, and the last write by the end of the drain.
+    assert!(report["timed"].as_u64().unwrap() >= 80, "{report}");
+    assert_eq!((report["stale_watches"].as_u64(), report["unacknowledged"].as_u64()), (Some(0), Some(0)), "{report}");
+    assert!(report["p50_us"].as_u64().unwrap() <= report["max_us"].as_u64().unwrap(), "{report}");
+    // The server counted at least the pushes received after the first write.
+    let server_pushes = report["server"]["pushes"].as_f64().unwrap_or_else(|| panic!("server counts: {report}"));
+    assert!(server_pushes >= report["pushes"].as_f64().unwrap(), "{report}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("push latency p50"));
+    let csv = std::fs::read_to_string(dir.path().join("watch.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!((lines.len(), lines[0].split(',').count()), (2, lines[1].split(',').count()), "{csv}");
+
+    // Writes with a wid each: all applied, none a replay.
+    let args = ["--server", &server.addr, "--ops", "3000", "--mode", "incr", "--wid", "--json", "wid.json"];
+    rankd_bench(&[&args[..], &["--server-metrics", &server.metrics_addr]].concat(), dir.path());
+    let report = read_report(&dir.path().join("wid.json"));
+    assert_clean(&report);
+    assert_eq!(report["wid"], true, "{report}");
+    assert_eq!(report["ops"].as_u64(), Some(3000), "{report}");
+    // The server kept a record of each wid (its gauge is published once a
+    // second), and replayed none.
+    let records = |page: &str| -> f64 {
+        page.lines()
+            .filter(|line| line.starts_with("rankd_dedup_records{"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let page = loop {
+        let page = metrics_page(&server.metrics_addr);
+        if records(&page) >= 3000.0 || Instant::now() > deadline {
+            break page;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(records(&page) >= 3000.0, "{} wid records", records(&page));
+    assert!(page.lines().any(|line| line == "rankd_dedup_hits_total 0"), "a replay counted:\n{page}");
+}
+
+/// The Prometheus page at `addr`.
+fn metrics_page(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).unwrap();
+    let mut page = String::new();
+    stream.read_to_string(&mut page).unwrap();
+    page
+}

@@ -115,8 +115,9 @@ pub enum WatchEvent {
     /// A `top` watch: the whole list, best first, as `top` answers it.
     Top(Vec<Entry>),
     /// A `player` watch: the player's rank, score and the board's count, or
-    /// `None` while the player is absent. (A dropped board ends a player
-    /// watch with `None` too: the protocol does not tell the two apart.)
+    /// `None` while the player is absent. A dropped board ends a player
+    /// watch with `None` too, which the push does not tell apart;
+    /// [`Watcher::unwatch`] then answers `false`.
     Player(Option<RankInfo>),
     /// A `top` watch ended: its board was dropped. No push follows.
     Ended,
@@ -152,9 +153,11 @@ struct Started {
 /// [`Stream`] of [`Push`]es (or with [`Watcher::next_event`]).
 ///
 /// Nothing is read while the stream is not polled: the server then
-/// coalesces (a slow reader gets the latest state, not a backlog). Pushes
+/// coalesces (a slow reader gets the latest state, not a backlog), but it
+/// closes a connection whose pushes go unread for its idle timeout. Pushes
 /// that arrive while [`Watcher::watch`] or [`Watcher::unwatch`] wait for
-/// their reply are kept, the newest of each watch.
+/// their reply are kept, the newest of each watch. Watches end with their
+/// connection: after the stream ends, connect again and watch again.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), rankd_client::ClientError> {
