@@ -26,10 +26,20 @@ struct Watch {
     pushes: Arc<PushBox>,
     /// The encoded event last pushed; `None` before the first.
     last: Option<Vec<u8>>,
-    /// Its board changed (or it is new) since it was last read.
-    dirty: bool,
+    /// The board's change count when the watch was last taken for a look
+    /// (`None`: never, or the look must be retried). Different from the
+    /// board's: the watch is due a look.
+    seen: Option<u64>,
     /// The earliest its next push may go.
     next_push: Instant,
+}
+
+/// The watches of one board, and how often acknowledged writes changed it:
+/// a write bumps one counter, whatever the number of watches.
+#[derive(Debug, Default)]
+struct BoardWatches {
+    keys: BTreeSet<WatchKey>,
+    changes: u64,
 }
 
 /// The reads one board view needs for its due watches.
@@ -65,22 +75,22 @@ pub enum Offered {
 #[derive(Debug, Default)]
 pub struct Registry {
     watches: HashMap<WatchKey, Watch>,
-    by_board: HashMap<String, BTreeSet<WatchKey>>,
+    by_board: HashMap<String, BoardWatches>,
 }
 
 impl Registry {
     /// Opens a watch; its first look is due at once.
     pub fn add(&mut self, key: WatchKey, spec: WatchSpec, pushes: Arc<PushBox>, now: Instant) {
-        self.by_board.entry(spec.board.clone()).or_default().insert(key);
-        self.watches.insert(key, Watch { spec, pushes, last: None, dirty: true, next_push: now });
+        self.by_board.entry(spec.board.clone()).or_default().keys.insert(key);
+        self.watches.insert(key, Watch { spec, pushes, last: None, seen: None, next_push: now });
     }
 
     /// Ends a watch; whether it was open.
     pub fn remove(&mut self, key: WatchKey) -> bool {
         let Some(watch) = self.watches.remove(&key) else { return false };
-        if let Some(keys) = self.by_board.get_mut(&watch.spec.board) {
-            keys.remove(&key);
-            if keys.is_empty() {
+        if let Some(board) = self.by_board.get_mut(&watch.spec.board) {
+            board.keys.remove(&key);
+            if board.keys.is_empty() {
                 self.by_board.remove(&watch.spec.board);
             }
         }
@@ -103,11 +113,10 @@ impl Registry {
     }
 
     /// An acknowledged write changed `board`: its watches are due a look.
+    /// O(1), whatever the number of watches.
     pub fn changed(&mut self, board: &str) {
-        for key in self.by_board.get(board).into_iter().flatten() {
-            if let Some(watch) = self.watches.get_mut(key) {
-                watch.dirty = true;
-            }
+        if let Some(board) = self.by_board.get_mut(board) {
+            board.changes += 1;
         }
     }
 
@@ -115,7 +124,7 @@ impl Registry {
     pub fn retry(&mut self, keys: impl IntoIterator<Item = WatchKey>) {
         for key in keys {
             if let Some(watch) = self.watches.get_mut(&key) {
-                watch.dirty = true;
+                watch.seen = None;
             }
         }
     }
@@ -126,14 +135,15 @@ impl Registry {
         let mut groups: BTreeMap<(String, Option<u8>, i64), Group> = BTreeMap::new();
         let mut next: Option<Instant> = None;
         for (key, watch) in &mut self.watches {
-            if !watch.dirty {
+            let changes = self.by_board.get(&watch.spec.board).map_or(0, |board| board.changes);
+            if watch.seen == Some(changes) {
                 continue;
             }
             if watch.next_push > now {
                 next = Some(next.map_or(watch.next_push, |n| n.min(watch.next_push)));
                 continue;
             }
-            watch.dirty = false;
+            watch.seen = Some(changes);
             let spec = &watch.spec;
             let view = spec.view;
             let group =
@@ -169,7 +179,7 @@ impl Registry {
     /// Ends every watch of `board` (it was dropped); returns each with
     /// where its last push goes.
     pub fn dropped(&mut self, board: &str) -> Vec<(WatchKey, Arc<PushBox>)> {
-        let keys = self.by_board.remove(board).unwrap_or_default();
+        let keys = self.by_board.remove(board).unwrap_or_default().keys;
         keys.into_iter().filter_map(|key| self.watches.remove(&key).map(|watch| (key, watch.pushes))).collect()
     }
 }
