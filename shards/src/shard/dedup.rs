@@ -14,12 +14,11 @@ impl Shard {
     }
 
     /// Records that the write with `wid` on `board` answered `outcome`, in
-    /// the open batch (call right after staging the write).
+    /// the open batch (call right after staging the write): sealing the
+    /// batch stores its records as one value.
     pub fn record_applied(&mut self, board: u64, wid: Wid, outcome: Outcome) {
-        if let Some((key, value)) = self.dedup.insert(board, wid, outcome, self.now) {
-            self.staged.meta.insert(key, value);
-            self.staged.ops += 1;
-        }
+        self.dedup.insert(board, wid, outcome);
+        self.staged.ops += 1;
     }
 
     /// Whether records are due to expire (past the horizon, or over the

@@ -23,7 +23,7 @@ use super::storage::{
 use super::{LogPositions, Shard};
 use crate::board::{Board, BoardConfig};
 use crate::cache::RecordCache;
-use crate::dedup::{DedupTable, RECORD_PREFIX};
+use crate::dedup::{DedupTable, GROUP_PREFIX};
 use crate::error::ShardError;
 use crate::key::{TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
@@ -123,9 +123,9 @@ impl Shard {
             self.migrate_log()?;
         }
         self.dedup.clear();
-        for item in self.storage.meta.prefix(RECORD_PREFIX) {
+        for item in self.storage.meta.prefix(GROUP_PREFIX) {
             let (key, value) = item.into_inner()?;
-            self.dedup.load(&key, &value).ok_or(ShardError::Corrupt("wid record"))?;
+            self.dedup.load(&key, &value).ok_or(ShardError::Corrupt("wid records"))?;
         }
         Ok(())
     }

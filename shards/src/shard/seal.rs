@@ -201,6 +201,10 @@ impl Shard {
     pub fn seal(&mut self) -> SealedBatch {
         let staged = std::mem::take(&mut self.staged);
         let mut batch = self.storage.db.batch().durability(None);
+        // The batch's `wid` records, as one value (see `crate::dedup`).
+        if let Some((key, Some(records))) = self.dedup.seal_group(self.now) {
+            batch.insert(&self.storage.meta, key, records);
+        }
         for (key, value) in &staged.meta {
             match value {
                 Some(v) => batch.insert(&self.storage.meta, key.as_slice(), v.as_slice()),
