@@ -16,6 +16,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::FastHasher;
+
 /// A write's idempotency key, as the client chose it (1-64 bytes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Wid(Box<str>);
@@ -179,8 +181,10 @@ struct Group {
 #[derive(Debug, Default)]
 pub struct DedupTable {
     limits: DedupLimits,
-    /// Each board's records, by wid.
-    records: HashMap<u64, HashMap<Box<str>, Outcome>>,
+    /// Each board's records, by wid (hashed as the hot paths' maps are:
+    /// fast, and seeded per process, so clients cannot aim wids at one
+    /// bucket).
+    records: HashMap<u64, HashMap<Box<str>, Outcome, FastHasher>, FastHasher>,
     /// Stored groups, oldest first.
     groups: VecDeque<Group>,
     /// Records of the open batch: its group once sealed.
@@ -234,8 +238,12 @@ impl DedupTable {
         self.next_seq += 1;
         let mut group = std::mem::take(&mut self.open);
         (group.key, group.made) = (key.clone(), now);
+        // The next batch's records, sized like this one's.
+        self.open.members.reserve(group.members.len());
+        let next = Vec::with_capacity(self.open_value.len());
+        let value = std::mem::replace(&mut self.open_value, next);
         self.groups.push_back(group);
-        Some((key, Some(std::mem::take(&mut self.open_value))))
+        Some((key, Some(value)))
     }
 
     /// Loads a stored group (opening the shard); a key or value that does
@@ -301,7 +309,7 @@ impl DedupTable {
 
     /// Records held.
     pub fn len(&self) -> usize {
-        self.records.values().map(HashMap::len).sum()
+        self.records.values().map(|records| records.len()).sum()
     }
 
     /// Whether no record is held.
