@@ -3,7 +3,7 @@
 //! twice (protocol 1.1, "Idempotent writes").
 //!
 //! The records a batch makes are stored together, as ONE meta key written
-//! in that batch ([`DedupTable::seal_group`]): after a crash a write and its
+//! in that batch (`DedupTable::seal_group`): after a crash a write and its
 //! record are both there or both gone, and a write with a `wid` costs the
 //! storage a few dozen bytes of one value, not a key of its own. Group keys
 //! start with the second the batch was sealed, so the oldest group is the
@@ -301,7 +301,7 @@ impl DedupTable {
         deleted
     }
 
-    /// Whether [`DedupTable::expire`] has anything to do at `now`.
+    /// Whether `DedupTable::expire` has anything to do at `now`.
     pub fn has_expired(&self, now: i64) -> bool {
         let Some(oldest) = self.groups.front() else { return false };
         self.bytes > self.limits.max_bytes || oldest.made <= now - self.limits.horizon_secs
