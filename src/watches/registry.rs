@@ -132,35 +132,38 @@ impl Registry {
     /// Takes the watches due at `now` (changed, and past their interval),
     /// grouped by board view; and when the next one not yet due will be.
     pub fn take_due(&mut self, now: Instant) -> (Vec<Group>, Option<Instant>) {
-        let mut groups: BTreeMap<(String, Option<u8>, i64), Group> = BTreeMap::new();
+        // Keyed by the watches' own board names: a group's name is copied
+        // once, not once per watch.
+        let mut groups: BTreeMap<(&str, Option<u8>, i64), Group> = BTreeMap::new();
         let mut next: Option<Instant> = None;
-        for (key, watch) in &mut self.watches {
-            let changes = self.by_board.get(&watch.spec.board).map_or(0, |board| board.changes);
-            if watch.seen == Some(changes) {
+        for (key, Watch { spec, seen, next_push, .. }) in &mut self.watches {
+            let changes = self.by_board.get(&spec.board).map_or(0, |board| board.changes);
+            if *seen == Some(changes) {
                 continue;
             }
-            if watch.next_push > now {
-                next = Some(next.map_or(watch.next_push, |n| n.min(watch.next_push)));
+            if *next_push > now {
+                next = Some(next.map_or(*next_push, |n| n.min(*next_push)));
                 continue;
             }
-            watch.seen = Some(changes);
-            let spec = &watch.spec;
+            *seen = Some(changes);
             let view = spec.view;
             let group =
-                groups.entry((spec.board.clone(), view.window.map(|w| w.code()), view.period)).or_insert_with(|| {
+                groups.entry((spec.board.as_str(), view.window.map(|w| w.code()), view.period)).or_insert_with(|| {
                     Group { board: spec.board.clone(), view, top: 0, players: Vec::new(), watches: Vec::new() }
                 });
             match &spec.target {
                 WatchTarget::Top(n) => group.top = group.top.max(*n),
-                WatchTarget::Player(player) => {
-                    if !group.players.contains(player) {
-                        group.players.push(player.clone());
-                    }
-                }
+                WatchTarget::Player(player) => group.players.push(player.clone()),
             }
             group.watches.push((*key, spec.target.clone()));
         }
-        (groups.into_values().collect(), next)
+        let mut groups: Vec<Group> = groups.into_values().collect();
+        for group in &mut groups {
+            // Each player read once, however many watch them.
+            group.players.sort_unstable();
+            group.players.dedup();
+        }
+        (groups, next)
     }
 
     /// Offers a value read for `key` (`frame` frames `event` for the

@@ -78,6 +78,9 @@ pub struct BatchLoop {
     /// While recovering: this shard's share of the dense indexes as its
     /// batches reported it, before the storage was reopened.
     pub(super) reported_dense: Option<DenseShare>,
+    /// Something is staged that no held answer waits for (expired `wid`
+    /// records to delete): the next seal must happen even without one.
+    pub(super) staged_unanswered: bool,
 }
 
 /// What a loop is made of, besides its engine.
@@ -119,6 +122,7 @@ impl BatchLoop {
             last_tick: i64::MIN,
             compacting_seen: Duration::ZERO,
             reported_dense: None,
+            staged_unanswered: false,
         }
     }
 
@@ -256,11 +260,11 @@ impl BatchLoop {
     /// the loop calls again when it is answered, and everything staged
     /// meanwhile joins that next batch.
     pub(super) fn seal_and_submit(&mut self, force: bool) {
-        // Staged without an answer to hold: expired `wid` records.
-        let nothing = self.held.is_empty() && self.engine.with(|shard| shard.has_staged()) != Some(true);
+        let nothing = self.held.is_empty() && !self.staged_unanswered;
         if nothing || (self.pipeline.syncs_in_flight() > 0 && !force) {
             return;
         }
+        self.staged_unanswered = false;
         let held = std::mem::take(&mut self.held);
         let (metrics, observe) = (&self.metrics.shards[self.index], self.metrics.hot_path);
         let mut engine = self.engine.lock();

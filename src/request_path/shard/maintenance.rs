@@ -69,15 +69,14 @@ impl BatchLoop {
     /// horizon (or over its memory bound), for the next batch, and
     /// publishes what the table holds.
     fn expire_wids(&mut self, now: i64) {
-        let Some((records, bytes, early)) = self.engine.with(|shard| {
+        let Some((deleted, (records, bytes, early))) = self.engine.with(|shard| {
             shard.set_time(now);
-            if shard.has_expired_wids() {
-                shard.expire_wids(WID_EXPIRY_BUDGET);
-            }
-            shard.dedup_stats()
+            let deleted = if shard.has_expired_wids() { shard.expire_wids(WID_EXPIRY_BUDGET) } else { 0 };
+            (deleted, shard.dedup_stats())
         }) else {
             return;
         };
+        self.staged_unanswered |= deleted > 0;
         let metrics = &self.metrics.shards[self.index];
         metrics.dedup_records.set(i64::try_from(records).unwrap_or(i64::MAX));
         metrics.dedup_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
