@@ -337,7 +337,8 @@ fn valid_request() -> impl Strategy<Value = Request> {
     let p = player_name;
     let op = prop_oneof![
         Just(Op::Ping),
-        Just(Op::Boards),
+        ("[a-z:]{0,8}", proptest::option::of("[a-z0-9:]{1,12}"), 1usize..=10_000)
+            .prop_map(|(prefix, after, limit)| Op::Boards { prefix, after, limit }),
         ".{0,40}".prop_map(|token| Op::Auth { token: rankd::security::Secret(token) }),
         (b(), arb_config()).prop_map(|(board, config)| Op::CreateBoard { board, config }),
         b().prop_map(|board| Op::DropBoard { board }),
@@ -380,12 +381,13 @@ fn valid_request() -> impl Strategy<Value = Request> {
     (any::<u64>(), op).prop_map(|(id, op)| Request { id, op })
 }
 
-/// The value an optional field takes when it is absent (None: no default,
-/// the canonical encoding omits it).
-fn default_of(key: &str) -> Option<Value> {
+/// The value an optional field of `op` takes when it is absent (None: no
+/// default, the canonical encoding omits it).
+fn default_of(op: &Op, key: &str) -> Option<Value> {
     Some(match key {
         "mode" => "set".into(),
         "period" | "offset" => 0.into(),
+        "limit" if matches!(op, Op::Boards { .. }) => 1000.into(),
         "limit" => 10.into(),
         "interval_ms" => 100.into(),
         "before" | "after" => 5.into(),
@@ -529,7 +531,7 @@ proptest! {
                     match sent(k) {
                         Some(got) => prop_assert!(same(got, v), "field {}: sent {}, decoded {}", k, got, v),
                         None => prop_assert!(
-                            default_of(k).is_some_and(|d| same(&d, v)),
+                            default_of(&req.op, k).is_some_and(|d| same(&d, v)),
                             "field {} absent but decoded as {}", k, v
                         ),
                     }
@@ -586,7 +588,7 @@ proptest! {
         let Value::Map(canonical) = request_value(&req) else { unreachable!() };
         let mut pairs: Vec<(Value, Value)> = Vec::new();
         for (k, v) in canonical {
-            let is_default = default_of(k.as_str().unwrap()).is_some_and(|d| same(&d, &v));
+            let is_default = default_of(&req.op, k.as_str().unwrap()).is_some_and(|d| same(&d, &v));
             match (is_default, drop_defaults, nil_defaults) {
                 (true, true, true) => pairs.push((k, Value::Nil)),
                 (true, true, false) => {}

@@ -318,9 +318,24 @@ impl Client {
         self.call(call.with("before", before).with("after", after)).await
     }
 
-    /// `boards`: every board with its config and count.
+    /// `boards`: the first 1000 boards (every board, on a server holding
+    /// fewer) with their configs and counts, in byte order of their names.
     pub async fn boards(&mut self) -> Result<Vec<BoardInfo>, ClientError> {
         self.call(Call::new(OpKind::Boards)).await
+    }
+
+    /// One page of `boards`: up to `limit` (1 to 10 000) boards whose names
+    /// start with `prefix`, after the board named `after` if given. Ask
+    /// again with `after` set to the last name until a page comes back
+    /// shorter than `limit`.
+    pub async fn boards_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u64,
+    ) -> Result<Vec<BoardInfo>, ClientError> {
+        let call = Call::new(OpKind::Boards).with("prefix", prefix).with_opt("after", after).with("limit", limit);
+        self.call(call).await
     }
 
     /// Sends `calls` as one pipeline and counts the results (ok, failed)

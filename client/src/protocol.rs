@@ -14,6 +14,10 @@ pub const MAX_SET_MANY: usize = 10_000;
 pub const MAX_TOP_LIMIT: u64 = 1000;
 /// Largest `around` `before` and `after`.
 pub const MAX_AROUND: u64 = 500;
+/// Most boards one `boards` page may hold.
+pub const MAX_BOARDS_PAGE: usize = 10_000;
+/// Boards in a `boards` page when `limit` is not given.
+pub const DEFAULT_BOARDS_PAGE: usize = 1000;
 /// Largest `top` a watch may follow.
 pub const MAX_WATCH_TOP: u64 = 100;
 /// Most watches one connection may hold.

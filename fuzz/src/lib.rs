@@ -82,7 +82,11 @@ pub fn check_request_invariants(req: &Request) {
     let board_ok = |b: &str| assert!(protocol_board_ok(b), "invalid board name accepted: {b:?}");
     let player_ok = |p: &str| assert!(protocol_player_ok(p), "invalid player name accepted: {p:?}");
     match &req.op {
-        Op::Ping | Op::Boards | Op::Auth { .. } => {}
+        Op::Ping | Op::Auth { .. } => {}
+        Op::Boards { prefix, after, limit } => {
+            assert!(prefix.len() <= 128 && after.as_ref().is_none_or(|a| a.len() <= 128), "long prefix or after");
+            assert!((1..=10_000).contains(limit), "boards limit {limit} accepted");
+        }
         Op::CreateBoard { board, config } => {
             board_ok(board);
             assert!((1..=4).contains(&config.windows.len()), "windows: {:?}", config.windows);
@@ -268,7 +272,14 @@ pub fn request_value(req: &Request) -> Value {
     let mut f: Vec<(&'static str, Value)> = Vec::new();
     let s = |v: &str| Value::from(v);
     match &req.op {
-        Op::Ping | Op::Boards => {}
+        Op::Ping => {}
+        Op::Boards { prefix, after, limit } => {
+            if !prefix.is_empty() {
+                f.push(("prefix", s(prefix)));
+            }
+            f.extend(after.iter().map(|after| ("after", s(after))));
+            f.push(("limit", Value::from(*limit as u64)));
+        }
         Op::Auth { token } => f.push(("token", s(&token.0))),
         Op::CreateBoard { board, config } => {
             f.push(("board", s(board)));
@@ -373,7 +384,8 @@ pub fn seed_requests() -> Vec<Request> {
             config: BoardConfig { ties: Ties::Dense, windows: vec![Window::Weekly], keep: 1000, ..Default::default() },
         },
         Op::DropBoard { board: b() },
-        Op::Boards,
+        Op::Boards { prefix: String::new(), after: None, limit: 1000 },
+        Op::Boards { prefix: "lvl".into(), after: Some("lvl10".into()), limit: 10_000 },
         Op::Set { board: b(), player: p(), score: 42, mode: Mode::Set, wid: None },
         Op::Set { board: b(), player: "ünï☃".into(), score: i64::MIN, mode: Mode::Best, wid: None },
         Op::Set { board: b(), player: p(), score: i64::MAX, mode: Mode::Incr, wid: Some(Wid::from("retry-7f3a")) },

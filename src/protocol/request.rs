@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use rankd_client::protocol::{
-    DEFAULT_WATCH_INTERVAL_MS, MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT, MAX_WATCH_TOP, MAX_WID, WATCH_INTERVAL_MS,
+    DEFAULT_BOARDS_PAGE, DEFAULT_WATCH_INTERVAL_MS, MAX_AROUND, MAX_BOARDS_PAGE, MAX_SET_MANY, MAX_TOP_LIMIT,
+    MAX_WATCH_TOP, MAX_WID, WATCH_INTERVAL_MS,
 };
 use rankd_client::OpKind;
 use rankd_shards::board::{valid_board_name, valid_player_name};
@@ -67,7 +68,7 @@ pub enum Op {
     Auth { token: Secret },
     CreateBoard { board: String, config: BoardConfig },
     DropBoard { board: String },
-    Boards,
+    Boards { prefix: String, after: Option<String>, limit: usize },
     Set { board: String, player: String, score: i64, mode: Mode, wid: Option<Wid> },
     SetMany { board: String, entries: Vec<(String, i64)>, mode: Mode, wid: Option<Wid> },
     Get { board: String, player: String, view: View },
@@ -89,7 +90,7 @@ impl Op {
             Self::Auth { .. } => OpKind::Auth,
             Self::CreateBoard { .. } => OpKind::CreateBoard,
             Self::DropBoard { .. } => OpKind::DropBoard,
-            Self::Boards => OpKind::Boards,
+            Self::Boards { .. } => OpKind::Boards,
             Self::Set { .. } => OpKind::Set,
             Self::SetMany { .. } => OpKind::SetMany,
             Self::Get { .. } => OpKind::Get,
@@ -284,7 +285,15 @@ impl<'a> Fields<'a> {
             OpKind::Auth => Op::Auth { token: Secret(self.str("token")?.to_string()) },
             OpKind::CreateBoard => Op::CreateBoard { board: self.board()?, config: self.config()? },
             OpKind::DropBoard => Op::DropBoard { board: self.board()? },
-            OpKind::Boards => Op::Boards,
+            OpKind::Boards => Op::Boards {
+                prefix: self.name_part("prefix")?.unwrap_or_default(),
+                after: self.name_part("after")?,
+                limit: match self.opt_u64("limit")? {
+                    None => DEFAULT_BOARDS_PAGE,
+                    Some(limit) if (1..=MAX_BOARDS_PAGE as u64).contains(&limit) => limit as usize,
+                    Some(_) => return Err(Error::BadRequest(format!("field `limit` must be 1 to {MAX_BOARDS_PAGE}"))),
+                },
+            },
             OpKind::Set => Op::Set {
                 board: self.board()?,
                 player: self.player()?,
@@ -320,6 +329,14 @@ impl<'a> Fields<'a> {
                 watch: self.opt_u64("watch")?.ok_or_else(|| Error::BadRequest("missing field `watch`".into()))?,
             },
         })
+    }
+
+    /// A `boards` page's `prefix` or `after`: at most a board name's length.
+    fn name_part(&self, name: &str) -> Result<Option<String>, Error> {
+        match self.opt_str(name)? {
+            Some(text) if text.len() > 128 => Err(Error::BadRequest(format!("field `{name}` is at most 128 bytes"))),
+            text => Ok(text.map(str::to_string)),
+        }
     }
 
     fn wid(&self) -> Result<Option<Wid>, Error> {

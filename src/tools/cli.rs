@@ -80,8 +80,21 @@ pub enum Command {
         client: ClientArgs,
         board: String,
     },
-    /// All boards.
-    Boards(ClientArgs),
+    /// Boards in byte order of their names, a page at a time:
+    /// `rankd boards --prefix lvl --limit 50`, then `--after` the last name.
+    Boards {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Only boards whose name starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Start after this board name (the last one of the page before).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many boards (1-10000).
+        #[arg(long, default_value_t = 1000)]
+        limit: u64,
+    },
     /// Print a board's top or a player's rank each time it changes, until
     /// interrupted: `rankd watch BOARD --top 10` or `--player NAME`.
     Watch {

@@ -48,7 +48,14 @@ pub async fn run(command: Command) -> Result<(), ClientError> {
             show_entries,
         ),
         Command::Count { client, board } => (client, Call::new(OpKind::Count).with("board", board), plain),
-        Command::Boards(args) => (args, Call::new(OpKind::Boards), show_boards),
+        Command::Boards { client, prefix, after, limit } => (
+            client,
+            Call::new(OpKind::Boards)
+                .with_opt("prefix", Some(prefix).filter(|p| !p.is_empty()))
+                .with_opt("after", after)
+                .with("limit", limit),
+            show_boards,
+        ),
     };
     let mut client = args.connect().await?;
     let result: Value = client.call(call).await?;

@@ -1,7 +1,8 @@
 //! The board registry and the global arrival sequence: what the router
 //! decides alone, before any shard is asked.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use rankd_shards::{window, Board, BoardConfig, TreeId, Window};
@@ -23,6 +24,9 @@ pub struct RouterState {
 /// reach order of `ordinal` ties, global across shards).
 pub struct Boards {
     by_name: HashMap<String, Arc<Board>>,
+    /// The names in byte order, for `boards` pages: kept beside the map so a
+    /// write's lookup stays a hash, and a page is a range, not a sort.
+    names: BTreeSet<String>,
     next_board_id: u64,
     next_seq: u64,
 }
@@ -39,8 +43,11 @@ pub enum Created {
 impl Boards {
     /// The registry the shards' stored state describes.
     pub fn new(state: RouterState) -> Self {
+        let by_name: HashMap<String, Arc<Board>> =
+            state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect();
         Self {
-            by_name: state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect(),
+            names: by_name.keys().cloned().collect(),
+            by_name,
             next_board_id: state.max_board_id + 1,
             next_seq: state.max_seq + 1,
         }
@@ -69,6 +76,7 @@ impl Boards {
         let board = Arc::new(Board { id: self.next_board_id, name: name.to_string(), config });
         self.next_board_id += 1;
         self.by_name.insert(name.to_string(), board.clone());
+        self.names.insert(name.to_string());
         board
     }
 
@@ -79,14 +87,28 @@ impl Boards {
 
     /// Forgets `name`; the name may be reused at once (with a new id).
     pub fn remove(&mut self, name: &str) -> Option<Arc<Board>> {
+        self.names.remove(name);
         self.by_name.remove(name)
     }
 
     /// Every board, by name.
     pub fn sorted(&self) -> Vec<Arc<Board>> {
-        let mut boards: Vec<Arc<Board>> = self.by_name.values().cloned().collect();
-        boards.sort_by(|a, b| a.name.cmp(&b.name));
-        boards
+        self.page("", None, usize::MAX)
+    }
+
+    /// Up to `limit` boards whose names start with `prefix`, after the name
+    /// `after` if given, in byte order: one `boards` page. O(log n + limit).
+    pub fn page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<Arc<Board>> {
+        let start = match after {
+            Some(after) if after >= prefix => Bound::Excluded(after),
+            _ => Bound::Included(prefix),
+        };
+        self.names
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|name| name.starts_with(prefix))
+            .take(limit)
+            .filter_map(|name| self.by_name.get(name).cloned())
+            .collect()
     }
 
     /// The next write's arrival sequence.
@@ -153,6 +175,23 @@ mod tests {
         let Ok(Created::New(again)) = boards.create("new", BoardConfig::default()) else { panic!("recreated") };
         assert_eq!(again.id, 12);
         assert_eq!(boards.sorted().iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), ["implicit", "new", "old"]);
+    }
+
+    #[test]
+    fn pages_follow_byte_order_within_the_prefix() {
+        let mut boards = boards();
+        for name in ["lvl2", "lvl10", "lvl1", "lvm", "lv", "a", "lvl3"] {
+            boards.for_write(name);
+        }
+        boards.remove("lvl3");
+        let names = |page: Vec<Arc<Board>>| page.iter().map(|b| b.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(boards.page("lvl", None, 10)), ["lvl1", "lvl10", "lvl2"]);
+        assert_eq!(names(boards.page("lvl", None, 2)), ["lvl1", "lvl10"]);
+        assert_eq!(names(boards.page("lvl", Some("lvl10"), 2)), ["lvl2"]);
+        assert_eq!(names(boards.page("lvl", Some("a"), 1)), ["lvl1"], "after before the prefix");
+        assert_eq!(names(boards.page("lvl", Some("zz"), 5)), Vec::<String>::new());
+        assert_eq!(names(boards.page("", Some("lvm"), 5)), ["old"]);
+        assert_eq!(boards.sorted().len(), 7);
     }
 
     #[test]

@@ -129,9 +129,9 @@ impl Router {
                     Ok(Reply::Bool(true))
                 }))
             }
-            Op::Boards => {
+            Op::Boards { prefix, after, limit } => {
                 let now = self.clock.now();
-                let boards = boards.sorted();
+                let boards = boards.page(&prefix, after.as_deref(), limit);
                 let counts: Vec<Vec<Pending<_>>> = boards
                     .iter()
                     .map(|b| {

@@ -1,0 +1,65 @@
+//! `boards` in pages (protocol 1.1, "Many boards"): byte order of names,
+//! `prefix`, `after` and `limit`, a default page of 1000, the bounds, and
+//! the CLI's flags, over TCP against the real server.
+
+mod common;
+
+use rankd_client::{set_call, Call, Mode, OpKind};
+
+#[tokio::test]
+async fn boards_come_in_pages_in_byte_order_within_a_prefix() {
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    let mut names: Vec<String> = (0..2500).map(|i| format!("lvl{i}")).collect();
+    let calls: Vec<Call> = names.iter().map(|board| set_call(board, "p", 1, Mode::Set)).collect();
+    for reply in client.pipeline::<i64>(&calls).await.unwrap() {
+        reply.unwrap();
+    }
+    for other in ["a", "lvm", "season"] {
+        client.set(other, "p", 1, Mode::Set).await.unwrap();
+    }
+    names.sort();
+
+    // Without fields: the first 1000 of every board.
+    let first = client.boards().await.unwrap();
+    assert_eq!(first.len(), 1000);
+    assert_eq!(first[0].board, "a");
+    assert_eq!(first[1].board, names[0]);
+
+    // Page through the prefix: every lvl board once, in order, each with its player.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = client.boards_page("lvl", after.as_deref(), 700).await.unwrap();
+        seen.extend(page.iter().map(|b| (b.board.clone(), b.count)));
+        if page.len() < 700 {
+            break;
+        }
+        after = page.last().map(|b| b.board.clone());
+    }
+    assert_eq!(seen.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), names);
+    assert!(seen.iter().all(|(_, count)| *count == 1));
+    assert!(client.boards_page("lvl", Some("lvl999"), 10).await.unwrap().is_empty(), "after the last");
+    let page = client.boards_page("", Some("lvl999"), 10).await.unwrap();
+    assert_eq!(page.iter().map(|b| b.board.as_str()).collect::<Vec<_>>(), ["lvm", "season"]);
+
+    // Bounds.
+    for call in [
+        Call::new(OpKind::Boards).with("limit", 0),
+        Call::new(OpKind::Boards).with("limit", 10_001),
+        Call::new(OpKind::Boards).with("prefix", "x".repeat(129)),
+        Call::new(OpKind::Boards).with("after", 5),
+    ] {
+        let err = client.call::<rmpv::Value>(call).await.unwrap_err();
+        assert_eq!(err.code(), Some("bad_request"), "{err}");
+    }
+
+    // The CLI pages the same way.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .args(["boards", "-s", &server.addr, "--prefix", "lvl1", "--after", "lvl10", "--limit", "3", "--json"])
+        .output()
+        .expect("rankd boards runs");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let listed: Vec<&str> = listed.as_array().unwrap().iter().map(|b| b["board"].as_str().unwrap()).collect();
+    assert_eq!(listed, ["lvl100", "lvl1000", "lvl1001"]);
+}
