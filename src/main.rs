@@ -75,6 +75,16 @@ fn main() -> ExitCode {
             eprintln!("exported {rows} rows");
             Ok(())
         }),
+        Command::Backup(args) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => match runtime.block_on(rankd::tools::backup::backup(&args)) {
+                Ok(report) => {
+                    println!("{}", report.describe(&args.to));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            },
+            Err(e) => fail(&e),
+        },
         client => {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt,

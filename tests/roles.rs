@@ -117,7 +117,7 @@ async fn roles_hold(server: &common::Server) {
     // The op lists cover the protocol.
     let (writes, reads) = (write_ops(), read_ops());
     let names = writes.iter().map(|(name, _)| *name).chain(reads.iter().map(|(name, _, _)| *name));
-    ops::assert_every_op_is_tried(names.chain(["auth"]));
+    ops::assert_every_op_is_tried(names.chain(["auth", "backup"]));
 
     // Nothing but ping and auth before auth.
     let mut anonymous = server.client().await;
@@ -147,6 +147,12 @@ async fn roles_hold(server: &common::Server) {
         let err = reader.call::<Value>(call.clone()).await.expect_err(&format!("{name} under a read token"));
         assert_eq!(err.code(), Some("unauthorized"), "{name} under a read token, alone: {err}");
     }
+    // A backup copies everything and holds every shard: the write role's.
+    let err = reader.call::<Value>(Call::new(OpKind::Backup)).await.expect_err("backup under a read token");
+    assert_eq!(err.code(), Some("unauthorized"), "backup under a read token: {err}");
+    let mut backing_up = authed(server, WRITE_TOKEN, &role("write")).await;
+    let (header, _) = ops::backup_to_the_end(&mut backing_up).await;
+    assert_eq!(header.shards, 2);
     // Refused writes are no failed auths: the connection stays, still reading.
     reads_see_the_first_state(&mut reader, "read token, after refused writes").await;
     // And nothing changed for the writer either (no board c, p still 7, ...).

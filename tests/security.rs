@@ -20,10 +20,12 @@ const WRONG_TOKEN: &str = "incorrect-donkey-battery-staple";
 async fn every_op_but_ping_and_auth_waits_for_a_successful_auth() {
     let mut server = common::Server::start_capturing(2, &[], &[("RANKD_AUTH_TOKEN", TOKEN), ("RANKD_LOG", "trace")]);
     let ops = ops::every_other_op();
-    ops::assert_every_op_is_tried(ops.iter().map(|(name, _, _)| *name).chain(["ping", "auth"]));
+    ops::assert_every_op_is_tried(ops.iter().map(|(name, _, _)| *name).chain(["ping", "auth", "backup"]));
 
     let mut client = server.client().await;
     assert_eq!(client.ping().await.unwrap(), "pong", "ping needs no token");
+    let err = client.call::<Value>(Call::new(OpKind::Backup)).await.expect_err("backup before auth");
+    assert_eq!(err.code(), Some("unauthorized"), "backup before auth: {err}");
     let calls: Vec<Call> = ops.iter().map(|(_, call, _)| call.clone()).collect();
     for ((name, _, _), reply) in ops.iter().zip(client.pipeline::<Value>(&calls).await.unwrap()) {
         let err = reply.expect_err("refused before auth");
@@ -49,6 +51,13 @@ async fn every_op_but_ping_and_auth_waits_for_a_successful_auth() {
         let got = reply.as_ref().unwrap_or_else(|e| panic!("{name} after auth: {e}"));
         assert!(same_value(got, want), "{name} after auth: got {got}, want {want}");
     }
+
+    // A backup streams once authenticated (on a connection of its own: it
+    // ends the connection).
+    let mut backup = server.client().await;
+    backup.auth(TOKEN).await.expect("auth");
+    let (header, _) = ops::backup_to_the_end(&mut backup).await;
+    assert_eq!(header.shards, 2);
 
     // The token is in neither the metrics nor anything the server printed.
     let metrics = server.metrics_text();

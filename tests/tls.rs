@@ -225,12 +225,21 @@ async fn every_op_round_trips_over_tls() {
     let tls = TlsFiles::new();
     let mut server = common::Server::start_capturing(2, &tls.server_args(), &[("RANKD_LOG", "trace")]);
 
-    ops::assert_every_op_is_tried(ops::every_other_op().iter().map(|(name, _, _)| *name).chain(["ping", "auth"]));
+    ops::assert_every_op_is_tried(
+        ops::every_other_op().iter().map(|(name, _, _)| *name).chain(["ping", "auth", "backup"]),
+    );
 
     let want = every_op_expected();
     let mut client = tls_client(&server.addr, &tls.ca_file).await;
     let over_tls = every_op(&mut client).await;
     assert_same_results("over TLS", &over_tls, &want);
+    // A backup's stream over TLS holds the 10 000 players `every_op` left
+    // (12 bytes of each name at least; most may still be in the change log,
+    // a few entries).
+    let mut backing_up = tls_client(&server.addr, &tls.ca_file).await;
+    let (header, summary) = ops::backup_to_the_end(&mut backing_up).await;
+    assert_eq!(header.shards, 2);
+    assert!(summary.bytes > 12 * 10_000, "{summary:?}");
 
     // The same ops on a plaintext server answer the same.
     let plain = common::Server::start(2);

@@ -50,9 +50,9 @@ pub struct Written<T> {
 /// [`crate::Watcher`], which decodes them.
 pub struct Client {
     /// Replies, read while requests are still being written.
-    reader: FrameReader<Box<dyn AsyncRead + Send + Unpin>>,
+    pub(crate) reader: FrameReader<Box<dyn AsyncRead + Send + Unpin>>,
     /// Requests, written whole pipelines at a time.
-    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    pub(crate) writer: Box<dyn AsyncWrite + Send + Unpin>,
     /// The id of the next request: replies are matched to calls by it.
     next_id: u64,
     /// Pushes read while waiting for replies.
@@ -237,6 +237,12 @@ impl Client {
             Ok(None) => Ok(None),
             Err(e) => Err(ClientError::Protocol(e.to_string())),
         }
+    }
+
+    /// A fresh request id, for requests sent outside [`Client::pipeline`].
+    pub(crate) fn take_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id - 1
     }
 
     /// `ping`: `"pong"`.

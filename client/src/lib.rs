@@ -104,6 +104,7 @@
 
 #![warn(missing_docs)]
 
+mod backup;
 mod call;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -120,6 +121,7 @@ mod testing;
 mod watch;
 mod wid;
 
+pub use backup::{BackupChunk, BackupHeader, BackupPart, BackupStream, BackupSummary};
 pub use call::{set_call, Call};
 pub use client::{AuthGrant, Client, Written};
 pub use connect::{ConnectOptions, TlsOptions, Token};

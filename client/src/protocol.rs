@@ -119,6 +119,9 @@ wire_names!(
         Watch => "watch",
         /// End a watch.
         Unwatch => "unwatch",
+        /// Stream a consistent copy of the server's data (an operator's op,
+        /// beyond protocol.md; see [`crate::BackupStream`]).
+        Backup => "backup",
     }
 );
 
@@ -126,6 +129,12 @@ impl OpKind {
     /// Whether the op changes what is stored.
     pub const fn is_write(self) -> bool {
         matches!(self, Self::CreateBoard | Self::DropBoard | Self::Set | Self::SetMany | Self::Remove)
+    }
+
+    /// Whether a `read` token may not run the op: writes, and `backup`,
+    /// which holds every shard for a commit and copies everything.
+    pub const fn needs_write_role(self) -> bool {
+        self.is_write() || matches!(self, Self::Backup)
     }
 }
 

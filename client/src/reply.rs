@@ -50,11 +50,11 @@ pub struct BoardInfo {
 
 /// An error reply's body.
 #[derive(Debug, Deserialize)]
-struct ErrBody {
+pub(crate) struct ErrBody {
     /// The error code, kept as text so a newer server's codes still read.
-    code: String,
+    pub code: String,
     /// The server's explanation, for people.
-    msg: String,
+    pub msg: String,
 }
 
 /// A decoded reply: its id, its result as `T` or the server's error, and

@@ -82,7 +82,7 @@ pub fn check_request_invariants(req: &Request) {
     let board_ok = |b: &str| assert!(protocol_board_ok(b), "invalid board name accepted: {b:?}");
     let player_ok = |p: &str| assert!(protocol_player_ok(p), "invalid player name accepted: {p:?}");
     match &req.op {
-        Op::Ping | Op::Auth { .. } => {}
+        Op::Ping | Op::Auth { .. } | Op::Backup => {}
         Op::Boards { prefix, after, limit } => {
             assert!(prefix.len() <= 128 && after.as_ref().is_none_or(|a| a.len() <= 128), "long prefix or after");
             assert!((1..=10_000).contains(limit), "boards limit {limit} accepted");
@@ -272,7 +272,7 @@ pub fn request_value(req: &Request) -> Value {
     let mut f: Vec<(&'static str, Value)> = Vec::new();
     let s = |v: &str| Value::from(v);
     match &req.op {
-        Op::Ping => {}
+        Op::Ping | Op::Backup => {}
         Op::Boards { prefix, after, limit } => {
             if !prefix.is_empty() {
                 f.push(("prefix", s(prefix)));

@@ -31,6 +31,9 @@ pub enum ShardError {
     /// Counts and index disagree (found by [`crate::Shard::check`]).
     #[error("inconsistent shard: {0}")]
     Inconsistent(String),
+    /// A shard image cannot be written where or as asked.
+    #[error("shard image: {0}")]
+    ImageTarget(String),
     /// Invalid branching factor.
     #[error(transparent)]
     Branching(#[from] crate::tree::BadBranching),

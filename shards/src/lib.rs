@@ -42,8 +42,9 @@ pub use error::ShardError;
 pub use key::TreeId;
 pub use record::Record;
 pub use shard::{
-    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ListEntry, Lookups,
-    SealedBatch, Shard, ShardOptions, StorageStats, Upcoming, UpcomingWrite, WrittenBatch, MEMTABLE_OVERRUN,
+    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ImageWriter, ListEntry,
+    Lookups, SealedBatch, Shard, ShardImage, ShardOptions, StorageStats, Upcoming, UpcomingWrite, WrittenBatch,
+    IMAGE_KEYSPACES, MEMTABLE_OVERRUN,
 };
 pub use tree::{CountTree, Repacked};
 

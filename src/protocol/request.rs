@@ -80,6 +80,7 @@ pub enum Op {
     Around { board: String, player: String, before: usize, after: usize, view: View },
     Watch(WatchSpec),
     Unwatch { watch: u64 },
+    Backup,
 }
 
 impl Op {
@@ -102,6 +103,7 @@ impl Op {
             Self::Around { .. } => OpKind::Around,
             Self::Watch(_) => OpKind::Watch,
             Self::Unwatch { .. } => OpKind::Unwatch,
+            Self::Backup => OpKind::Backup,
         }
     }
 
@@ -328,6 +330,7 @@ impl<'a> Fields<'a> {
             OpKind::Unwatch => Op::Unwatch {
                 watch: self.opt_u64("watch")?.ok_or_else(|| Error::BadRequest("missing field `watch`".into()))?,
             },
+            OpKind::Backup => Op::Backup,
         })
     }
 

@@ -30,6 +30,10 @@
 //! pushes are written between replies, each only after its watch's response,
 //! and a connection with watches open is never closed as idle.
 //!
+//! Backups: `backup` ends the connection's reading; once everything before
+//! it is answered, the connection streams the backup (`super::backup`) and
+//! closes.
+//!
 //! Transport: plain TCP or TLS; the connection only sees a reader and a
 //! writer.
 
@@ -104,6 +108,8 @@ enum Decoded {
     Request(Request),
     Invalid(Rejected),
     Answered(u64, OpKind, Result<Reply, Error>),
+    /// A permitted `backup`, streamed once all before it is answered.
+    Backup(u64),
 }
 
 /// How one slot of a dispatched batch gets its reply.
@@ -171,6 +177,7 @@ impl Connection {
                     let closed = self.watching.as_mut().is_some_and(|session| session.close(watch));
                     Decoded::Answered(request.id, OpKind::Unwatch, Ok(Reply::Bool(closed)))
                 }
+                Op::Backup => Decoded::Backup(request.id),
                 _ => Decoded::Request(request),
             },
             Err(Denied::NotAuthenticated) => Decoded::Answered(
@@ -222,6 +229,10 @@ impl Connection {
                 }
                 Decoded::Invalid(rejected) => slots.push((rejected.id, Slot::Rejected(rejected))),
                 Decoded::Answered(id, name, result) => slots.push((id, Slot::Answered(name, result))),
+                Decoded::Backup(id) => {
+                    let refused = Err(Error::Internal("a backup was queued as a request".into()));
+                    slots.push((id, Slot::Answered(OpKind::Backup, refused)));
+                }
             }
         }
         let alone = self.inflight_requests == 0;
@@ -357,6 +368,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         hub: watches,
         watching: None,
     };
+    let mut backup = None;
     let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
     let mut closing = *shutdown.borrow();
     // Received bytes are added to the metric once per reply write, not per frame.
@@ -397,11 +409,12 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     match frame {
                         Ok(Some(body)) => {
                             received += body.len() as u64 + 4;
-                            let decoded = match parse(&body) {
-                                Ok(request) => conn.admit(request),
-                                Err(rejected) => Decoded::Invalid(rejected),
-                            };
-                            conn.pending.push(decoded);
+                            match parse(&body).map(|request| conn.admit(request)) {
+                                // Nothing after it is read.
+                                Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
+                                Ok(decoded) => conn.pending.push(decoded),
+                                Err(rejected) => conn.pending.push(Decoded::Invalid(rejected)),
+                            }
                         }
                         Ok(None) => closing = true,
                         Err(FrameError::Empty) => {
@@ -449,6 +462,19 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 break;
             }
             else => break,
+        }
+    }
+    if let Some(id) = backup {
+        if *shutdown.borrow() {
+            let mut out = Vec::new();
+            encode_error(
+                &mut out,
+                id,
+                &Error::Overloaded("the server is shutting down; back up again after it restarts".into()),
+            );
+            let _ = tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await;
+        } else {
+            super::backup::stream(&mut write_half, id, &conn.router, metrics, limits.idle_timeout).await;
         }
     }
     let _ = write_half.shutdown().await;

@@ -3,6 +3,7 @@
 //! (or fans a read out to all of them), and each [`shard`] actor applies it
 //! in its next round and answers once the round is durable.
 
+pub mod backup;
 pub mod connection;
 pub mod dense_registry;
 pub mod router;

@@ -78,7 +78,7 @@ impl Access {
         match (op, self.role) {
             (OpKind::Ping | OpKind::Auth, _) | (_, Some(Role::Write)) => Ok(()),
             (_, None) => Err(Denied::NotAuthenticated),
-            (op, Some(Role::Read)) if op.is_write() => Err(Denied::ReadOnly),
+            (op, Some(Role::Read)) if op.needs_write_role() => Err(Denied::ReadOnly),
             (_, Some(Role::Read)) => Ok(()),
         }
     }

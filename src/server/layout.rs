@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 /// File name inside the data dir.
 pub const LAYOUT_FILE: &str = "rankd.layout.toml";
-const FORMAT: u32 = 1;
+/// The on-disk format this rankd writes and reads.
+pub const FORMAT: u32 = 1;
 
 /// What a data dir was created with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,14 +94,21 @@ pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result
                     reason: "shard directories exist but the layout file is missing".into(),
                 });
             }
-            std::fs::create_dir_all(data_dir).map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
-            let text = toml::to_string(&wanted)
-                .map_err(|e| LayoutError::Invalid { path: path.clone(), reason: e.to_string() })?;
-            write_durably(data_dir, &path, text.as_bytes()).map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
+            write(data_dir, wanted)?;
             Ok(wanted)
         }
         Err(e) => Err(LayoutError::Io(data_dir.to_path_buf(), e)),
     }
+}
+
+/// Writes the layout file of `data_dir` (created if need be), durably: a
+/// new data dir's, or a restored backup's once its shards are in place.
+pub fn write(data_dir: &Path, layout: Layout) -> Result<(), LayoutError> {
+    let path = data_dir.join(LAYOUT_FILE);
+    std::fs::create_dir_all(data_dir).map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))?;
+    let text =
+        toml::to_string(&layout).map_err(|e| LayoutError::Invalid { path: path.clone(), reason: e.to_string() })?;
+    write_durably(data_dir, &path, text.as_bytes()).map_err(|e| LayoutError::Io(data_dir.to_path_buf(), e))
 }
 
 /// Writes `bytes` to `path` in `dir` so that after a crash or a power cut

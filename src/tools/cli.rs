@@ -113,6 +113,9 @@ pub enum Command {
     Import(crate::tools::transfer::ImportArgs),
     /// Write a board in rank order as CSV.
     Export(crate::tools::transfer::ExportArgs),
+    /// Copy a running server's data, consistent at one moment, into a new
+    /// data dir: `rankd backup --to DIR`, then `rankd serve --data-dir DIR`.
+    Backup(crate::tools::backup::BackupArgs),
 }
 
 /// Where a client subcommand connects and how it prints.

@@ -12,7 +12,7 @@ use crate::tools::cli::{ClientArgs, Command};
 /// Runs a client subcommand against a running server; returns the exit code.
 pub async fn run(command: Command) -> Result<(), ClientError> {
     let (args, call, show): (ClientArgs, Call, fn(&Value) -> String) = match command {
-        Command::Serve(_) | Command::Import(_) | Command::Export(_) | Command::Check { .. } => {
+        Command::Serve(_) | Command::Import(_) | Command::Export(_) | Command::Backup(_) | Command::Check { .. } => {
             unreachable!("not a single-request client command")
         }
         Command::Watch { client, watch: spec } => return watch(client, spec).await,

@@ -131,3 +131,19 @@ pub fn assert_every_op_is_tried<'a>(names: impl IntoIterator<Item = &'a str>) {
     all.sort_unstable();
     assert_eq!(names, all, "every op of the protocol is tried");
 }
+
+/// Streams a `backup` on `client` to its end (the server then closes the
+/// connection) and returns its header and summary: the op every-op tests
+/// try on a connection of its own, as its answer is a stream.
+pub async fn backup_to_the_end(
+    client: &mut rankd_client::Client,
+) -> (rankd_client::BackupHeader, rankd_client::BackupSummary) {
+    let mut stream = client.backup().await.expect("send backup");
+    let Some(rankd_client::BackupPart::Header(header)) = stream.next().await.expect("backup header") else {
+        panic!("a backup starts with its header");
+    };
+    while let Some(part) = stream.next().await.expect("backup part") {
+        assert!(matches!(part, rankd_client::BackupPart::Chunk(_)), "a second header");
+    }
+    (header, stream.summary().expect("a complete backup has a summary"))
+}

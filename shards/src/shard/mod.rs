@@ -58,6 +58,7 @@
 //! - `dedup`: the records of idempotent writes, staged with the writes
 //!   they guard and expired in bounded steps;
 //! - `expiry`: deleting expired periods and dropped boards;
+//! - `image`: point-in-time images of the storage, for online backups;
 //! - `reads`: records, counts and lists;
 //! - `check`: the consistency check.
 
@@ -66,6 +67,7 @@ mod check;
 mod checkpointing;
 mod dedup;
 mod expiry;
+mod image;
 mod open;
 mod options;
 mod prefetch;
@@ -82,6 +84,7 @@ use std::sync::Arc;
 
 pub use self::apply::DenseChange;
 use self::checkpointing::Checkpoints;
+pub use self::image::{ImageWriter, ShardImage, IMAGE_KEYSPACES};
 pub use self::options::{Durability, ShardOptions, CHECKPOINT_EVERY, CHECKPOINT_SLICE_LEAVES, RUN_EVERY};
 pub use self::prefetch::{Upcoming, UpcomingWrite};
 pub use self::reads::{Direction, ListEntry};

@@ -103,7 +103,7 @@ impl Router {
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
             // Answered by the connection, which knows its roles and watches.
-            Op::Auth { .. } | Op::Watch(_) | Op::Unwatch { .. } => {
+            Op::Auth { .. } | Op::Watch(_) | Op::Unwatch { .. } | Op::Backup => {
                 ready(Err(Error::Internal(format!("`{}` reached the router", op.kind()))))
             }
             Op::CreateBoard { board, config } => match boards.create(&board, config) {

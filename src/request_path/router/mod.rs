@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use parking_lot::Mutex;
+use rankd_shards::ShardImage;
 
 pub use boards::{Boards, RouterState};
 
@@ -84,6 +85,18 @@ pub struct Fence;
 
 impl Message for Fence {
     type Result = Result<(), Error>;
+}
+
+/// Asks every shard for an image of what it has committed, at one cut
+/// across shards: the router holds the board registry while it queues the
+/// requests, as every router does while it queues a batch, so each write
+/// (a `set_many` spanning shards too) was queued to all its shards before
+/// the images or to none. Each shard settles before its image, so every
+/// write acknowledged before is in it.
+pub struct TakeImages;
+
+impl Message for TakeImages {
+    type Result = Result<Vec<ShardImage>, Error>;
 }
 
 /// Which ops of a batch may have their ranks answered in place: with
@@ -193,6 +206,19 @@ impl Handler<Fence> for Router {
             futures::future::try_join_all(pending.into_iter().map(answer)).await?;
             Ok(())
         })
+    }
+}
+
+impl Handler<TakeImages> for Router {
+    type Result = ResponseFuture<Result<Vec<ShardImage>, Error>>;
+
+    fn handle(&mut self, _: TakeImages, _: &mut Self::Context) -> Self::Result {
+        let mut outbox = Outbox::new(self.shards.len());
+        let boards = self.boards.lock();
+        let pending = outbox.ask_all(|reply| Command::Image { reply });
+        outbox.send(&self.shards);
+        drop(boards);
+        Box::pin(futures::future::try_join_all(pending.into_iter().map(answer)))
     }
 }
 

@@ -42,6 +42,12 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
         Command::Shutdown { reply } => {
             Some(Held::Done(reply, shard.prepare_shutdown(SHUTDOWN_FLUSH_WAIT).map_err(Error::from)))
         }
+        Command::Image { reply } => {
+            let image = shard.image().map_err(Error::from);
+            before_reply(shard);
+            let _ = reply.send(image);
+            None
+        }
         Command::CheckIncr { board, entries, wid, reply } => {
             // A part applied already is replayed, not applied again.
             let replayed = wid.is_some_and(|wid| shard.applied(board.id, &wid).is_some());

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use rankd_shards::{Board, Direction, ListEntry, Mode, Order, Record, Ties, TreeId, Upcoming, UpcomingWrite, Wid};
+use rankd_shards::{
+    Board, Direction, ListEntry, Mode, Order, Record, ShardImage, Ties, TreeId, Upcoming, UpcomingWrite, Wid,
+};
 use tokio::sync::oneshot;
 
 use super::link::ShardLink;
@@ -121,6 +123,9 @@ pub enum Command {
     /// Answered once everything this shard did before it is durable: what
     /// a watch waits for before it pushes what it read.
     Fence { reply: Responder<()> },
+    /// An image of everything committed, taken once every earlier write is
+    /// (see `Shard::image`): one shard's part of a backup.
+    Image { reply: Responder<ShardImage> },
 }
 
 impl Command {
@@ -142,7 +147,7 @@ impl Command {
     /// committed and its runs written first. (Lists do not: they read
     /// storage under the overlays of everything unwritten.)
     pub fn needs_committed_state(&self) -> bool {
-        matches!(self, Self::DropBoard { .. } | Self::Shutdown { .. })
+        matches!(self, Self::DropBoard { .. } | Self::Shutdown { .. } | Self::Image { .. })
     }
 
     /// What the command will touch, for the round's look-ahead prefetch.
@@ -175,6 +180,7 @@ impl Command {
             Self::Rank { reply, .. } => drop(reply.send(Err(error))),
             Self::CountBefore { reply, .. } => drop(reply.send(Err(error))),
             Self::List { reply, .. } => drop(reply.send(Err(error))),
+            Self::Image { reply } => drop(reply.send(Err(error))),
         }
     }
 }

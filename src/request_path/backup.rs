@@ -1,0 +1,166 @@
+//! `backup`: every shard's image, taken at one cut (see
+//! [`TakeImages`]), streamed to the client as frames (the format is
+//! `rankd_client::BackupStream`'s). The images are read on a thread of
+//! their own and handed over a few chunks at a time, so a slow reader
+//! holds at most [`CHUNKS_AHEAD`] chunks in memory and never a shard's data.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use rankd_client::frame::write_frame_with;
+use rankd_client::{BackupChunk, BackupHeader, BackupPart, BackupSummary, OpKind};
+use rankd_shards::ShardImage;
+use serde::Serialize;
+use serde_bytes::ByteBuf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::error::Error;
+use crate::operations::metrics::Metrics;
+use crate::protocol::encode_error;
+use crate::request_path::router::{Router, TakeImages};
+use crate::server::layout::FORMAT;
+
+/// Bytes of keys and values a chunk gathers before it is sent: well under
+/// a client's frame limit, large enough that framing costs nothing.
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// Chunks encoded ahead of the connection's writes.
+const CHUNKS_AHEAD: usize = 4;
+
+/// Takes the images and streams them to `out` as request `id`'s answer.
+/// A write that takes longer than `write_timeout` ends it (the reader
+/// stopped); so does an error, sent as the last frame.
+pub async fn stream<W: AsyncWrite + Unpin>(
+    out: &mut W,
+    id: u64,
+    router: &Addr<Router>,
+    metrics: Arc<Metrics>,
+    write_timeout: Duration,
+) {
+    let started = Instant::now();
+    let images = match router.send(TakeImages).await {
+        Ok(Ok(images)) => images,
+        Ok(Err(error)) => return fail(out, id, &metrics, error, started, write_timeout).await,
+        Err(_) => {
+            return fail(out, id, &metrics, Error::Internal("router stopped".into()), started, write_timeout).await
+        }
+    };
+    let (frames, mut next) = mpsc::channel(CHUNKS_AHEAD);
+    let spawned = std::thread::Builder::new().name("backup".into()).spawn(move || encode(id, &images, &frames));
+    if let Err(e) = spawned {
+        let error = Error::Internal(format!("starting the backup thread: {e}"));
+        return fail(out, id, &metrics, error, started, write_timeout).await;
+    }
+    let mut outcome = Err(rankd_client::ErrorCode::Internal);
+    while let Some((frame, last)) = next.recv().await {
+        metrics.sent_bytes.inc_by(frame.len() as u64);
+        if !matches!(tokio::time::timeout(write_timeout, out.write_all(&frame)).await, Ok(Ok(()))) {
+            break; // dropping `next` stops the thread
+        }
+        if let Some(last) = last {
+            outcome = last;
+        }
+    }
+    metrics.op(Some(OpKind::Backup)).finish(outcome, started.elapsed());
+}
+
+async fn fail<W: AsyncWrite + Unpin>(
+    out: &mut W,
+    id: u64,
+    metrics: &Metrics,
+    error: Error,
+    started: Instant,
+    write_timeout: Duration,
+) {
+    let mut frame = Vec::new();
+    encode_error(&mut frame, id, &error);
+    let _ = tokio::time::timeout(write_timeout, out.write_all(&frame)).await;
+    metrics.op(Some(OpKind::Backup)).finish(Err(error.code()), started.elapsed());
+}
+
+/// A frame, and for the last one the backup's outcome.
+type Frame = (Vec<u8>, Option<Result<(), rankd_client::ErrorCode>>);
+
+/// Encodes the header, every image's entries in chunks, then the summary
+/// (or the error met) into frames for `frames`; stops early once the
+/// connection is gone.
+fn encode(id: u64, images: &[ShardImage], frames: &mpsc::Sender<Frame>) {
+    let branching = images.first().map_or(0, ShardImage::branching);
+    let header = BackupPart::Header(BackupHeader { format: FORMAT, shards: images.len(), branching });
+    if frames.blocking_send((part_frame(id, &header), None)).is_err() {
+        return;
+    }
+    let mut summary = BackupSummary { shards: images.len(), entries: 0, bytes: 0 };
+    for (shard, image) in images.iter().enumerate() {
+        let mut chunk = Chunk::default();
+        for entry in image.entries() {
+            let (keyspace, key, value) = match entry {
+                Ok(entry) => entry,
+                Err(error) => {
+                    let error = Error::from(error);
+                    let mut frame = Vec::new();
+                    encode_error(&mut frame, id, &error);
+                    let _ = frames.blocking_send((frame, Some(Err(error.code()))));
+                    return;
+                }
+            };
+            if chunk.keyspace != keyspace || chunk.bytes >= CHUNK_BYTES {
+                if !chunk.send(id, shard, frames) {
+                    return;
+                }
+                chunk.keyspace = keyspace;
+            }
+            summary.entries += 1;
+            summary.bytes += (key.len() + value.len()) as u64;
+            chunk.bytes += key.len() + value.len();
+            chunk.entries.push((ByteBuf::from(key), ByteBuf::from(value)));
+        }
+        if !chunk.send(id, shard, frames) {
+            return;
+        }
+    }
+    #[derive(Serialize)]
+    struct Done<'a> {
+        id: u64,
+        ok: &'a BackupSummary,
+    }
+    let _ = frames.blocking_send((framed(&Done { id, ok: &summary }), Some(Ok(()))));
+}
+
+/// Entries gathered for the next chunk frame.
+#[derive(Default)]
+struct Chunk {
+    keyspace: &'static str,
+    entries: Vec<(ByteBuf, ByteBuf)>,
+    bytes: usize,
+}
+
+impl Chunk {
+    /// Sends what was gathered, if anything; false once the connection is gone.
+    fn send(&mut self, id: u64, shard: usize, frames: &mpsc::Sender<Frame>) -> bool {
+        if self.entries.is_empty() {
+            return true;
+        }
+        let chunk = BackupChunk { shard, keyspace: self.keyspace.into(), entries: std::mem::take(&mut self.entries) };
+        self.bytes = 0;
+        frames.blocking_send((part_frame(id, &BackupPart::Chunk(chunk)), None)).is_ok()
+    }
+}
+
+fn part_frame(id: u64, part: &BackupPart) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct PartFrame<'a> {
+        id: u64,
+        backup: &'a BackupPart,
+    }
+    framed(&PartFrame { id, backup: part })
+}
+
+fn framed<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    // Serializing these plain structs into a Vec cannot fail.
+    write_frame_with(&mut out, |out| rmp_serde::encode::write_named(out, value).is_ok());
+    out
+}
