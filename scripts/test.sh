@@ -3,7 +3,8 @@
 # (msgpack and pytest for the Python client's tests, which
 # tests/python_client.rs runs with $RANKD_TEST_PYTHON; the Node client's npm
 # dependencies, and Node itself if there is none; Debian's prometheus
-# package, whose server and promtool check the dashboard and alert rules),
+# package, whose server and promtool check the dashboard and alert rules;
+# fuse3, for the power-cut filesystem of tests/power_cut.rs),
 # then every unit, property and integration test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,11 @@ apt_install() {
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   echo "installing Debian's prometheus package for tests/prometheus.rs"
   apt_install prometheus
+fi
+
+if ! command -v fusermount3 >/dev/null; then
+  echo "installing Debian's fuse3 package for tests/power_cut.rs (the power-cut filesystem mounts with fusermount3)"
+  apt_install fuse3
 fi
 
 if ! command -v redis-server >/dev/null; then

@@ -28,6 +28,10 @@ pub struct TestHooks {
     /// checkpoint, so tests spread checkpoints over many batches.
     #[arg(long = "debug-checkpoint-slice-leaves")]
     pub checkpoint_slice_leaves: Option<usize>,
+    /// Seal memtables past this many KiB, so tests reach many fjall flushes
+    /// and compactions.
+    #[arg(long = "debug-memtable-kib")]
+    pub memtable_kib: Option<u64>,
     /// Queue every rank for the shards, never answering one in place, so
     /// tests cover the queued paths with lone ranks too.
     #[arg(long = "debug-queue-ranks")]

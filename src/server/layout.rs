@@ -101,6 +101,27 @@ pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result
     }
 }
 
+/// Creates the shard directories a data dir lacks, and makes their names
+/// durable. fjall syncs what it creates inside a database's directory but
+/// not the directory's own entry in its parent: after a power cut a new
+/// shard's directory, with the journal of its acknowledged writes, was gone
+/// (found by the power-cut tests).
+pub fn create_shard_dirs(data_dir: &Path, shards: usize) -> Result<(), LayoutError> {
+    let io = |e| LayoutError::Io(data_dir.to_path_buf(), e);
+    let mut created = false;
+    for index in 0..shards {
+        let dir = shard_dir(data_dir, index);
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir).map_err(io)?;
+            created = true;
+        }
+    }
+    if created {
+        sync_dir(data_dir).map_err(io)?;
+    }
+    Ok(())
+}
+
 /// Writes the layout file of `data_dir` (created if need be), durably: a
 /// new data dir's, or a restored backup's once its shards are in place.
 pub fn write(data_dir: &Path, layout: Layout) -> Result<(), LayoutError> {

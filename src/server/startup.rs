@@ -23,6 +23,7 @@ use crate::settings::{DurabilityArg, ServeSettings};
 /// Opens the data dir and every shard, in parallel.
 pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
     layout::check_or_create(&config.data_dir, config.shards, config.branching)?;
+    layout::create_shard_dirs(&config.data_dir, config.shards)?;
     let options = ShardOptions {
         branching: config.branching,
         durability: match config.durability {
@@ -47,6 +48,7 @@ pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
         ShardOptions {
             run_every: hooks.run_every.unwrap_or(options.run_every),
             checkpoint_every: hooks.checkpoint_every.unwrap_or(options.checkpoint_every),
+            memtable_bytes: hooks.memtable_kib.map_or(options.memtable_bytes, |kib| kib << 10),
             checkpoint_slice_leaves: hooks.checkpoint_slice_leaves.unwrap_or(options.checkpoint_slice_leaves),
             ..options
         }

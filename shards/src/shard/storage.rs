@@ -70,12 +70,28 @@ impl Storage {
         let leaves = db.keyspace("tree", || created().compaction_strategy(checkpoint_compaction()))?;
         let meta = keyspace("meta")?;
         let changes = keyspace("changes")?;
+        sync_keyspace_names(path)?;
         let memtables = Memtables {
             keyspaces: [&players, &index, &leaves, &meta, &changes].map(Keyspace::clone).into(),
             limit: options.memtable_bytes,
         };
         Ok(Self { db, players, index, leaves, meta, changes, memtables })
     }
+}
+
+/// Makes the names of the database's keyspace directories durable.
+///
+/// fjall 3.1 creates each keyspace's directory under `keyspaces/` and syncs
+/// what it writes inside it, but never `keyspaces/` itself after adding
+/// one (not even its own meta keyspace): after a power cut a new data
+/// dir's keyspaces were gone and the journal's acknowledged writes with
+/// them (found by the power-cut tests; reported upstream with a
+/// reproducer). Every open syncs it, so any keyspace created so far counts.
+fn sync_keyspace_names(path: &Path) -> Result<(), ShardError> {
+    let sync = |dir: &Path| std::fs::File::open(dir).and_then(|dir| dir.sync_all()).map_err(fjall::Error::from);
+    sync(&path.join("keyspaces"))?;
+    sync(path)?;
+    Ok(())
 }
 
 /// A shard's keyspaces and the memtable size at which they are sealed for
