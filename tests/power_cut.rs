@@ -267,3 +267,35 @@ async fn acknowledged_writes_survive_power_cuts() {
         "{cycles} power cuts; {checked_total} acknowledged-group checks ({GROUP} writes each); {dropped_total} unsynced bytes dropped; lost: 0"
     );
 }
+
+/// A backup is durable once `rankd backup` returns: written onto the
+/// layer, then the power cut, the copy still opens whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_backup_survives_a_power_cut() {
+    let binary = powercut::find_binary().expect("the rankd-powercut binary (cargo build -p rankd-powercut)");
+    let root = tempfile::tempdir().expect("temp dir");
+    let mountpoint = root.path().join("disk");
+    std::fs::create_dir(&mountpoint).expect("mountpoint");
+    let layer = Layer::mount(&binary, &mountpoint).expect("mount the power-cut layer");
+    let server = common::Server::start_with(2, &HOOKS);
+    let mut client = server.client().await;
+    let players: Vec<String> = (0..3000).map(|i| format!("p{i}")).collect();
+    for chunk in players.chunks(1000) {
+        let entries: Vec<(&str, i64)> = chunk.iter().map(|p| (p.as_str(), p.len() as i64)).collect();
+        client.set_many("kept", &entries, Mode::Set).await.expect("set_many");
+    }
+    let copy = mountpoint.join("copy");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .args(["backup", "-q", "--server", &server.addr, "--to"])
+        .arg(&copy)
+        .output()
+        .expect("run rankd backup");
+    assert!(out.status.success(), "rankd backup: {}", String::from_utf8_lossy(&out.stderr));
+    let cut = layer.cut().expect("cut the power");
+    layer.resume().expect("power on");
+    rankd_check(&copy, 0);
+    let restored = common::Server::start_in(&copy, 2, &[]);
+    let mut client = restored.client().await;
+    assert_eq!(client.count("kept").await.expect("count"), 3000, "after a cut that dropped {cut:?}");
+    assert_eq!(client.get("kept", "p2999").await.expect("get"), Some(5));
+}
