@@ -46,6 +46,22 @@ const SHARDS: usize = 3;
 const HOOKS: [&str; 6] =
     ["--debug-run-every", "300", "--debug-checkpoint-every", "1500", "--debug-memtable-kib", "128"];
 
+/// The background work the cycles saw (from the metrics before each cut):
+/// what the cuts may have landed in.
+#[derive(Debug, Default)]
+struct Background {
+    /// Runs written.
+    runs: f64,
+    /// Checkpoints taken.
+    checkpoints: f64,
+    /// Cuts with a run still to be written (sealed, not yet in storage).
+    runs_in_flight: u32,
+    /// Cuts with sealed memtables waiting for fjall to flush them.
+    flushes_waiting: u32,
+    /// Time fjall spent compacting.
+    compacting_seconds: f64,
+}
+
 #[derive(Default, Clone)]
 struct Ledger {
     /// Groups acknowledged: (cycle, writer, group) → the score they got.
@@ -229,6 +245,7 @@ async fn acknowledged_writes_survive_power_cuts() {
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(37);
     let (mut checked_total, mut dropped_total) = (0, 0u64);
+    let mut background = Background::default();
     for cycle in 0..cycles {
         ledger.lock().acked_this_cycle = 0;
         let mut tasks: Vec<_> =
@@ -243,6 +260,14 @@ async fn acknowledged_writes_survive_power_cuts() {
         let delay = if cycle == 0 { 0 } else { rng.gen_range(0..600) };
         tokio::time::sleep(Duration::from_millis(delay)).await;
         let mode = [CutMode::All, CutMode::Prefix, CutMode::Torn][cycle % 3];
+        // What the background was doing, just before the cut.
+        let metrics = server.metrics_text();
+        let now = |name: &str| common::sample(&metrics, name, &[]).unwrap_or(0.0);
+        background.runs += now("rankd_shard_run_seconds_count");
+        background.checkpoints += now("rankd_shard_checkpoints_total");
+        background.runs_in_flight += u32::from(now("rankd_shard_unwritten_runs") > 0.0);
+        background.flushes_waiting += u32::from(now("rankd_shard_sealed_memtables") > 0.0);
+        background.compacting_seconds += now("rankd_shard_compaction_seconds_total");
         let cut = layer.cut_with(mode).expect("cut the power");
         server.kill9();
         layer.resume().expect("power on");
@@ -266,6 +291,7 @@ async fn acknowledged_writes_survive_power_cuts() {
     eprintln!(
         "{cycles} power cuts; {checked_total} acknowledged-group checks ({GROUP} writes each); {dropped_total} unsynced bytes dropped; lost: 0"
     );
+    eprintln!("background work over the cycles: {background:?}");
 }
 
 /// A backup is durable once `rankd backup` returns: written onto the
