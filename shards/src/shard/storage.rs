@@ -85,8 +85,9 @@ impl Storage {
 /// what it writes inside it, but never `keyspaces/` itself after adding
 /// one (not even its own meta keyspace): after a power cut a new data
 /// dir's keyspaces were gone and the journal's acknowledged writes with
-/// them (found by the power-cut tests; reported upstream with a
-/// reproducer). Every open syncs it, so any keyspace created so far counts.
+/// them (found by the power-cut tests; `powercut/examples/fjall_keyspace_dir.rs`
+/// is the reproducer for upstream). Every open syncs it, so any keyspace
+/// created so far counts.
 fn sync_keyspace_names(path: &Path) -> Result<(), ShardError> {
     let sync = |dir: &Path| std::fs::File::open(dir).and_then(|dir| dir.sync_all()).map_err(fjall::Error::from);
     sync(&path.join("keyspaces"))?;
