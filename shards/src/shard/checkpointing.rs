@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use super::storage::{expiring_key, LEAVES_THROUGH};
+use super::storage::{board_meta_key, expiring_key, LEAVES_THROUGH};
 use super::Shard;
 use crate::checkpoint::{leaf_key, LeafWriter};
 use crate::error::ShardError;
@@ -72,13 +72,14 @@ impl Shard {
     /// Writes every leaf changed since the last checkpoint and deletes the
     /// log records that led to them, in one atomic batch.
     pub fn checkpoint(&mut self) -> Result<(), ShardError> {
-        self.checkpoint_with(&[])
+        self.checkpoint_with(&[], None)
     }
 
     /// [`Shard::checkpoint`], also marking `expiring` trees as being deleted
-    /// in the same batch: once the log that could rebuild them is gone, the
-    /// mark is what lets a restart finish deleting them.
-    pub(super) fn checkpoint_with(&mut self, expiring: &[TreeId]) -> Result<(), ShardError> {
+    /// (and the config of a `dropped` board deleted) in the same batch: once
+    /// the log that could rebuild them is gone, the mark is what lets a
+    /// restart finish deleting them.
+    pub(super) fn checkpoint_with(&mut self, expiring: &[TreeId], dropped: Option<u64>) -> Result<(), ShardError> {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
@@ -92,6 +93,9 @@ impl Shard {
         let mut batch = self.storage.db.batch().durability(Some(self.persist_mode()));
         for tree in expiring {
             batch.insert(&self.storage.meta, expiring_key(*tree), []);
+        }
+        if let Some(board_id) = dropped {
+            batch.remove(&self.storage.meta, board_meta_key(board_id));
         }
         self.checkpoint_into(&mut batch);
         batch.commit().map_err(|err| self.rolled_back(err.into()))

@@ -1,5 +1,8 @@
 //! Deleting data: periods that fell out of their board's `keep`, and
-//! dropped boards. Both need a settled shard, as they scan storage.
+//! dropped boards, in bounded steps. Both need a settled shard, as they
+//! scan storage.
+
+use std::ops::Bound;
 
 use fjall::PersistMode;
 
@@ -8,6 +11,22 @@ use super::Shard;
 use crate::error::ShardError;
 use crate::key::TreeId;
 use crate::window;
+
+/// How far the deletion of one expiring tree has gone: the keyspace it is
+/// in (players, index, leaves) and the last key deleted there. Kept in
+/// memory only: after a restart the deletion starts over on what is left.
+#[derive(Debug, Clone)]
+pub(super) struct ExpiryCursor {
+    tree: TreeId,
+    keyspace: usize,
+    after: Option<Vec<u8>>,
+}
+
+impl ExpiryCursor {
+    fn new(tree: TreeId) -> Self {
+        Self { tree, keyspace: 0, after: None }
+    }
+}
 
 impl Shard {
     /// Whether [`Shard::expire`] has anything to do at the current time.
@@ -36,62 +55,103 @@ impl Shard {
         let newly: Vec<TreeId> = self.newly_expired().collect();
         for tree in &newly {
             self.trees.remove(tree);
-            self.expiring.push_back(*tree);
+            self.expiring.insert(*tree);
         }
         if !newly.is_empty() {
             // Drop the log that could replay them back and remember them.
-            self.checkpoint_with(&newly)?;
+            self.checkpoint_with(&newly, None)?;
         }
         let mut left = budget;
-        let storage = &self.storage;
         while left > 0 {
-            let Some(&tree) = self.expiring.front() else { break };
-            let prefix = tree.prefix();
+            // The tree a step was part way through first: its cursor skips
+            // the tombstones of what was deleted already.
+            let cursor = self.expiry_cursor.take().filter(|cursor| self.expiring.contains(&cursor.tree));
+            let Some(mut cursor) = cursor.or_else(|| self.expiring.first().map(|&tree| ExpiryCursor::new(tree))) else {
+                break;
+            };
+            let storage = &self.storage;
+            let keyspaces = [&storage.players, &storage.index, &storage.leaves];
+            let prefix = cursor.tree.prefix();
             let mut batch = storage.db.batch().durability(Some(PersistMode::Buffer));
-            for keyspace in [&storage.players, &storage.index, &storage.leaves] {
-                for item in keyspace.prefix(prefix).take(left) {
-                    batch.remove(keyspace, item.key()?);
+            while left > 0 {
+                let Some(keyspace) = keyspaces.get(cursor.keyspace) else { break };
+                let keys: Box<dyn Iterator<Item = fjall::Guard>> = match &cursor.after {
+                    Some(after) => {
+                        Box::new(keyspace.range::<&[u8], _>((Bound::Excluded(&after[..]), Bound::Unbounded)))
+                    }
+                    None => Box::new(keyspace.prefix(prefix)),
+                };
+                let mut exhausted = true;
+                for item in keys {
+                    if left == 0 {
+                        exhausted = false;
+                        break;
+                    }
+                    let key = item.key()?;
+                    if !key.starts_with(&prefix) {
+                        break;
+                    }
+                    batch.remove(*keyspace, key.clone());
+                    cursor.after = Some(key.to_vec());
                     left -= 1;
                 }
+                if exhausted {
+                    (cursor.keyspace, cursor.after) = (cursor.keyspace + 1, None);
+                }
             }
-            let done = left > 0;
+            let done = cursor.keyspace >= keyspaces.len();
             if done {
-                batch.remove(&storage.meta, expiring_key(tree));
+                batch.remove(&storage.meta, expiring_key(cursor.tree));
             }
             batch.commit()?;
             if done {
-                self.expiring.pop_front();
+                self.expiring.remove(&cursor.tree);
                 // Cache keys are hashes: the tree's records cannot be picked out.
                 self.cache.get_mut().clear();
+            } else {
+                self.expiry_cursor = Some(cursor);
             }
         }
         Ok(newly)
     }
 
-    /// Stages deleting everything stored for the board with `board_id`.
-    /// Needs a committed state (it scans storage); returns whether it existed.
+    /// Drops the board with `board_id`: its trees stop being readable at
+    /// once and are marked for deletion, with its config deleted and a
+    /// checkpoint (so no log replays the board back), in one durable batch;
+    /// its stored keys then go in bounded steps like expired periods'
+    /// ([`Shard::expire`]), a restart finishing what was left. So a drop
+    /// costs one checkpoint whatever the board's size, and the name can be
+    /// reused at once (a new board gets a new id). Needs a committed state;
+    /// returns whether the board existed.
     pub fn drop_board(&mut self, board_id: u64) -> Result<bool, ShardError> {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
-        // A checkpoint under way may have written the board's leaves
-        // already: they would come back when it finished.
-        self.abandon_checkpoint();
         let existed = self.boards.remove(&board_id).is_some();
+        let dropped: Vec<TreeId> = self.trees.keys().filter(|tree| tree.board == board_id).copied().collect();
         // Cache keys are hashes: the board's entries cannot be picked out.
         self.cache.get_mut().clear();
-        let prefix = board_id.to_be_bytes();
-        self.overlay.forget(&prefix);
-        let storage = &self.storage;
-        let mut batch = storage.db.batch().durability(Some(self.persist_mode()));
-        for keyspace in [&storage.players, &storage.index, &storage.leaves] {
-            for item in keyspace.prefix(prefix) {
-                batch.remove(keyspace, item.key()?);
-            }
+        self.overlay.forget(&board_id.to_be_bytes());
+        for tree in &dropped {
+            self.trees.remove(tree);
+            self.expiring.insert(*tree);
         }
-        batch.remove(&storage.meta, board_meta_key(board_id));
-        batch.commit()?;
-        self.trees.retain(|tree, _| tree.board != board_id);
+        if dropped.is_empty() {
+            // Nothing of it is stored here but (maybe) its config.
+            let mut batch = self.storage.db.batch().durability(Some(self.persist_mode()));
+            batch.remove(&self.storage.meta, board_meta_key(board_id));
+            batch.commit()?;
+        } else {
+            // A checkpoint under way may hold the board's leaves: this one
+            // replaces it.
+            self.checkpoint_with(&dropped, Some(board_id))?;
+        }
         Ok(existed)
+    }
+
+    /// Trees whose stored keys are still being deleted (expired periods and
+    /// dropped boards' trees).
+    pub fn trees_being_deleted(&self) -> usize {
+        self.expiring.len()
     }
 }

@@ -78,7 +78,7 @@ mod staging;
 mod storage;
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -136,7 +136,10 @@ pub struct Shard {
     /// period of each window a write lands in.
     now: i64,
     /// Expired periods whose data is still being deleted, oldest first.
-    expiring: VecDeque<TreeId>,
+    /// (In id order; a set, as reads ask whether their tree is in it.)
+    expiring: BTreeSet<TreeId>,
+    /// Where the deletion of one of them goes on.
+    expiry_cursor: Option<self::expiry::ExpiryCursor>,
     /// How this data dir stores tree leaves (fixed when it was made).
     leaf_encoding: LeafEncoding,
     /// The trees a leaf-repacking pass has yet to visit, each with where in

@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -55,7 +55,8 @@ impl Shard {
             in_flight: VecDeque::new(),
             cache: RefCell::new(RecordCache::new(cached_players)),
             now: 0,
-            expiring: VecDeque::new(),
+            expiring: BTreeSet::new(),
+            expiry_cursor: None,
             leaf_encoding,
             repacking: Vec::new(),
             checkpoints: Checkpoints::default(),
@@ -112,12 +113,13 @@ impl Shard {
         self.replay_log(format, runs_through, leaves_through)?;
         // Periods whose deletion a restart interrupted: finish it, never serve them.
         self.expiring.clear();
+        self.expiry_cursor = None;
         for item in self.storage.meta.prefix(META_EXPIRING) {
             let key = item.key()?;
             let tree = TreeId::from_prefix(&key[META_EXPIRING.len()..]).ok_or(ShardError::Corrupt("expiring key"))?;
             self.trees.remove(&tree);
             self.overlay.forget(&tree.prefix());
-            self.expiring.push_back(tree);
+            self.expiring.insert(tree);
         }
         if format == LogFormat::TreeKeys {
             self.migrate_log()?;

@@ -100,8 +100,16 @@ impl Shard {
     pub(super) fn unwritten_or_stored(&self, key: &[u8]) -> Result<Option<Record>, ShardError> {
         match self.unwritten_record(key) {
             Some(unwritten) => Ok(unwritten),
+            None if self.being_deleted(key) => Ok(None),
             None => self.storage.players.get(key)?.map(|v| Record::decode(&v)).transpose(),
         }
+    }
+
+    /// Whether `key` (a player or index key) is of a tree whose keys are
+    /// still being deleted (a dropped board's, an expired period's): those
+    /// answer nothing, whatever is left of them in storage.
+    fn being_deleted(&self, key: &[u8]) -> bool {
+        !self.expiring.is_empty() && TreeId::from_prefix(key).is_some_and(|tree| self.expiring.contains(&tree))
     }
 
     /// Players in `tree`.
@@ -192,6 +200,9 @@ impl Shard {
         direction: Direction,
     ) -> Box<dyn Iterator<Item = Result<Vec<u8>, ShardError>> + 'a> {
         let prefix = tree.prefix();
+        if self.expiring.contains(&tree) {
+            return Box::new(std::iter::empty());
+        }
         let stored = self.storage.index.range([&prefix[..], from].concat()..[&prefix[..], to].concat());
         let position = |item: fjall::Guard| -> Result<Vec<u8>, ShardError> {
             let key = item.key()?;

@@ -33,6 +33,8 @@ pub struct ShardMetrics {
     pub unwritten_runs: IntGauge,
     /// Count-tree changes logged since the last checkpoint began.
     pub logged_changes: IntGauge,
+    /// Trees (dropped boards', expired periods') whose keys are still being deleted.
+    pub trees_being_deleted: IntGauge,
     /// Checkpoints written.
     pub checkpoints: IntCounter,
     /// Bytes in fjall's memtables, taking writes or sealed.
@@ -115,6 +117,11 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         "rankd_shard_unwritten_runs",
         "Sealed runs (frozen overlays) held in memory until the runs thread writes them; past 4 the shard waits for it.",
     )?;
+    let trees_being_deleted = shard_gauge(
+        "rankd_shard_trees_being_deleted",
+        "Trees of dropped boards and expired periods whose stored keys the shard is still deleting, in bounded \
+         steps once a second; they answer nothing meanwhile.",
+    )?;
     let logged_changes = shard_gauge(
         "rankd_shard_logged_changes",
         "Count-tree changes logged since the shard's last checkpoint began: what a restart after a crash replays \
@@ -191,6 +198,7 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
                 unwritten_players: unwritten.with_label_values(&l),
                 unwritten_runs: unwritten_runs.with_label_values(&l),
                 logged_changes: logged_changes.with_label_values(&l),
+                trees_being_deleted: trees_being_deleted.with_label_values(&l),
                 checkpoints: checkpoints.with_label_values(&l),
                 memtable_bytes: memtable_bytes.with_label_values(&l),
                 sealed_memtables: sealed_memtables.with_label_values(&l),
@@ -220,6 +228,7 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         Box::new(unwritten),
         Box::new(unwritten_runs),
         Box::new(logged_changes),
+        Box::new(trees_being_deleted),
         Box::new(checkpoints),
         Box::new(memtable_bytes),
         Box::new(sealed_memtables),

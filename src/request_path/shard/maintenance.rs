@@ -9,9 +9,11 @@ use super::batch_loop::BatchLoop;
 use crate::operations::allocator::Packer;
 use crate::operations::priority;
 
-/// Keys of expired periods deleted per maintenance step: small enough that
-/// a rollover never holds a round up for long.
-const EXPIRY_BUDGET: usize = 4096;
+/// Keys of expired periods and dropped boards deleted per maintenance step
+/// (one a second): a batch of tombstones, not fsynced, of some milliseconds,
+/// so a rollover or a dropped board of millions never holds a round up for
+/// long, and a 10M-player board (~20M keys) is gone in about ten minutes.
+const EXPIRY_BUDGET: usize = 32_768;
 
 /// Expired `wid` records deleted per second: at a 600 s horizon, enough
 /// for 50,000 idempotent writes a second per shard; past that the records
@@ -86,8 +88,12 @@ impl BatchLoop {
 
     /// Publishes how the shard's storage keeps up.
     fn observe_storage(&mut self) {
-        let Some(stats) = self.engine.with(|shard| shard.storage_stats()) else { return };
+        let Some((stats, deleting)) = self.engine.with(|shard| (shard.storage_stats(), shard.trees_being_deleted()))
+        else {
+            return;
+        };
         let metrics = &self.metrics.shards[self.index];
+        metrics.trees_being_deleted.set(i64::try_from(deleting).unwrap_or(i64::MAX));
         metrics.memtable_bytes.set(i64::try_from(stats.memtable_bytes).unwrap_or(i64::MAX));
         metrics.sealed_memtables.set(i64::try_from(stats.sealed_memtables).unwrap_or(i64::MAX));
         // fjall counts from zero again after a reopen: that interval is lost, not negative.
