@@ -91,7 +91,7 @@ impl Shard {
                     if !key.starts_with(&prefix) {
                         break;
                     }
-                    batch.remove(*keyspace, key.clone());
+                    batch.remove(keyspace, key.clone());
                     cursor.after = Some(key.to_vec());
                     left -= 1;
                 }
