@@ -9,10 +9,8 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,24 +20,10 @@ use rankd_client::{set_call, Call, Client, ConnectOptions, Mode, OpKind, Order, 
 use rmpv::Value as Msg;
 use serde_json::Value;
 
+use common::prometheus::{grafana_dir, tool, Prometheus};
+
 /// The load never runs longer than this, whatever happens to the test.
 const MAX_LOAD: Duration = Duration::from_secs(40);
-
-fn grafana_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("grafana")
-}
-
-/// The path of a Prometheus tool, failing the test if it is not installed.
-fn tool(name: &str, env: &str) -> PathBuf {
-    let path = std::env::var_os(env).map_or_else(|| PathBuf::from("/usr/bin").join(name), PathBuf::from);
-    assert!(
-        path.is_file(),
-        "{} not found: the Grafana/Prometheus tests need Prometheus 2.x installed \
-         (`apt-get install prometheus`; CI installs it), or {env} set to the binary",
-        path.display()
-    );
-    path
-}
 
 fn read_dashboard() -> Value {
     let path = grafana_dir().join("dashboards/rankd.json");
@@ -71,118 +55,6 @@ fn data_panels<'a>(panels: &'a Value, out: &mut Vec<&'a Value>) {
             out.push(panel);
         }
         data_panels(&panel["panels"], out);
-    }
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// A plain HTTP/1.0 GET. Returns (status code, body).
-fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((code, body.to_string()))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().expect("local addr").port()
-}
-
-/// A Prometheus process, killed on drop.
-struct Prometheus {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-}
-
-impl Prometheus {
-    fn start(config: &Path, dir: &Path) -> Self {
-        let binary = tool("prometheus", "PROMETHEUS");
-        let addr = format!("127.0.0.1:{}", free_port());
-        let log = dir.join("prometheus.log");
-        let child = Command::new(binary)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).expect("log file"))
-            .stderr(std::fs::File::create(dir.join("prometheus.err")).expect("log file"))
-            .spawn()
-            .expect("start prometheus");
-        let mut prometheus = Self { child, addr, log };
-        prometheus.wait_until("Prometheus is ready", Duration::from_secs(20), |p| {
-            matches!(http_get(&p.addr, "/-/ready"), Ok((200, _)))
-        });
-        prometheus
-    }
-
-    /// The last lines Prometheus logged, for failure messages.
-    fn log_tail(&self) -> String {
-        let mut text = String::new();
-        for name in ["prometheus.log", "prometheus.err"] {
-            text += &std::fs::read_to_string(self.log.with_file_name(name)).unwrap_or_default();
-        }
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    /// Polls `ready` until it holds; fails if Prometheus exits or `timeout` passes.
-    fn wait_until(&mut self, what: &str, timeout: Duration, ready: impl Fn(&Self) -> bool) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if ready(self) {
-                return;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("prometheus exited ({status}) waiting for: {what}\n{}", self.log_tail());
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for: {what}\n{}", self.log_tail());
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// GETs an API path and returns its `data`, or why it failed.
-    fn api(&self, path: &str) -> Result<Value, String> {
-        let (code, body) = http_get(&self.addr, path).map_err(|e| format!("HTTP: {e}"))?;
-        let json: Value = serde_json::from_str(&body).map_err(|e| format!("HTTP {code}, not JSON ({e}): {body}"))?;
-        if json["status"] != "success" {
-            return Err(format!("HTTP {code}, {}: {}", json["errorType"], json["error"]));
-        }
-        Ok(json["data"].clone())
-    }
-
-    /// Runs an instant query; returns its samples' values (as Prometheus
-    /// writes them: "1", "0.25", "NaN"), or why it failed.
-    fn query(&self, promql: &str) -> Result<Vec<String>, String> {
-        let data = self.api(&format!("/api/v1/query?query={}", url_encode(promql)))?;
-        let value = |v: &Value| v[1].as_str().unwrap_or_default().to_string();
-        match data["resultType"].as_str() {
-            Some("vector") => Ok(data["result"].as_array().into_iter().flatten().map(|s| value(&s["value"])).collect()),
-            Some("scalar") | Some("string") => Ok(vec![value(&data["result"])]),
-            other => Err(format!("unexpected result type {other:?}")),
-        }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -245,19 +117,7 @@ async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), r
 /// The Prometheus side of the test, blocking: scrape, then check every
 /// dashboard query and every alert rule.
 fn check_dashboard_against_prometheus(metrics_addr: &str) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::copy(grafana_dir().join("alerts.yml"), dir.path().join("alerts.yml")).expect("copy alerts.yml");
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n  - alerts.yml\n\
-             scrape_configs:\n  - job_name: rankd\n    static_configs:\n      - targets: [\"{metrics_addr}\"]\n"
-        ),
-    )
-    .expect("write prometheus.yml");
-    let mut prometheus = Prometheus::start(&config, dir.path());
+    let mut prometheus = Prometheus::scraping(metrics_addr);
 
     prometheus.wait_until("rankd's target is up", Duration::from_secs(15), |p| {
         p.query(r#"up{job="rankd"}"#).is_ok_and(|v| v == ["1"])

@@ -2,11 +2,13 @@
 //! and a temporary data dir, and can kill -9 and restart it; plus polling
 //! helpers ([`wait_for`], [`wait_until`]) so tests wait on the condition they
 //! need, with a deadline and a message, instead of sleeping and hoping.
+//! [`prometheus`] runs a real Prometheus against a server, alerts loaded.
 
 #![allow(dead_code)]
 
 pub mod certs;
 pub mod ops;
+pub mod prometheus;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
