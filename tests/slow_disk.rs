@@ -14,8 +14,7 @@
 //!   expression holds on the real series; its `for: 1m` is longer than a
 //!   test) and `RankdErrorRatioHigh` too. Once fsync works again, writes
 //!   resume by themselves, the shards leave degraded mode and reads answer.
-//!   Reads while fsync fails do not all answer: a rankd bug, shown by the
-//!   ignored `reads_answer_while_fsync_keeps_failing` (see its doc).
+//!   Reads answer all along too (`reads_answer_while_fsync_keeps_failing`).
 //! * A failing write (EIO): the same, reads answering all along.
 //! * A slow fsync (150 ms): writes still succeed, `rankd_shard_fsync_seconds`
 //!   shows the delay, and `RankdFsyncSlow`'s expression holds.
@@ -540,19 +539,12 @@ async fn a_failing_fsync_refuses_writes_fires_alerts_and_recovers() {
     .await;
 }
 
-/// The same with reads checked all along: fails, a rankd bug. A second
-/// after the failed commit the degraded shard tries to reopen its storage;
-/// opening fsyncs (fjall's journal, the directories), so while fsync fails
-/// the reopen fails too, and the engine it took out is gone: from then on,
-/// until a reopen succeeds, every read of the shard (get, count, top...)
-/// answers `internal: shard storage is closed; retrying` (batch_loop.rs,
-/// `execute`), though the shard could answer from memory as it does
-/// before its first reopen. Reads are down for as long as the disk fails.
-/// A full disk (tests/disk_faults.rs) and failing writes reopen fine, so
-/// reads go on there. Run it with `cargo test --test slow_disk --
-/// --ignored`.
+/// The same with reads checked all along. This found a bug: a degraded
+/// shard's reopen (once a second) took its engine out, and opening fsyncs,
+/// so while fsync failed every read answered `internal: shard storage is
+/// closed`. The shard now probes the disk with a synced write first and
+/// keeps serving reads from what it holds until the probe succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "rankd bug: reads fail while a degraded shard cannot reopen its storage (see the doc comment)"]
 async fn reads_answer_while_fsync_keeps_failing() {
     failing_disk_refuses_writes_alerts_and_recovers(Fault {
         name: "fsync fails, reads checked",

@@ -120,9 +120,10 @@ mod tests {
         let mut access = Access::new(roles());
         assert_eq!(access.auth("r"), AuthOutcome::AcceptedAs(Role::Read));
         for op in OpKind::ALL {
-            let want = if op.is_write() { Err(Denied::ReadOnly) } else { Ok(()) };
+            let want = if op.needs_write_role() { Err(Denied::ReadOnly) } else { Ok(()) };
             assert_eq!(access.permits(*op), want, "{op:?}");
         }
+        assert_eq!(access.permits(OpKind::Backup), Err(Denied::ReadOnly), "a backup copies everything");
         assert_eq!(access.auth("w"), AuthOutcome::AcceptedAs(Role::Write), "a later auth changes the role");
         assert!(OpKind::ALL.iter().all(|op| access.permits(*op).is_ok()));
     }

@@ -112,6 +112,17 @@ impl BatchLoop {
             self.seal_and_submit(true); // everything staged is answered first
             return;
         }
+        // Reopening needs the old storage closed first (fjall locks it), and
+        // until it succeeds reads have no engine to read from. So the disk is
+        // asked first: while it cannot take a synced write, the degraded
+        // shard keeps serving reads from what it holds.
+        if self.engine.with(|_| ()).is_some() {
+            if let Err(e) = storage_takes_synced_writes(&self.location.0) {
+                self.health.reopen_failed(Instant::now());
+                tracing::warn!(shard = self.index, error = %e, "storage still failing; serving reads, retrying");
+                return;
+            }
+        }
         let reopened = match self.engine.take() {
             Some(shard) => {
                 self.reported_dense.get_or_insert_with(|| shard.dense_score_counts());
@@ -162,4 +173,14 @@ impl BatchLoop {
         metrics.repack_visited.inc_by(done.visited as u64);
         metrics.repack_moved.inc_by(done.moved as u64);
     }
+}
+
+/// Whether the disk under a shard's directory takes a write and its fsync
+/// (and a directory fsync): a probe file, overwritten each time.
+fn storage_takes_synced_writes(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut probe = std::fs::File::create(dir.join("rankd.probe"))?;
+    probe.write_all(b"rankd")?;
+    probe.sync_all()?;
+    std::fs::File::open(dir)?.sync_all()
 }
