@@ -2,7 +2,9 @@
 # What an online backup costs the writes around it: the same `set` load
 # (CONNS x DEPTH) on one server of PLAYERS players, alternately alone and
 # while `rankd backup` copies the server over and over, ROUNDS times each.
-# Prints each run's throughput and p99, and what the backups took.
+# Prints each run's throughput and p99, and what the backups took. The
+# `rankd backup` client runs on the same machine at nice 19, as an operator
+# would run it beside a server (or from another host).
 #
 #   scripts/backup-impact.sh [SHARDS] [PLAYERS]
 #
@@ -42,7 +44,7 @@ backups_until() {
         rm -rf "$work/copy"
         local start end
         start=$(date +%s%N)
-        "$rankd" backup -q --server 127.0.0.1:7372 --to "$work/copy" >"$work/backup.out"
+        nice -n 19 "$rankd" backup -q --server 127.0.0.1:7372 --to "$work/copy" >"$work/backup.out"
         end=$(date +%s%N)
         echo "$(( (end - start) / 1000000 )) $(du -sb "$work/copy" | cut -f1)" >>"$work/backups"
     done

@@ -1,8 +1,9 @@
 //! `backup`: every shard's image, taken at one cut (see
 //! [`TakeImages`]), streamed to the client as frames (the format is
 //! `rankd_client::BackupStream`'s). The images are read on a thread of
-//! their own and handed over a few chunks at a time, so a slow reader
-//! holds at most [`CHUNKS_AHEAD`] chunks in memory and never a shard's data.
+//! their own, at background priority, and handed over a few chunks at a
+//! time, so a slow reader holds at most [`CHUNKS_AHEAD`] chunks in memory
+//! and never a shard's data.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::error::Error;
 use crate::operations::metrics::Metrics;
+use crate::operations::priority;
 use crate::protocol::encode_error;
 use crate::request_path::router::{Router, TakeImages};
 use crate::server::layout::FORMAT;
@@ -48,7 +50,12 @@ pub async fn stream<W: AsyncWrite + Unpin>(
         }
     };
     let (frames, mut next) = mpsc::channel(CHUNKS_AHEAD);
-    let spawned = std::thread::Builder::new().name("backup".into()).spawn(move || encode(id, &images, &frames));
+    // A backup only has to finish, not to be quick: it takes what the
+    // request path leaves of the CPU.
+    let spawned = std::thread::Builder::new().name("backup".into()).spawn(move || {
+        priority::make_background("backup");
+        encode(id, &images, &frames)
+    });
     if let Err(e) = spawned {
         let error = Error::Internal(format!("starting the backup thread: {e}"));
         return fail(out, id, &metrics, error, started, write_timeout).await;
