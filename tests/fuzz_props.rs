@@ -98,11 +98,12 @@ fn fuzz_regressions_replay() {
 // ----------------------------------------------------------- strategies --
 
 /// Words the decoder looks for, so random strings hit real branches.
-const WORDS: [&str; 31] = [
+const WORDS: [&str; 32] = [
     "id",
     "op",
     "board",
     "player",
+    "players",
     "score",
     "mode",
     "entries",
@@ -133,9 +134,9 @@ const WORDS: [&str; 31] = [
 ];
 
 /// Field names of the protocol (for the structured generator).
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 19] = [
     "board", "player", "score", "mode", "entries", "window", "period", "limit", "offset", "before", "after", "token",
-    "order", "ties", "windows", "keep", "id", "op",
+    "order", "ties", "windows", "keep", "id", "op", "players",
 ];
 
 /// A msgpack string holding invalid UTF-8.
@@ -220,6 +221,13 @@ fn near_valid(field: &'static str) -> BoxedStrategy<Value> {
                 .prop_map(Value::Array),
         ]
         .boxed(),
+        "players" => prop_oneof![
+            20 => vec(prop_oneof![30 => player_name().prop_map(Value::from), 1 => arb_leaf()], 0..12)
+                .prop_map(Value::Array),
+            1 => (1000usize..=1001).prop_map(|n| Value::Array(vec![Value::from("p"); n])),
+            1 => arb_leaf(),
+        ]
+        .boxed(),
         "entries" => {
             let entry = prop_oneof![
                 30 => (player_name(), any::<i64>()).prop_map(|(p, s)| Value::Array(vec![p.into(), s.into()])),
@@ -253,6 +261,7 @@ fn fields_of(op: &str) -> &'static [&'static str] {
         "rank_of_score" => &["board", "score", "window", "period"],
         "top" => &["board", "limit", "offset", "window", "period"],
         "around" => &["board", "player", "before", "after", "window", "period"],
+        "ranks" => &["board", "players", "window", "period"],
         _ => &[],
     }
 }

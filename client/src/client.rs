@@ -324,6 +324,13 @@ impl Client {
         self.call(call.with("before", before).with("after", after)).await
     }
 
+    /// `ranks`: the `players` present on the board, each once, best first,
+    /// with their board-wide ranks: a friends leaderboard in one call
+    /// (protocol 1.1; at most [`crate::protocol::MAX_RANKS`] names).
+    pub async fn ranks(&mut self, board: &str, players: &[&str]) -> Result<Vec<Entry>, ClientError> {
+        self.call(Call::new(OpKind::Ranks).with("board", board).with("players", players)).await
+    }
+
     /// `boards`: the first 1000 boards (every board, on a server holding
     /// fewer) with their configs and counts, in byte order of their names.
     pub async fn boards(&mut self) -> Result<Vec<BoardInfo>, ClientError> {

@@ -14,6 +14,8 @@ pub const MAX_SET_MANY: usize = 10_000;
 pub const MAX_TOP_LIMIT: u64 = 1000;
 /// Largest `around` `before` and `after`.
 pub const MAX_AROUND: u64 = 500;
+/// Most players one `ranks` asks for (protocol 1.1).
+pub const MAX_RANKS: usize = 1000;
 /// Most boards one `boards` page may hold.
 pub const MAX_BOARDS_PAGE: usize = 10_000;
 /// Boards in a `boards` page when `limit` is not given.
@@ -115,6 +117,9 @@ wire_names!(
         Top => "top",
         /// A player and their neighbours.
         Around => "around",
+        /// The ranks of a list of players, best first: a friends
+        /// leaderboard in one call (protocol 1.1).
+        Ranks => "ranks",
         /// Push a board's top or a player's rank whenever it changes.
         Watch => "watch",
         /// End a watch.

@@ -32,7 +32,7 @@ pub const DECODE_CODES: [&str; 4] = ["bad_frame", "bad_request", "unknown_op", "
 
 /// Every op of protocol.md, written out here so the checks do not take the
 /// server's word for them.
-pub const OP_NAMES: [&str; 16] = [
+pub const OP_NAMES: [&str; 17] = [
     "ping",
     "auth",
     "create_board",
@@ -47,6 +47,7 @@ pub const OP_NAMES: [&str; 16] = [
     "rank_of_score",
     "top",
     "around",
+    "ranks",
     "watch",
     "unwatch",
 ];
@@ -124,6 +125,11 @@ pub fn check_request_invariants(req: &Request) {
             board_ok(board);
             assert!(*limit as u64 <= MAX_TOP_LIMIT, "top limit {limit} accepted");
         }
+        Op::Ranks { board, players, .. } => {
+            board_ok(board);
+            assert!((1..=1000).contains(&players.len()), "ranks of {} players accepted", players.len());
+            players.iter().for_each(|p| player_ok(p));
+        }
         Op::Around { board, player, before, after, .. } => {
             board_ok(board);
             player_ok(player);
@@ -145,7 +151,8 @@ pub fn check_request_invariants(req: &Request) {
         | Op::Rank { view, .. }
         | Op::RankOfScore { view, .. }
         | Op::Top { view, .. }
-        | Op::Around { view, .. } => check_view(view),
+        | Op::Around { view, .. }
+        | Op::Ranks { view, .. } => check_view(view),
         _ => {}
     }
 }
@@ -163,11 +170,11 @@ pub fn check_rejection(rejected: &Rejected) {
     match code {
         "bad_frame" => assert_eq!((rejected.id, op), (0, None), "bad_frame must carry id 0, no op"),
         "unknown_op" => assert_eq!(op, None, "unknown_op names a known op"),
-        // Either `entries` over its limit (the id and op were read), or the
-        // whole frame over the decoder's value budget (refused before
-        // anything was read).
+        // Either `entries` or `players` over its limit (the id and op were
+        // read), or the whole frame over the decoder's value budget (refused
+        // before anything was read).
         "too_large" => assert!(
-            op == Some("set_many") || (rejected.id, op) == (0, None),
+            matches!(op, Some("set_many" | "ranks")) || (rejected.id, op) == (0, None),
             "too_large for op {:?} with id {}",
             rejected.op,
             rejected.id
@@ -319,6 +326,11 @@ pub fn request_value(req: &Request) -> Value {
             view_fields(view, &mut f);
         }
         Op::Unwatch { watch } => f.push(("watch", Value::from(*watch))),
+        Op::Ranks { board, players, view } => {
+            f.push(("board", s(board)));
+            f.push(("players", Value::Array(players.iter().map(|p| s(p)).collect())));
+            view_fields(view, &mut f);
+        }
         Op::Count { board, view } => {
             f.push(("board", s(board)));
             view_fields(view, &mut f);
@@ -408,6 +420,7 @@ pub fn seed_requests() -> Vec<Request> {
             interval: Duration::from_millis(60_000),
         }),
         Op::Unwatch { watch: u64::MAX },
+        Op::Ranks { board: b(), players: vec![p(), "q".into(), p()], view },
         Op::Count { board: b(), view: View::default() },
         Op::Count { board: b(), view: View { window: Some(Window::Monthly), period: -12 } },
         Op::Rank { board: b(), player: p(), view },

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use rankd_client::protocol::{
-    DEFAULT_BOARDS_PAGE, DEFAULT_WATCH_INTERVAL_MS, MAX_AROUND, MAX_BOARDS_PAGE, MAX_SET_MANY, MAX_TOP_LIMIT,
-    MAX_WATCH_TOP, MAX_WID, WATCH_INTERVAL_MS,
+    DEFAULT_BOARDS_PAGE, DEFAULT_WATCH_INTERVAL_MS, MAX_AROUND, MAX_BOARDS_PAGE, MAX_RANKS, MAX_SET_MANY,
+    MAX_TOP_LIMIT, MAX_WATCH_TOP, MAX_WID, WATCH_INTERVAL_MS,
 };
 use rankd_client::OpKind;
 use rankd_shards::board::{valid_board_name, valid_player_name};
@@ -78,6 +78,7 @@ pub enum Op {
     RankOfScore { board: String, score: i64, view: View },
     Top { board: String, limit: usize, offset: u64, view: View },
     Around { board: String, player: String, before: usize, after: usize, view: View },
+    Ranks { board: String, players: Vec<String>, view: View },
     Watch(WatchSpec),
     Unwatch { watch: u64 },
     Backup,
@@ -101,6 +102,7 @@ impl Op {
             Self::RankOfScore { .. } => OpKind::RankOfScore,
             Self::Top { .. } => OpKind::Top,
             Self::Around { .. } => OpKind::Around,
+            Self::Ranks { .. } => OpKind::Ranks,
             Self::Watch(_) => OpKind::Watch,
             Self::Unwatch { .. } => OpKind::Unwatch,
             Self::Backup => OpKind::Backup,
@@ -326,6 +328,7 @@ impl<'a> Fields<'a> {
                 after: self.bounded("after", 5, MAX_AROUND)?,
                 view: self.view()?,
             },
+            OpKind::Ranks => Op::Ranks { board: self.board()?, players: self.players()?, view: self.view()? },
             OpKind::Watch => Op::Watch(self.watch()?),
             OpKind::Unwatch => Op::Unwatch {
                 watch: self.opt_u64("watch")?.ok_or_else(|| Error::BadRequest("missing field `watch`".into()))?,
@@ -475,6 +478,27 @@ impl<'a> Fields<'a> {
                 .ok_or_else(|| Error::BadRequest("field `keep` must be 1 to 1000".into()))?;
         }
         Ok(config)
+    }
+
+    /// `ranks`' `players`: 1 to [`MAX_RANKS`] valid names (repeats allowed).
+    fn players(&self) -> Result<Vec<String>, Error> {
+        let ValueRef::Array(items) = self.required("players")? else {
+            return Err(Error::BadRequest("field `players` must be a list of player names".into()));
+        };
+        if items.is_empty() {
+            return Err(Error::BadRequest("field `players` must name at least one player".into()));
+        }
+        if items.len() > MAX_RANKS {
+            return Err(Error::TooLarge(format!("`players` holds {} names; the limit is {MAX_RANKS}", items.len())));
+        }
+        items
+            .iter()
+            .map(|item| {
+                let player = as_str(item, "players")?;
+                check_player(player)?;
+                Ok(player.to_string())
+            })
+            .collect()
     }
 
     fn entries(&self) -> Result<Vec<(String, i64)>, Error> {

@@ -74,6 +74,16 @@ pub enum Command {
         #[arg(long, default_value_t = 5)]
         after: u64,
     },
+    /// Where some players stand, best first, with their board-wide ranks
+    /// (a friends leaderboard): `rankd ranks BOARD alice bob carol`.
+    Ranks {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        /// Up to 1000 player names.
+        #[arg(required = true)]
+        players: Vec<String>,
+    },
     /// Players on a board.
     Count {
         #[command(flatten)]

@@ -47,6 +47,9 @@ pub async fn run(command: Command) -> Result<(), ClientError> {
                 .with("after", after),
             show_entries,
         ),
+        Command::Ranks { client, board, players } => {
+            (client, Call::new(OpKind::Ranks).with("board", board).with("players", players), show_entries)
+        }
         Command::Count { client, board } => (client, Call::new(OpKind::Count).with("board", board), plain),
         Command::Boards { client, prefix, after, limit } => (
             client,

@@ -82,6 +82,12 @@ pub fn read_b() -> Vec<Op> {
             Call::new(OpKind::Around).with("board", "b").with("player", "p").with("before", 1).with("after", 0),
             Value::Array(vec![entry("q", 3, 1), entry("p", 7, 2)]),
         ),
+        // Best first, each once, absent ones left out.
+        (
+            "ranks",
+            Call::new(OpKind::Ranks).with("board", "b").with("players", ["r", "nobody", "q", "r"]),
+            Value::Array(vec![entry("q", 3, 1), entry("r", 9, 3)]),
+        ),
     ]
 }
 

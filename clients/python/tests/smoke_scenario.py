@@ -287,6 +287,10 @@ class Smoke:
                     oracle.around(p, before, after),
                 )
         self.check.eq(f"{name}: around absent", db.around(name, absent[0]), [])
+        # A friends leaderboard: some present, some absent, one named twice.
+        friends = targets + absent[:3] + [targets[0]]
+        want = [e for e in oracle.ordered() if e["player"] in set(friends)]
+        self.check.eq(f"{name}: ranks of {len(friends)} names", entries_of(db.ranks(name, friends)), want)
 
     def extremes(self) -> None:
         """The whole i64 range is valid; incr overflow is refused and changes nothing."""

@@ -9,8 +9,8 @@ use rankd_client::{ErrorCode, OpKind};
 use super::Collectors;
 
 /// Ops that read from every shard; each has a fan-out latency series.
-pub const FANOUT_OPS: [OpKind; 6] =
-    [OpKind::Boards, OpKind::Count, OpKind::Rank, OpKind::RankOfScore, OpKind::Top, OpKind::Around];
+pub const FANOUT_OPS: [OpKind; 7] =
+    [OpKind::Boards, OpKind::Count, OpKind::Rank, OpKind::RankOfScore, OpKind::Top, OpKind::Around, OpKind::Ranks];
 
 /// How a request ended: `Ok`, or failed with a protocol error code.
 pub type Outcome = Result<(), ErrorCode>;

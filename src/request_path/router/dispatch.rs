@@ -204,6 +204,25 @@ impl Router {
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
                 Ok(Some(read)) => Routed::Later(Box::pin(read.top(limit, offset))),
             },
+            Op::Ranks { board, players, view } => match self.read(boards, OpKind::Ranks, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
+                Ok(Some(read)) => {
+                    // Each player once, found on its own shard: one command
+                    // per player, one mailbox message per shard.
+                    let mut players = players;
+                    players.sort_unstable();
+                    players.dedup();
+                    let tree = read.tree;
+                    let found: Vec<_> = (players.iter())
+                        .map(|player| {
+                            let name = player.clone();
+                            outbox.ask(self.owner(player), |reply| Command::Get { tree, player: name, reply })
+                        })
+                        .collect();
+                    Routed::Later(Box::pin(read.ranks(players, found)))
+                }
+            },
             Op::Around { board, player, before, after, view } => {
                 match self.read(boards, OpKind::Around, &board, view) {
                     Err(e) => ready(Err(e)),

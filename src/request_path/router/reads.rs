@@ -250,6 +250,29 @@ impl Read {
         Ok(self.rank_reply(record, before + theirs[0], total + their_total))
     }
 
+    /// `ranks`: `players` (sorted, each once) as their owners `found` them;
+    /// then one round to every shard counts before all of their keys at
+    /// once (none for a dense board). Best first, in `top`'s order.
+    pub async fn ranks(self, players: Vec<String>, found: Vec<Pending<Option<Record>>>) -> Result<Reply, Error> {
+        let (ties, order) = (self.ties(), self.board.config.order);
+        let records = try_join_all(found.into_iter().map(answer)).await?;
+        let mut present: Vec<(Vec<u8>, String, Record)> = (players.into_iter().zip(records))
+            .filter_map(|(player, record)| record.map(|record| (player, record)))
+            .map(|(player, record)| {
+                let position = list_position(ties, score_key(record.score, order), record.seq, &player);
+                (position, player, record)
+            })
+            .collect();
+        present.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let entries: Vec<ListEntry> = (present.into_iter())
+            .map(|(position, player, record)| ListEntry { position, player, score: record.score, seq: record.seq })
+            .collect();
+        if entries.is_empty() {
+            return Ok(Reply::Entries(Vec::new()));
+        }
+        Ok(Reply::Entries(self.ranked(entries).await?))
+    }
+
     /// A rank's reply from its record and the players before it and in
     /// total, summed over the shards.
     fn rank_reply(&self, record: Record, before: u64, count: u64) -> Reply {

@@ -748,6 +748,19 @@ class AsyncClient:
         )
         return cast(List[Entry], await self._call(req))
 
+    async def ranks(
+        self,
+        board: str,
+        players: Sequence[str],
+        *,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+    ) -> List[Entry]:
+        """Where `players` (1 to 1000 names) stand: those with a score, each
+        once, best first, with their board-wide ranks (protocol 1.1)."""
+        req = _wire.request("ranks", board=board, players=list(players), window=window, period=period)
+        return cast(List[Entry], await self._call(req))
+
     # -- watches ------------------------------------------------------------
 
     @overload

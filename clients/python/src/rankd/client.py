@@ -908,6 +908,20 @@ class Client:
         )
         return cast(List[Entry], self._call(req))
 
+    def ranks(
+        self,
+        board: str,
+        players: Sequence[str],
+        *,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+    ) -> List[Entry]:
+        """Where `players` (1 to 1000 names) stand: those with a score, each
+        once, best first, with their board-wide ranks: a friends leaderboard
+        in one call (protocol 1.1)."""
+        req = _wire.request("ranks", board=board, players=list(players), window=window, period=period)
+        return cast(List[Entry], self._call(req))
+
 
 class Watch(WatchState[T]):
     """A watch of a `Client` (see `Client.watch`): the events the server
