@@ -86,8 +86,7 @@ async fn a_backup_under_load_holds_everything_acknowledged_before_it_and_no_writ
     }
     assert_eq!(server.counter("rankd_requests_total", &["op=\"backup\"", "outcome=\"ok\""]), 1.0);
 
-    let checked = rankd().args(["check", "--data-dir", arg(&target)]).output().expect("run rankd check");
-    assert!(checked.status.success(), "rankd check on the backup: {}", String::from_utf8_lossy(&checked.stderr));
+    common::rankd_check(&target, "on the backup");
 
     let restored = Server::start_in(&target, 3, &[]);
     let mut client = restored.client().await;

@@ -99,16 +99,6 @@ async fn reader(addr: String) {
     }
 }
 
-fn rankd_check(dir: &std::path::Path) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
-        .args(["check", "--data-dir"])
-        .arg(dir)
-        .env("RANKD_LOG", "warn")
-        .output()
-        .expect("run rankd check");
-    assert!(out.status.success(), "rankd check failed after a kill -9: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_dozens_of_kill_9s() {
     let cycles: usize = std::env::var("RANKD_CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(24);
@@ -134,7 +124,7 @@ async fn acknowledged_writes_survive_dozens_of_kill_9s() {
         for task in tasks {
             task.await.expect("client task");
         }
-        rankd_check(server.data_dir());
+        common::rankd_check(server.data_dir(), "after a kill -9");
         server.restart();
 
         let mut client = server.client().await;

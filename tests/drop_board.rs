@@ -90,12 +90,6 @@ async fn a_big_board_drops_at_once_and_its_keys_go_in_the_background_across_a_re
         .await;
     drop(client);
     assert!(server.terminate().success());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
-        .args(["check", "--data-dir"])
-        .arg(server.data_dir())
-        .env("RANKD_LOG", "warn")
-        .output()
-        .expect("run rankd check");
-    assert!(out.status.success(), "rankd check: {}", String::from_utf8_lossy(&out.stderr));
+    common::rankd_check(server.data_dir(), "after the deletion");
     eprintln!("dropping {BIG} players took {dropped_in:?}; {} writes to the other board kept", acked_players.len());
 }

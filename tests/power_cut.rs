@@ -150,20 +150,6 @@ async fn reader(addr: String) {
     }
 }
 
-fn rankd_check(dir: &std::path::Path, cycle: usize) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
-        .args(["check", "--data-dir"])
-        .arg(dir)
-        .env("RANKD_LOG", "warn")
-        .output()
-        .expect("run rankd check");
-    assert!(
-        out.status.success(),
-        "cycle {cycle}: rankd check failed after a power cut: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Every acknowledged group is whole with its score, every shard's part
 /// of every group whole or absent; every counter between acknowledged and
 /// sent. Returns the acknowledged groups checked and the groups sent but
@@ -275,7 +261,7 @@ async fn acknowledged_writes_survive_power_cuts() {
             task.await.expect("client task");
         }
         dropped_total += cut.bytes_dropped;
-        rankd_check(&data_dir, cycle);
+        common::rankd_check(&data_dir, &format!("after power cut {cycle}"));
         server.restart();
         let mut client = server.client().await;
         // Everything acknowledged in any cycle so far, not only this one's.
@@ -319,7 +305,7 @@ async fn a_finished_backup_survives_a_power_cut() {
     assert!(out.status.success(), "rankd backup: {}", String::from_utf8_lossy(&out.stderr));
     let cut = layer.cut().expect("cut the power");
     layer.resume().expect("power on");
-    rankd_check(&copy, 0);
+    common::rankd_check(&copy, "on a backup after a power cut");
     let restored = common::Server::start_in(&copy, 2, &[]);
     let mut client = restored.client().await;
     assert_eq!(client.count("kept").await.expect("count"), 3000, "after a cut that dropped {cut:?}");

@@ -38,7 +38,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -265,16 +265,6 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// `rankd check` on the data dir.
-fn rankd_check(dir: &Path) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
-        .args(["check", "--data-dir"])
-        .arg(dir)
-        .env("RANKD_LOG", "warn")
-        .output()
-        .expect("run rankd check");
-    assert!(out.status.success(), "rankd check failed after the power cut: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// Each shard's value of a gauge.
 fn per_shard(server: &Server, name: &str) -> Vec<f64> {
     let text = server.metrics_text();
@@ -396,7 +386,7 @@ impl Case {
         }
         self.assert_no_false_ack();
         eprintln!("power cut dropped {} unsynced bytes of {} files", report.bytes_dropped, report.files_reverted);
-        rankd_check(&disk.data_dir);
+        common::rankd_check(&disk.data_dir, "after the power cut");
         self.server.restart();
         let mut client = self.server.client().await;
         let ledger = std::mem::take(&mut *self.ledger.lock());

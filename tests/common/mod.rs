@@ -410,3 +410,15 @@ pub fn run_to_exit(command: &mut Command, what: &str) -> (ExitStatus, String) {
 pub fn field<'a>(reply: &'a rmpv::Value, name: &str) -> Option<&'a rmpv::Value> {
     reply.as_map()?.iter().find(|(key, _)| key.as_str() == Some(name)).map(|(_, value)| value)
 }
+
+/// Runs `rankd check` on a stopped server's data dir and fails the test,
+/// saying `after` what, unless the trees, index and players agree.
+pub fn rankd_check(dir: &Path, after: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .args(["check", "--data-dir"])
+        .arg(dir)
+        .env("RANKD_LOG", "warn")
+        .output()
+        .expect("run rankd check");
+    assert!(out.status.success(), "rankd check failed {after}: {}", String::from_utf8_lossy(&out.stderr));
+}
