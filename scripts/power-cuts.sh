@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 cycles=${1:-100}
 command -v fusermount3 >/dev/null || { echo "install fuse3 (apt-get install fuse3)" >&2; exit 1; }
 cargo build -q -p rankd-powercut
-RANKD_POWER_CUTS=$cycles cargo test -q --test power_cut -- --nocapture 2>&1 | grep -E "^cycle|power cuts|test result|panicked|lost"
+RANKD_POWER_CUTS=$cycles cargo test -q --test power_cut -- --nocapture 2>&1 | grep -E "^cycle|power cuts|background|test result|panicked|lost"

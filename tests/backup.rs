@@ -170,3 +170,33 @@ async fn a_backup_refuses_a_used_directory_and_a_read_token() {
     let mut client = restored.client().await;
     assert!(client.boards().await.expect("boards").is_empty());
 }
+
+#[tokio::test]
+async fn one_backup_at_a_time() {
+    let server = Server::start(2);
+    let mut client = server.client().await;
+    let entries: Vec<(String, i64)> = (0..5000).map(|i| (format!("p{i}"), i)).collect();
+    let entries: Vec<(&str, i64)> = entries.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+    client.set_many("b", &entries, Mode::Set).await.expect("set_many");
+    let mut first = server.client().await;
+    let mut running = first.backup().await.expect("first backup");
+    assert!(matches!(running.next().await.expect("its header"), Some(rankd_client::BackupPart::Header(_))));
+    let mut second = server.client().await;
+    let mut refused = second.backup().await.expect("second backup sent");
+    let err = refused.next().await.expect_err("a second backup while one runs");
+    assert_eq!(err.code(), Some("overloaded"), "{err}");
+    // Once the first is read to its end (and the server has let it go: a
+    // moment after its last frame), another may run.
+    while running.next().await.expect("the first backup's parts").is_some() {}
+    drop(first);
+    let header = common::wait_for(std::time::Duration::from_secs(10), "a backup after the first", async || {
+        let mut third = server.client().await;
+        let mut stream = third.backup().await.map_err(|e| e.to_string())?;
+        match stream.next().await {
+            Ok(Some(rankd_client::BackupPart::Header(header))) => Ok(header),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(header.shards, 2);
+}

@@ -2,9 +2,10 @@
 //! [`TakeImages`]), streamed to the client as frames (the format is
 //! `rankd_client::BackupStream`'s). The images are read on a thread of
 //! their own, at background priority, and handed over a few chunks at a
-//! time, so a slow reader holds at most [`CHUNKS_AHEAD`] chunks in memory
+//! time, so a slow reader holds at most `CHUNKS_AHEAD` (4) chunks in memory
 //! and never a shard's data.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use rankd_shards::ShardImage;
 use serde::Serialize;
 use serde_bytes::ByteBuf;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::error::Error;
 use crate::operations::metrics::Metrics;
@@ -40,8 +41,15 @@ pub async fn stream<W: AsyncWrite + Unpin>(
     router: &Addr<Router>,
     metrics: Arc<Metrics>,
     write_timeout: Duration,
+    shutdown: &mut watch::Receiver<bool>,
 ) {
     let started = Instant::now();
+    // One backup at a time: each holds a snapshot of every shard (old
+    // versions kept from compaction) and a thread.
+    let Some(_running) = Running::claim() else {
+        let error = Error::Overloaded("a backup is already running; retry once it is done".into());
+        return fail(out, id, &metrics, error, started, write_timeout).await;
+    };
     let images = match router.send(TakeImages).await {
         Ok(Ok(images)) => images,
         Ok(Err(error)) => return fail(out, id, &metrics, error, started, write_timeout).await,
@@ -61,7 +69,19 @@ pub async fn stream<W: AsyncWrite + Unpin>(
         return fail(out, id, &metrics, error, started, write_timeout).await;
     }
     let mut outcome = Err(rankd_client::ErrorCode::Internal);
-    while let Some((frame, last)) = next.recv().await {
+    loop {
+        let (frame, last) = tokio::select! {
+            frame = next.recv() => match frame {
+                Some(frame) => frame,
+                None => break,
+            },
+            // Shutdown does not wait for a backup: it ends with an error
+            // frame, and dropping `next` stops the thread.
+            _ = shutdown.changed() => {
+                let error = Error::Overloaded("the server is shutting down; back up again after it restarts".into());
+                return fail(out, id, &metrics, error, started, write_timeout).await;
+            }
+        };
         metrics.sent_bytes.inc_by(frame.len() as u64);
         if !matches!(tokio::time::timeout(write_timeout, out.write_all(&frame)).await, Ok(Ok(()))) {
             break; // dropping `next` stops the thread
@@ -71,6 +91,23 @@ pub async fn stream<W: AsyncWrite + Unpin>(
         }
     }
     metrics.op(Some(OpKind::Backup)).finish(outcome, started.elapsed());
+}
+
+/// The one backup running, released when dropped.
+struct Running;
+
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+impl Running {
+    fn claim() -> Option<Self> {
+        (!RUNNING.swap(true, Ordering::AcqRel)).then_some(Running)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.store(false, Ordering::Release);
+    }
 }
 
 async fn fail<W: AsyncWrite + Unpin>(

@@ -474,7 +474,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             );
             let _ = tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await;
         } else {
-            super::backup::stream(&mut write_half, id, &conn.router, metrics, limits.idle_timeout).await;
+            super::backup::stream(&mut write_half, id, &conn.router, metrics, limits.idle_timeout, shutdown).await;
         }
     }
     let _ = write_half.shutdown().await;

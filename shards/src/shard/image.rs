@@ -9,6 +9,7 @@
 //! any restart, and `rankd check` holds it to the same invariants.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use fjall::{Keyspace, Readable as _, Snapshot};
 
@@ -26,6 +27,8 @@ pub struct ShardImage {
     snapshot: Snapshot,
     keyspaces: Vec<(&'static str, Keyspace)>,
     branching: u32,
+    /// Counts the shard's live images ([`Shard::images_alive`]).
+    _alive: Arc<()>,
 }
 
 impl Shard {
@@ -37,20 +40,20 @@ impl Shard {
             return Err(ShardError::NeedsCommit);
         }
         let storage = &self.storage;
-        let keyspaces = IMAGE_KEYSPACES
-            .iter()
-            .map(|name| {
-                let keyspace = match *name {
-                    "meta" => &storage.meta,
-                    "changes" => &storage.changes,
-                    "tree" => &storage.leaves,
-                    "players" => &storage.players,
-                    _ => &storage.index,
-                };
-                (*name, keyspace.clone())
-            })
+        let keyspaces = (IMAGE_KEYSPACES.iter())
+            .filter_map(|name| storage.keyspace(name).map(|keyspace| (*name, keyspace.clone())))
             .collect();
-        Ok(ShardImage { snapshot: storage.db.snapshot(), keyspaces, branching: self.options.branching })
+        let alive = self.images.clone();
+        Ok(ShardImage { snapshot: storage.db.snapshot(), keyspaces, branching: self.options.branching, _alive: alive })
+    }
+}
+
+impl Shard {
+    /// Whether an image of this shard is still held (a backup streaming).
+    /// Its keyspace handles hold the database's lock, so reopening the
+    /// storage must wait for it.
+    pub fn images_alive(&self) -> bool {
+        Arc::strong_count(&self.images) > 1
     }
 }
 
@@ -127,15 +130,7 @@ impl ImageWriter {
     }
 
     fn keyspace(&self, name: &str) -> Result<&Keyspace, ShardError> {
-        let storage = &self.storage;
-        Ok(match name {
-            "meta" => &storage.meta,
-            "changes" => &storage.changes,
-            "tree" => &storage.leaves,
-            "players" => &storage.players,
-            "index" => &storage.index,
-            other => return Err(ShardError::ImageTarget(format!("no keyspace named {other:?}"))),
-        })
+        (self.storage.keyspace(name)).ok_or_else(|| ShardError::ImageTarget(format!("no keyspace named {name:?}")))
     }
 }
 

@@ -135,7 +135,8 @@ pub struct Shard {
     /// The time writes are applied at (Unix seconds, UTC): decides which
     /// period of each window a write lands in.
     now: i64,
-    /// Expired periods whose data is still being deleted, oldest first.
+    /// Expired periods and dropped boards' trees whose data is still being
+    /// deleted.
     /// (In id order; a set, as reads ask whether their tree is in it.)
     expiring: BTreeSet<TreeId>,
     /// Where the deletion of one of them goes on.
@@ -149,6 +150,8 @@ pub struct Shard {
     checkpoints: Checkpoints,
     /// The `wid`s of idempotent writes applied within the dedup horizon.
     dedup: DedupTable,
+    /// Cloned into each [`ShardImage`]: how many are alive.
+    images: Arc<()>,
 }
 
 /// The change log's extent, kept in memory so sealing a batch and

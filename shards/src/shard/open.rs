@@ -61,6 +61,7 @@ impl Shard {
             repacking: Vec::new(),
             checkpoints: Checkpoints::default(),
             dedup: DedupTable::new(dedup_limits),
+            images: std::sync::Arc::default(),
         };
         let opened = started.elapsed();
         shard.load()?;

@@ -35,6 +35,18 @@ pub(super) struct Storage {
 }
 
 impl Storage {
+    /// The keyspace an image calls `name` (see `image::IMAGE_KEYSPACES`).
+    pub(super) fn keyspace(&self, name: &str) -> Option<&Keyspace> {
+        match name {
+            "meta" => Some(&self.meta),
+            "changes" => Some(&self.changes),
+            "tree" => Some(&self.leaves),
+            "players" => Some(&self.players),
+            "index" => Some(&self.index),
+            _ => None,
+        }
+    }
+
     /// Opens (or creates) the database at `path`, each keyspace tuned for
     /// how the shard writes and reads it.
     pub(super) fn open(path: &Path, options: &ShardOptions) -> Result<Self, ShardError> {

@@ -10,10 +10,11 @@ use crate::operations::allocator::Packer;
 use crate::operations::priority;
 
 /// Keys of expired periods and dropped boards deleted per maintenance step
-/// (one a second): a batch of tombstones, not fsynced, of some milliseconds,
-/// so a rollover or a dropped board of millions never holds a round up for
-/// long, and a 10M-player board (~20M keys) is gone in about ten minutes.
-const EXPIRY_BUDGET: usize = 32_768;
+/// (one a second, on the shard's thread): a batch of tombstones, not
+/// fsynced, of a few milliseconds, so a rollover or a dropped board of
+/// millions holds a round up only that long, and a 10M-player board (~20M
+/// keys) is gone in about twenty minutes.
+const EXPIRY_BUDGET: usize = 16_384;
 
 /// Expired `wid` records deleted per second: at a 600 s horizon, enough
 /// for 50,000 idempotent writes a second per shard; past that the records
@@ -116,6 +117,13 @@ impl BatchLoop {
         // until it succeeds reads have no engine to read from. So the disk is
         // asked first: while it cannot take a synced write, the degraded
         // shard keeps serving reads from what it holds.
+        // A backup's image holds the storage open too (its lock): reopening
+        // waits until the backup is streamed.
+        if self.engine.with(|shard| shard.images_alive()) == Some(true) {
+            self.health.reopen_failed(Instant::now());
+            tracing::warn!(shard = self.index, "a backup holds the storage; reopening after it");
+            return;
+        }
         if self.engine.with(|_| ()).is_some() {
             if let Err(e) = storage_takes_synced_writes(&self.location.0) {
                 self.health.reopen_failed(Instant::now());
@@ -176,11 +184,13 @@ impl BatchLoop {
 }
 
 /// Whether the disk under a shard's directory takes a write and its fsync
-/// (and a directory fsync): a probe file, overwritten each time.
+/// (and a directory fsync): a probe file, removed again.
 fn storage_takes_synced_writes(dir: &std::path::Path) -> std::io::Result<()> {
     use std::io::Write;
-    let mut probe = std::fs::File::create(dir.join("rankd.probe"))?;
+    let path = dir.join("rankd.probe");
+    let mut probe = std::fs::File::create(&path)?;
     probe.write_all(b"rankd")?;
     probe.sync_all()?;
-    std::fs::File::open(dir)?.sync_all()
+    std::fs::File::open(dir)?.sync_all()?;
+    std::fs::remove_file(path)
 }
