@@ -43,8 +43,7 @@ const GROUP: usize = 12;
 const SHARDS: usize = 3;
 
 /// The server's flags: the background work a cut should land in, often.
-const HOOKS: [&str; 6] =
-    ["--debug-run-every", "300", "--debug-checkpoint-every", "1500", "--debug-memtable-kib", "128"];
+const HOOKS: [&str; 6] = ["--debug-run-every", "300", "--debug-checkpoint-every", "100", "--debug-memtable-kib", "128"];
 
 /// The background work the cycles saw (from the metrics before each cut):
 /// what the cuts may have landed in.
