@@ -225,7 +225,7 @@ mod tests {
             assert_eq!(*op as usize, i);
             assert_eq!(OpKind::from_name(op.name()), Some(*op));
         }
-        assert_eq!(OpKind::COUNT, 16);
+        assert_eq!(OpKind::COUNT, 18);
         for (i, code) in ErrorCode::ALL.iter().enumerate() {
             assert_eq!(*code as usize, i);
             assert_eq!(ErrorCode::from_name(code.name()), Some(*code));
