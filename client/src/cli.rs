@@ -7,6 +7,7 @@
 //! how a push prints for people ([`show_push`]; for `--json`, a
 //! [`crate::Push`] serializes as its wire frame).
 
+use std::fmt;
 use std::path::PathBuf;
 
 use crate::connect::{ConnectOptions, TlsOptions, Token};
@@ -109,13 +110,13 @@ fn parse_window(text: &str) -> Result<Window, String> {
 
 /// A push for people: a line naming the watch, then the event as
 /// [`show_event`] prints it.
-pub fn show_push(push: &Push) -> String {
+pub fn show_push<S: fmt::Display>(push: &Push<S>) -> String {
     format!("watch {}:\n{}", push.watch, show_event(&push.event))
 }
 
 /// A watch's event for people: a `top` as the `rankd top` table, a
 /// player's rank as `rankd rank` prints it.
-pub fn show_event(event: &WatchEvent) -> String {
+pub fn show_event<S: fmt::Display>(event: &WatchEvent<S>) -> String {
     match event {
         WatchEvent::Top(entries) => show_entries(entries),
         WatchEvent::Player(Some(RankInfo { rank, score, count })) => format!("rank {rank} of {count} (score {score})"),
@@ -124,8 +125,9 @@ pub fn show_event(event: &WatchEvent) -> String {
     }
 }
 
-/// Rows of `top` or `around` as a table: rank, score, player.
-pub fn show_entries(entries: &[Entry]) -> String {
+/// Rows of `top` or `around` as a table: rank, score, player (a composite
+/// score as `trophies=5,retries=2`).
+pub fn show_entries<S: fmt::Display>(entries: &[Entry<S>]) -> String {
     if entries.is_empty() {
         return "(empty)".to_string();
     }
@@ -173,8 +175,8 @@ mod tests {
         );
         let player = WatchEvent::Player(Some(RankInfo { rank: 2, score: 9, count: 40 }));
         assert_eq!(show_event(&player), "rank 2 of 40 (score 9)");
-        assert_eq!(show_event(&WatchEvent::Top(vec![])), "(empty)");
-        assert_eq!(show_event(&WatchEvent::Ended), "(ended: the board was dropped)");
+        assert_eq!(show_event(&WatchEvent::<i64>::Top(vec![])), "(empty)");
+        assert_eq!(show_event(&WatchEvent::<i64>::Ended), "(ended: the board was dropped)");
         // The wire form: {"watch": 3, "event": [...]}, and nil for an end.
         fn on_wire(value: &impl serde::Serialize) -> rmpv::Value {
             rmpv::decode::read_value(&mut &rmp_serde::to_vec_named(value).unwrap()[..]).unwrap()
@@ -182,8 +184,8 @@ mod tests {
         let wire = on_wire(&push);
         assert_eq!(wire["watch"].as_u64(), Some(3));
         assert_eq!(wire["event"][0]["player"].as_str(), Some("alice"));
-        assert!(on_wire(&WatchEvent::Ended).is_nil());
-        assert!(on_wire(&WatchEvent::Player(None)).is_nil());
+        assert!(on_wire(&WatchEvent::<i64>::Ended).is_nil());
+        assert!(on_wire(&WatchEvent::<i64>::Player(None)).is_nil());
         assert_eq!(on_wire(&player)["rank"].as_u64(), Some(2));
     }
 }

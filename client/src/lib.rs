@@ -96,6 +96,10 @@
 //! - [`ConnectOptions`]: TLS ([`TlsOptions`]) and a token, for
 //!   [`Client::connect_with`];
 //! - [`RankInfo`], [`Entry`], [`BoardInfo`]: the ops' result types;
+//! - [`fields`]: composite scores (protocol 1.1): [`BoardSpec`] and
+//!   [`FieldSpec`] for [`Client::create_board_with`], scores as
+//!   [`FieldScores`] through the `_fields` methods ([`Client::top_fields`],
+//!   ...), and [`Score`] for either kind of board;
 //! - `cli` (feature `cli`): command-line flags for connecting and watching,
 //!   and how the `rankd` CLI prints pushes.
 //!
@@ -111,6 +115,7 @@ pub mod cli;
 mod client;
 mod connect;
 mod error;
+pub mod fields;
 pub mod frame;
 pub mod protocol;
 mod push;
@@ -126,6 +131,7 @@ pub use call::{set_call, Call};
 pub use client::{AuthGrant, Client, Written};
 pub use connect::{ConnectOptions, TlsOptions, Token};
 pub use error::ClientError;
+pub use fields::{set_fields_call, BoardSpec, FieldScores, FieldSpec, FieldsError, Score};
 pub use protocol::{ErrorCode, Mode, OpKind, Order, Ties, Window};
 pub use push::RawPush;
 pub use reply::{BoardInfo, Entry, RankInfo};

@@ -9,24 +9,25 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::ClientError;
 
-/// `rank`'s result.
+/// `rank`'s result. `S` is how scores read: `i64`, or
+/// [`crate::FieldScores`] on a board with fields (protocol 1.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankInfo {
+pub struct RankInfo<S = i64> {
     /// 1-based rank under the board's tie rule.
     pub rank: u64,
     /// The player's score.
-    pub score: i64,
+    pub score: S,
     /// Players on the board.
     pub count: u64,
 }
 
-/// One row of `top` / `around`.
+/// One row of `top` / `around` / `ranks`; `S` as for [`RankInfo`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub struct Entry<S = i64> {
     /// Who holds this row.
     pub player: String,
     /// Their score.
-    pub score: i64,
+    pub score: S,
     /// 1-based rank under the board's tie rule.
     pub rank: u64,
 }

@@ -10,11 +10,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_core::Stream;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::call::Call;
@@ -108,28 +110,29 @@ impl fmt::Display for WatchId {
 }
 
 /// What a push says. Serializes as the wire's `event`: the list, the
-/// `{rank, score, count}` map, or nil.
+/// `{rank, score, count}` map, or nil. `S` is how scores read (see
+/// [`Watcher::with_scores`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
-pub enum WatchEvent {
+pub enum WatchEvent<S = i64> {
     /// A `top` watch: the whole list, best first, as `top` answers it.
-    Top(Vec<Entry>),
+    Top(Vec<Entry<S>>),
     /// A `player` watch: the player's rank, score and the board's count, or
     /// `None` while the player is absent. A dropped board ends a player
     /// watch with `None` too, which the push does not tell apart;
     /// [`Watcher::unwatch`] then answers `false`.
-    Player(Option<RankInfo>),
+    Player(Option<RankInfo<S>>),
     /// A `top` watch ended: its board was dropped. No push follows.
     Ended,
 }
 
 /// One push of a watch. Serializes as on the wire: `{"watch", "event"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Push {
+pub struct Push<S = i64> {
     /// Which watch.
     pub watch: WatchId,
     /// The watched state.
-    pub event: WatchEvent,
+    pub event: WatchEvent<S>,
     /// When the push was read off the connection.
     #[serde(skip)]
     pub received: Instant,
@@ -172,7 +175,11 @@ struct Started {
 /// }
 /// # Ok(()) }
 /// ```
-pub struct Watcher {
+///
+/// Scores read as `S`: `i64`, or, for boards with fields,
+/// [`crate::FieldScores`] ([`crate::Score`] for both kinds), chosen with
+/// [`Watcher::with_scores`].
+pub struct Watcher<S = i64> {
     /// The connection.
     client: Client,
     /// The watches started here and not ended, by id.
@@ -181,6 +188,8 @@ pub struct Watcher {
     closed: bool,
     /// Pushes of watches this watcher did not start (or already ended).
     strays: u64,
+    /// How the pushes' scores decode.
+    scores: PhantomData<fn() -> S>,
 }
 
 impl Watcher {
@@ -197,7 +206,16 @@ impl Watcher {
     /// Watches on an open connection (one that has no watches yet: pushes of
     /// watches it started with [`Client::call`] are skipped).
     pub fn from_client(client: Client) -> Self {
-        Self { client, watches: HashMap::new(), closed: false, strays: 0 }
+        Self { client, watches: HashMap::new(), closed: false, strays: 0, scores: PhantomData }
+    }
+}
+
+impl<S: DeserializeOwned> Watcher<S> {
+    /// This watcher with its pushes' scores read as `T`: on a board with
+    /// fields, `Watcher::connect(addr).await?.with_scores::<FieldScores>()`.
+    pub fn with_scores<T>(self) -> Watcher<T> {
+        let Self { client, watches, closed, strays, .. } = self;
+        Watcher { client, watches, closed, strays, scores: PhantomData }
     }
 
     /// Starts a watch. Its first push, the current state, follows at once.
@@ -264,12 +282,12 @@ impl Watcher {
     }
 
     /// The next push: `None` once the connection has closed. Cancel-safe.
-    pub async fn next_event(&mut self) -> Result<Option<Push>, ClientError> {
+    pub async fn next_event(&mut self) -> Result<Option<Push<S>>, ClientError> {
         std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 
     /// The poll form of [`Watcher::next_event`].
-    pub fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Push>, ClientError>> {
+    pub fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Push<S>>, ClientError>> {
         loop {
             if self.closed {
                 return Poll::Ready(Ok(None));
@@ -292,27 +310,27 @@ impl Watcher {
     }
 
     /// The push typed by its watch's kind; `None` for a stray.
-    fn decode(&mut self, raw: RawPush) -> Option<Result<Push, ClientError>> {
+    fn decode(&mut self, raw: RawPush) -> Option<Result<Push<S>, ClientError>> {
         let Some(&kind) = self.watches.get(&raw.watch()) else {
             self.strays += 1;
             return None;
         };
         let event = match kind {
-            Kind::Top => raw.event::<Vec<Entry>>().map(|event| match event {
+            Kind::Top => raw.event::<Vec<Entry<S>>>().map(|event| match event {
                 Some(entries) => WatchEvent::Top(entries),
                 None => {
                     self.watches.remove(&raw.watch());
                     WatchEvent::Ended
                 }
             }),
-            Kind::Player => raw.event::<RankInfo>().map(WatchEvent::Player),
+            Kind::Player => raw.event::<RankInfo<S>>().map(WatchEvent::Player),
         };
         Some(event.map(|event| Push { watch: WatchId(raw.watch()), event, received: raw.received() }))
     }
 }
 
-impl Stream for Watcher {
-    type Item = Result<Push, ClientError>;
+impl<S: DeserializeOwned> Stream for Watcher<S> {
+    type Item = Result<Push<S>, ClientError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.get_mut().poll_event(cx).map(Result::transpose)
@@ -434,5 +452,22 @@ mod tests {
         assert_eq!(results[0].as_ref().unwrap(), &WatchId(1));
         assert_eq!(results[1].as_ref().unwrap_err().error_code(), Some(crate::ErrorCode::TooLarge));
         assert_eq!(watcher.next_event().await.unwrap().unwrap().event, WatchEvent::Top(vec![]));
+    }
+
+    #[tokio::test]
+    async fn a_watcher_reads_composite_scores_when_told() {
+        let addr = serve(|_, mut peer| async move {
+            let request = peer.request().await.unwrap();
+            peer.reply(id(&request), map(&[("watch", 1.into())])).await;
+            let score = map(&[("trophies", 7.into()), ("retries", 1.into())]);
+            peer.push(1, map(&[("rank", 1.into()), ("score", score), ("count", 1.into())])).await;
+        })
+        .await;
+        let mut watcher = Watcher::connect(&addr).await.unwrap().with_scores::<crate::FieldScores>();
+        watcher.watch(&WatchSpec::player("cup", "alice")).await.unwrap();
+        let WatchEvent::Player(Some(info)) = watcher.next().await.unwrap().unwrap().event else {
+            panic!("a player push")
+        };
+        assert_eq!((info.rank, info.score.get("trophies"), info.score.get("retries")), (1, Some(7), Some(1)));
     }
 }
