@@ -229,6 +229,22 @@ impl fmt::Display for Score {
     }
 }
 
+/// `1200` or `trophies=5,retries=2`: what a command line takes for either
+/// kind of board.
+impl FromStr for Score {
+    type Err = FieldsError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.contains('=') {
+            return text.parse().map(Self::Fields);
+        }
+        let score = text.trim().parse().map_err(|_| {
+            FieldsError::Syntax(format!("`{text}`: a score is an i64, or name=value pairs on a board with fields"))
+        })?;
+        Ok(Self::Int(score))
+    }
+}
+
 /// A board's config for [`Client::create_board_with`]: every setting is
 /// optional (`None` or empty leaves the server's default), and `fields`
 /// makes it a composite board (whose `order` is then ignored).
@@ -453,7 +469,10 @@ mod tests {
         assert_eq!(rmp_serde::from_slice::<Score>(&bytes).unwrap(), Score::Fields(scores.clone()));
         let int = rmp_serde::to_vec(&-7i64).unwrap();
         assert_eq!(rmp_serde::from_slice::<Score>(&int).unwrap(), Score::Int(-7));
-        assert_eq!(Score::Fields(scores).to_string(), "retries=-2,trophies=5");
+        assert_eq!(Score::Fields(scores.clone()).to_string(), "retries=-2,trophies=5");
+        assert_eq!("-3".parse::<Score>(), Ok(Score::Int(-3)));
+        assert_eq!("trophies=5,retries=-2".parse::<Score>(), Ok(Score::Fields(scores)));
+        assert!("x".parse::<Score>().is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use rankd_client::{BoardSpec, FieldSpec, Order, Ties, Window};
 
 use crate::settings::ServeSettings;
 
@@ -22,14 +23,26 @@ pub enum Command {
     Serve(Box<ServeSettings>),
     /// Check a running server answers.
     Ping(ClientArgs),
-    /// Write a score: `rankd set BOARD PLAYER SCORE [--mode best|incr]`.
+    /// Create a board: `rankd create-board BOARD [--ties dense] [--window
+    /// daily]...`; with `--field trophies:desc:0:1000000 --field
+    /// retries:asc:1000` (name:order:min:max, min 0 if left out), a board
+    /// ranking by composite scores.
+    CreateBoard {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        #[command(flatten)]
+        config: BoardArgs,
+    },
+    /// Write a score: `rankd set BOARD PLAYER SCORE [--mode best|incr]`;
+    /// on a board with fields, SCORE is `trophies=5,retries=2`.
     Set {
         #[command(flatten)]
         client: ClientArgs,
         board: String,
         player: String,
         #[arg(allow_hyphen_values = true)]
-        score: i64,
+        score: rankd_client::Score,
         /// set, best or incr.
         #[arg(long, default_value = "set")]
         mode: String,
@@ -126,6 +139,41 @@ pub enum Command {
     /// Copy a running server's data, consistent at one moment, into a new
     /// data dir: `rankd backup --to DIR`, then `rankd serve --data-dir DIR`.
     Backup(crate::tools::backup::BackupArgs),
+}
+
+/// A board's config, for `rankd create-board`: whatever is left out is the
+/// server's default.
+#[derive(Debug, Clone, Args)]
+pub struct BoardArgs {
+    /// desc (higher is better) or asc; ignored with --field.
+    #[arg(long, value_parser = |text: &str| Order::from_name(text).ok_or("desc or asc"))]
+    pub order: Option<Order>,
+    /// competition, dense or ordinal.
+    #[arg(long, value_parser = |text: &str| Ties::from_name(text).ok_or("competition, dense or ordinal"))]
+    pub ties: Option<Ties>,
+    /// A window to keep (all, daily, weekly, monthly); repeat for several.
+    #[arg(long = "window", value_parser = |text: &str| Window::from_name(text).ok_or("all, daily, weekly or monthly"))]
+    pub windows: Vec<Window>,
+    /// Past periods kept of each periodic window (1-1000).
+    #[arg(long)]
+    pub keep: Option<u32>,
+    /// A field of composite scores, name:order:min:max (or name:order:max,
+    /// min 0); 2 to 4 of them, ranked in the order given.
+    #[arg(long = "field", allow_hyphen_values = true)]
+    pub fields: Vec<FieldSpec>,
+}
+
+impl BoardArgs {
+    /// The config these flags describe.
+    pub fn spec(&self) -> BoardSpec {
+        BoardSpec {
+            order: self.order,
+            ties: self.ties,
+            windows: self.windows.clone(),
+            keep: self.keep,
+            fields: self.fields.clone(),
+        }
+    }
 }
 
 /// Where a client subcommand connects and how it prints.
