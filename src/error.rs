@@ -54,7 +54,7 @@ impl Error {
 impl From<ShardError> for Error {
     fn from(err: ShardError) -> Self {
         match err {
-            ShardError::Overflow => Self::BadRequest(err.to_string()),
+            ShardError::Overflow | ShardError::Fields(_) => Self::BadRequest(err.to_string()),
             other => {
                 tracing::error!(error = %other, "shard error");
                 Self::Internal(other.to_string())

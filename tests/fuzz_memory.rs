@@ -24,6 +24,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 
 use rankd::protocol::request::{parse, Op, Request};
+use rankd::protocol::ScoreInput;
 use rankd_client::protocol::{DEFAULT_MAX_FRAME, MAX_SET_MANY};
 use rankd_shards::Mode;
 
@@ -133,16 +134,28 @@ fn regressions_stay_within_the_fuzzers_memory_bounds() {
         id: 1,
         op: Op::SetMany {
             board: "b".into(),
-            entries: (0..MAX_SET_MANY).map(|i| ((i % 10).to_string(), 0)).collect(),
+            entries: (0..MAX_SET_MANY).map(|i| ((i % 10).to_string(), 0.into())).collect(),
             mode: Mode::Set,
             wid: None,
         },
     });
-    let cases: [(&str, Vec<u8>, Result<(), &str>); 4] = [
+    // The largest composite one: every score a map of 4 fields.
+    let four = |i: usize| (0..4).map(|f| (format!("f{f}"), i as i64)).collect();
+    let composite = fuzz_checks::encode_request(&Request {
+        id: 1,
+        op: Op::SetMany {
+            board: "b".into(),
+            entries: (0..MAX_SET_MANY).map(|i| ((i % 10).to_string(), ScoreInput::Map(four(i)))).collect(),
+            mode: Mode::Set,
+            wid: None,
+        },
+    });
+    let cases: [(&str, Vec<u8>, Result<(), &str>); 5] = [
         ("F1 grown to max_frame", array_of(&[], unit, fill(&[])), Err("too_large")),
         ("F1 as an unknown field, max_frame", array_of(ping, unit, fill(ping)), Err("too_large")),
         ("F1 as an unknown field, at the value budget", array_of(ping, unit, 6000), Ok(())),
         ("a set_many of 10 000 entries", set_many, Ok(())),
+        ("a set_many of 10 000 four-field scores", composite, Ok(())),
     ];
     for (what, body, want) in cases {
         assert!(body.len() <= DEFAULT_MAX_FRAME, "{what}: a frame the server would read");

@@ -38,8 +38,10 @@ use proptest::sample::select;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
 use rankd::protocol::request::{parse, Op, Request, View, WatchSpec, WatchTarget};
+use rankd::protocol::ScoreInput;
 use rankd_client::frame::FrameReader;
 use rankd_client::protocol::DEFAULT_MAX_FRAME;
+use rankd_shards::fields::Field;
 use rankd_shards::{BoardConfig, Mode, Order, Ties, Wid, Window};
 use rmpv::Value;
 use tokio::io::AsyncWriteExt;
@@ -326,13 +328,40 @@ fn arb_config() -> impl Strategy<Value = BoardConfig> {
         Just(all).prop_shuffle(),
         1usize..=4,
         1u32..=1000,
+        proptest::option::of(arb_fields()),
     )
-        .prop_map(|(order, ties, windows, n, keep)| BoardConfig {
-            order,
+        .prop_map(|(order, ties, windows, n, keep, fields)| BoardConfig {
+            // A board with fields ranks its packed scores high-first.
+            order: if fields.is_some() { Order::Desc } else { order },
             ties,
             windows: windows[..n].to_vec(),
             keep,
+            fields: fields.unwrap_or_default(),
         })
+}
+
+/// 2–4 valid fields whose ranges multiply to at most 2^63.
+fn arb_fields() -> impl Strategy<Value = Vec<Field>> {
+    let one = (select(vec![Order::Desc, Order::Asc]), any::<i32>(), 0u32..1 << 15);
+    vec(one, 2..=4).prop_map(|specs| {
+        (specs.into_iter().enumerate())
+            .map(|(i, (order, min, span))| Field {
+                name: format!("f_{i}"),
+                order,
+                min: i64::from(min),
+                max: i64::from(min) + i64::from(span),
+            })
+            .collect()
+    })
+}
+
+/// A score as a request carries it: an integer or 1–4 named field values.
+fn arb_score() -> impl Strategy<Value = ScoreInput> {
+    prop_oneof![
+        3 => any::<i64>().prop_map(ScoreInput::Int),
+        1 => proptest::collection::btree_map("[a-z0-9_]{1,32}", any::<i64>(), 1..=4)
+            .prop_map(|values| ScoreInput::Map(values.into_iter().collect())),
+    ]
 }
 
 /// An idempotent write's key, or none.
@@ -351,14 +380,14 @@ fn valid_request() -> impl Strategy<Value = Request> {
         ".{0,40}".prop_map(|token| Op::Auth { token: rankd::security::Secret(token) }),
         (b(), arb_config()).prop_map(|(board, config)| Op::CreateBoard { board, config }),
         b().prop_map(|board| Op::DropBoard { board }),
-        (b(), p(), any::<i64>(), arb_mode(), arb_wid()).prop_map(|(board, player, score, mode, wid)| Op::Set {
+        (b(), p(), arb_score(), arb_mode(), arb_wid()).prop_map(|(board, player, score, mode, wid)| Op::Set {
             board,
             player,
             score,
             mode,
             wid
         }),
-        (b(), vec((p(), any::<i64>()), 0..16), arb_mode(), arb_wid())
+        (b(), vec((p(), arb_score()), 0..16), arb_mode(), arb_wid())
             .prop_map(|(board, entries, mode, wid)| { Op::SetMany { board, entries, mode, wid } }),
         (b(), p(), arb_view()).prop_map(|(board, player, view)| Op::Get { board, player, view }),
         (b(), p(), arb_wid()).prop_map(|(board, player, wid)| Op::Remove { board, player, wid }),
@@ -377,7 +406,7 @@ fn valid_request() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(|watch| Op::Unwatch { watch }),
         (b(), arb_view()).prop_map(|(board, view)| Op::Count { board, view }),
         (b(), p(), arb_view()).prop_map(|(board, player, view)| Op::Rank { board, player, view }),
-        (b(), any::<i64>(), arb_view()).prop_map(|(board, score, view)| Op::RankOfScore { board, score, view }),
+        (b(), arb_score(), arb_view()).prop_map(|(board, score, view)| Op::RankOfScore { board, score, view }),
         (b(), 0usize..=1000, any::<u64>(), arb_view()).prop_map(|(board, limit, offset, view)| Op::Top {
             board,
             limit,

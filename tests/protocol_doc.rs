@@ -154,7 +154,7 @@ fn the_worked_example_decodes_to_what_the_page_says() {
     assert_eq!(request, sent, "the Rust client encodes that call to exactly these bytes");
     assert!(matches!(
         request::parse(frame_body(&request)),
-        Ok(request::Request { id: 1, op: request::Op::Set { score: 1200, .. } })
+        Ok(request::Request { id: 1, op: request::Op::Set { score: rankd::protocol::ScoreInput::Int(1200), .. } })
     ));
 
     // The response: what the page says, and what the server encodes.

@@ -20,6 +20,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use rankd::protocol::request::{parse, Op, Rejected, Request, View, WatchSpec, WatchTarget};
+use rankd::protocol::ScoreInput;
 use rankd_client::frame::{FrameError, FrameReader};
 use rankd_client::protocol::{MAX_AROUND, MAX_SET_MANY, MAX_TOP_LIMIT};
 use rankd_shards::{BoardConfig, Mode, Order, Ties, Wid, Window};
@@ -95,6 +96,10 @@ pub fn check_request_invariants(req: &Request) {
                 assert!(!config.windows[..i].contains(w), "duplicate window accepted: {:?}", config.windows);
             }
             assert!((1..=1000).contains(&config.keep), "keep out of range: {}", config.keep);
+            if config.has_fields() {
+                assert_eq!(rankd_shards::fields::check(&config.fields), Ok(()), "bad fields accepted");
+                assert_eq!(config.order, Order::Desc, "a board with fields ranks its packed scores high-first");
+            }
         }
         Op::DropBoard { board } | Op::Count { board, .. } | Op::RankOfScore { board, .. } => board_ok(board),
         Op::Set { board, player, .. }
@@ -134,6 +139,19 @@ pub fn check_request_invariants(req: &Request) {
             board_ok(board);
             player_ok(player);
             assert!(*before as u64 <= MAX_AROUND && *after as u64 <= MAX_AROUND, "around {before}/{after} accepted");
+        }
+    }
+    let scores: Vec<&ScoreInput> = match &req.op {
+        Op::Set { score, .. } | Op::RankOfScore { score, .. } => vec![score],
+        Op::SetMany { entries, .. } => entries.iter().map(|(_, score)| score).collect(),
+        _ => Vec::new(),
+    };
+    for score in scores {
+        if let ScoreInput::Map(values) = score {
+            assert!(values.len() <= 4, "a score of {} fields accepted", values.len());
+            for (i, (name, _)) in values.iter().enumerate() {
+                assert!(values[..i].iter().all(|(seen, _)| seen != name), "field {name} given twice accepted");
+            }
         }
     }
     match &req.op {
@@ -294,16 +312,28 @@ pub fn request_value(req: &Request) -> Value {
             f.push(("ties", s(config.ties.as_str())));
             f.push(("windows", Value::Array(config.windows.iter().map(|w| s(w.as_str())).collect())));
             f.push(("keep", Value::from(config.keep)));
+            if config.has_fields() {
+                let field = |fd: &rankd_shards::fields::Field| {
+                    let pairs = [
+                        ("name", s(&fd.name)),
+                        ("order", s(fd.order.as_str())),
+                        ("min", Value::from(fd.min)),
+                        ("max", Value::from(fd.max)),
+                    ];
+                    Value::Map(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
+                };
+                f.push(("fields", Value::Array(config.fields.iter().map(field).collect())));
+            }
         }
         Op::DropBoard { board } => f.push(("board", s(board))),
         Op::Set { board, player, score, mode, wid } => {
-            f.extend([("board", s(board)), ("player", s(player)), ("score", Value::from(*score))]);
+            f.extend([("board", s(board)), ("player", s(player)), ("score", score_value(score))]);
             f.push(("mode", s(mode.as_str())));
             f.extend(wid.iter().map(|wid| ("wid", s(wid.as_str()))));
         }
         Op::SetMany { board, entries, mode, wid } => {
             f.push(("board", s(board)));
-            let list = entries.iter().map(|(p, sc)| Value::Array(vec![s(p), Value::from(*sc)])).collect();
+            let list = entries.iter().map(|(p, sc)| Value::Array(vec![s(p), score_value(sc)])).collect();
             f.push(("entries", Value::Array(list)));
             f.push(("mode", s(mode.as_str())));
             f.extend(wid.iter().map(|wid| ("wid", s(wid.as_str()))));
@@ -336,7 +366,7 @@ pub fn request_value(req: &Request) -> Value {
             view_fields(view, &mut f);
         }
         Op::RankOfScore { board, score, view } => {
-            f.extend([("board", s(board)), ("score", Value::from(*score))]);
+            f.extend([("board", s(board)), ("score", score_value(score))]);
             view_fields(view, &mut f);
         }
         Op::Top { board, limit, offset, view } => {
@@ -352,6 +382,16 @@ pub fn request_value(req: &Request) -> Value {
     let mut pairs = vec![(s("id"), Value::from(req.id)), (s("op"), s(req.op.kind().name()))];
     pairs.extend(f.into_iter().map(|(k, v)| (s(k), v)));
     Value::Map(pairs)
+}
+
+/// A score as a request carries it: an integer, or a map of field values.
+pub fn score_value(score: &ScoreInput) -> Value {
+    match score {
+        ScoreInput::Int(score) => Value::from(*score),
+        ScoreInput::Map(values) => {
+            Value::Map(values.iter().map(|(name, v)| (Value::from(name.as_str()), Value::from(*v))).collect())
+        }
+    }
 }
 
 /// msgpack bytes of one value.
@@ -385,12 +425,28 @@ pub fn seed_requests() -> Vec<Request> {
         ties: Ties::Ordinal,
         windows: vec![Window::All, Window::Daily, Window::Weekly, Window::Monthly],
         keep: 7,
+        fields: Vec::new(),
+    };
+    let composite = BoardConfig {
+        fields: vec![
+            rankd_shards::fields::Field { name: "trophies".into(), order: Order::Desc, min: 0, max: 1 << 30 },
+            rankd_shards::fields::Field { name: "time_ms".into(), order: Order::Asc, min: -1, max: 1 << 32 },
+        ],
+        ..BoardConfig::default()
     };
     let ops = vec![
         Op::Ping,
         Op::Auth { token: rankd::security::Secret("s3cret".into()) },
         Op::CreateBoard { board: b(), config: BoardConfig::default() },
         Op::CreateBoard { board: "a.b:c_d-E9".into(), config },
+        Op::CreateBoard { board: "lvl:1".into(), config: composite },
+        Op::Set {
+            board: "lvl:1".into(),
+            player: p(),
+            score: ScoreInput::Map(vec![("time_ms".into(), 61_000), ("trophies".into(), 3)]),
+            mode: Mode::Incr,
+            wid: None,
+        },
         Op::CreateBoard {
             board: b(),
             config: BoardConfig { ties: Ties::Dense, windows: vec![Window::Weekly], keep: 1000, ..Default::default() },
@@ -398,13 +454,19 @@ pub fn seed_requests() -> Vec<Request> {
         Op::DropBoard { board: b() },
         Op::Boards { prefix: String::new(), after: None, limit: 1000 },
         Op::Boards { prefix: "lvl".into(), after: Some("lvl10".into()), limit: 10_000 },
-        Op::Set { board: b(), player: p(), score: 42, mode: Mode::Set, wid: None },
-        Op::Set { board: b(), player: "ünï☃".into(), score: i64::MIN, mode: Mode::Best, wid: None },
-        Op::Set { board: b(), player: p(), score: i64::MAX, mode: Mode::Incr, wid: Some(Wid::from("retry-7f3a")) },
+        Op::Set { board: b(), player: p(), score: 42.into(), mode: Mode::Set, wid: None },
+        Op::Set { board: b(), player: "ünï☃".into(), score: i64::MIN.into(), mode: Mode::Best, wid: None },
+        Op::Set {
+            board: b(),
+            player: p(),
+            score: i64::MAX.into(),
+            mode: Mode::Incr,
+            wid: Some(Wid::from("retry-7f3a")),
+        },
         Op::SetMany { board: b(), entries: vec![], mode: Mode::Set, wid: None },
         Op::SetMany {
             board: b(),
-            entries: vec![("a".into(), 1), ("b".into(), -2), ("c".into(), 1 << 40)],
+            entries: vec![("a".into(), 1.into()), ("b".into(), (-2).into()), ("c".into(), (1 << 40).into())],
             mode: Mode::Best,
             wid: Some(Wid::from(&*"w".repeat(64))),
         },
@@ -424,7 +486,7 @@ pub fn seed_requests() -> Vec<Request> {
         Op::Count { board: b(), view: View::default() },
         Op::Count { board: b(), view: View { window: Some(Window::Monthly), period: -12 } },
         Op::Rank { board: b(), player: p(), view },
-        Op::RankOfScore { board: b(), score: -7, view: View::default() },
+        Op::RankOfScore { board: b(), score: (-7).into(), view: View::default() },
         Op::Top { board: b(), limit: 10, offset: 0, view: View::default() },
         Op::Top { board: b(), limit: 1000, offset: u64::MAX, view },
         Op::Around { board: b(), player: p(), before: 5, after: 500, view: View::default() },

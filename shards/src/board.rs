@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::fields::{Field, FieldValues};
+
 /// Which end of the score range ranks first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Order {
@@ -51,6 +53,17 @@ pub enum Mode {
     Incr,
 }
 
+/// What a write brings to combine with the stored score under its [`Mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Amount {
+    /// A whole score (on a board with fields, the packed one), or a plain
+    /// board's `incr` delta.
+    Score(i64),
+    /// An `incr` on a board with fields: one delta per field. Packed deltas
+    /// could not tell a field leaving its range from a carry into the next.
+    Fields(FieldValues),
+}
+
 /// A board's configuration, fixed at creation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BoardConfig {
@@ -62,11 +75,15 @@ pub struct BoardConfig {
     pub windows: Vec<Window>,
     /// Past periods kept per periodic window.
     pub keep: u32,
+    /// A composite score's fields (none on a plain board). A board with
+    /// fields stores packed scores (see [`crate::fields`]) and ranks them
+    /// `desc`, whatever `order` was asked.
+    pub fields: Vec<Field>,
 }
 
 impl Default for BoardConfig {
     fn default() -> Self {
-        Self { order: Order::Desc, ties: Ties::Competition, windows: vec![Window::All], keep: 1 }
+        Self { order: Order::Desc, ties: Ties::Competition, windows: vec![Window::All], keep: 1, fields: Vec::new() }
     }
 }
 
@@ -127,29 +144,67 @@ pub fn valid_player_name(player: &str) -> bool {
 }
 
 impl BoardConfig {
-    /// Encodes for the shard's meta keyspace.
+    /// Whether scores on this board are composite.
+    pub fn has_fields(&self) -> bool {
+        !self.fields.is_empty()
+    }
+
+    /// Encodes for the shard's meta keyspace: version 1 for plain boards
+    /// (as every earlier data dir has them), 2 when fields follow the windows.
     pub fn encode(&self, name: &str) -> Vec<u8> {
-        let mut out = vec![1u8, self.order.code(), self.ties.code()];
+        let version = if self.has_fields() { 2 } else { 1 };
+        let mut out = vec![version, self.order.code(), self.ties.code()];
         out.extend_from_slice(&self.keep.to_be_bytes());
         out.push(self.windows.len() as u8);
         out.extend(self.windows.iter().map(|w| w.code()));
+        if self.has_fields() {
+            out.push(self.fields.len() as u8);
+            for field in &self.fields {
+                out.push(field.name.len() as u8);
+                out.extend_from_slice(field.name.as_bytes());
+                out.push(field.order.code());
+                out.extend_from_slice(&field.min.to_be_bytes());
+                out.extend_from_slice(&field.max.to_be_bytes());
+            }
+        }
         out.extend_from_slice(name.as_bytes());
         out
     }
 
     /// Inverse of [`BoardConfig::encode`]; returns the name too.
     pub fn decode(bytes: &[u8]) -> Option<(String, Self)> {
-        let (&[1, order, ties, k0, k1, k2, k3, n], rest) = bytes.split_first_chunk::<8>()? else {
+        let (&[version @ (1 | 2), order, ties, k0, k1, k2, k3, n], rest) = bytes.split_first_chunk::<8>()? else {
             return None;
         };
         let n = usize::from(n);
         let windows = rest.get(..n)?.iter().map(|&c| Window::from_code(c)).collect::<Option<Vec<_>>>()?;
-        let name = String::from_utf8(rest.get(n..)?.to_vec()).ok()?;
+        let mut rest = rest.get(n..)?;
+        let mut fields = Vec::new();
+        if version == 2 {
+            let (&count, mut more) = rest.split_first()?;
+            for _ in 0..count {
+                let (&len, tail) = more.split_first()?;
+                let (name, tail) = tail.split_at_checked(usize::from(len))?;
+                let (&order, tail) = tail.split_first()?;
+                let (min, tail) = tail.split_first_chunk::<8>()?;
+                let (max, tail) = tail.split_first_chunk::<8>()?;
+                fields.push(Field {
+                    name: String::from_utf8(name.to_vec()).ok()?,
+                    order: Order::from_code(order)?,
+                    min: i64::from_be_bytes(*min),
+                    max: i64::from_be_bytes(*max),
+                });
+                more = tail;
+            }
+            rest = more;
+        }
+        let name = String::from_utf8(rest.to_vec()).ok()?;
         let config = Self {
             order: Order::from_code(order)?,
             ties: Ties::from_code(ties)?,
             windows,
             keep: u32::from_be_bytes([k0, k1, k2, k3]),
+            fields,
         };
         Some((name, config))
     }
@@ -161,10 +216,24 @@ mod tests {
 
     #[test]
     fn config_round_trips() {
-        let config =
-            BoardConfig { order: Order::Asc, ties: Ties::Ordinal, windows: vec![Window::All, Window::Daily], keep: 7 };
-        assert_eq!(BoardConfig::decode(&config.encode("b:1")), Some(("b:1".to_string(), config)));
+        let config = BoardConfig {
+            order: Order::Asc,
+            ties: Ties::Ordinal,
+            windows: vec![Window::All, Window::Daily],
+            keep: 7,
+            fields: Vec::new(),
+        };
+        assert_eq!(BoardConfig::decode(&config.encode("b:1")), Some(("b:1".to_string(), config.clone())));
         assert_eq!(BoardConfig::decode(&[1, 2]), None);
+        let fields = vec![
+            Field { name: "trophies".into(), order: Order::Desc, min: 0, max: 1 << 20 },
+            Field { name: "time_ms".into(), order: Order::Asc, min: -5, max: i64::from(u32::MAX) },
+        ];
+        let composite = BoardConfig { fields, ..config };
+        let encoded = composite.encode("lvl:1");
+        assert_eq!(encoded[0], 2);
+        assert_eq!(BoardConfig::decode(&encoded), Some(("lvl:1".to_string(), composite)));
+        assert_eq!(BoardConfig::decode(&encoded[..20]), None);
     }
 
     #[test]

@@ -7,6 +7,10 @@ pub enum ShardError {
     /// An `incr` would leave the i64 range; nothing was changed.
     #[error("score overflow: the result is outside the 64-bit range")]
     Overflow,
+    /// A composite score's write would leave a field's range, or a score
+    /// is not the board's kind; nothing was changed.
+    #[error(transparent)]
+    Fields(#[from] crate::fields::FieldsError),
     /// A read that scans storage ran while writes were staged: the caller must
     /// commit first (a bug in the caller, never a client's fault).
     #[error("operation needs the open batch committed first")]

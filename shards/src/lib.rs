@@ -27,6 +27,7 @@ pub mod commit;
 pub mod dedup;
 pub mod dense;
 pub mod error;
+pub mod fields;
 pub mod key;
 mod log;
 mod overlay;
@@ -35,7 +36,7 @@ pub mod shard;
 pub mod tree;
 pub mod window;
 
-pub use board::{Board, BoardConfig, Mode, Order, Ties, Window};
+pub use board::{Amount, Board, BoardConfig, Mode, Order, Ties, Window};
 pub use dedup::{DedupLimits, Outcome, Wid};
 pub use dense::DenseIndex;
 pub use error::ShardError;

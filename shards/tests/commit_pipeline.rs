@@ -31,7 +31,13 @@ impl CommitHooks<u32> for Recorder {
 }
 
 fn board() -> Board {
-    let config = BoardConfig { order: Order::Desc, ties: Ties::Competition, windows: vec![Window::All], keep: 1 };
+    let config = BoardConfig {
+        order: Order::Desc,
+        ties: Ties::Competition,
+        windows: vec![Window::All],
+        keep: 1,
+        fields: Vec::new(),
+    };
     Board { id: 1, name: "b".into(), config }
 }
 

@@ -23,7 +23,7 @@ fn boards() -> Vec<Board> {
         .map(|(i, &(order, ties))| Board {
             id: i as u64 + 1,
             name: format!("b{}", i + 1),
-            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1 },
+            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() },
         })
         .collect()
 }

@@ -23,7 +23,13 @@ const PLAYERS: u64 = 300_000;
 const MEMTABLE: u64 = 256 << 10;
 
 fn board() -> Board {
-    let config = BoardConfig { order: Order::Desc, ties: Ties::Competition, windows: vec![Window::All], keep: 1 };
+    let config = BoardConfig {
+        order: Order::Desc,
+        ties: Ties::Competition,
+        windows: vec![Window::All],
+        keep: 1,
+        fields: Vec::new(),
+    };
     Board { id: 1, name: "flood".into(), config }
 }
 

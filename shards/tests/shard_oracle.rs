@@ -17,8 +17,8 @@ use proptest::test_runner::TestCaseError;
 use rankd_shards::key::{list_position, list_position_of_tree_key, score_key, tiebreak, tree_key};
 use rankd_shards::tree::BRANCHINGS;
 use rankd_shards::{
-    Board, BoardConfig, DenseChange, DenseIndex, Direction, Durability, Mode, Order, Record, SealedBatch, Shard,
-    ShardError, ShardOptions, Ties, TreeId, Upcoming, UpcomingWrite, Window,
+    Amount, Board, BoardConfig, DenseChange, DenseIndex, Direction, Durability, Mode, Order, Record, SealedBatch,
+    Shard, ShardError, ShardOptions, Ties, TreeId, Upcoming, UpcomingWrite, Window,
 };
 
 /// Named players: updates keep hitting the same few, and the names probe the
@@ -428,7 +428,7 @@ fn new_board(id: u64, order: Order, ties: Ties) -> OBoard {
         board: Board {
             id,
             name: format!("board:{id}"),
-            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1 },
+            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() },
         },
         players: BTreeMap::new(),
     }
@@ -446,7 +446,13 @@ impl Run {
         let board = self.live.slots[slot].board.clone();
         let expected = oracle_write(&mut self.live.slots[slot], &name, score, mode, seq);
         // As the server does: a look ahead that must change nothing.
-        self.shard().prefetch([Upcoming::Write(UpcomingWrite { board: &board, player: &name, score, mode, seq })]);
+        self.shard().prefetch([Upcoming::Write(UpcomingWrite {
+            board: &board,
+            player: &name,
+            amount: Amount::Score(score),
+            mode,
+            seq,
+        })]);
         let got = self.shard().write(&board, &name, score, mode, seq);
         match (expected, got) {
             (Ok(want), Ok(stored)) => {
@@ -472,11 +478,14 @@ impl Run {
         let mut batch = Vec::new();
         for &(player, score) in entries {
             self.seq += 1;
-            batch.push((self.names[player].clone(), score, self.seq));
+            batch.push((self.names[player].clone(), Amount::Score(score), self.seq));
         }
         let mut after = self.live.slots[slot].clone();
-        let expected: Result<Vec<i64>, ()> =
-            batch.iter().map(|(name, score, seq)| oracle_write(&mut after, name, *score, mode, *seq)).collect();
+        let expected: Result<Vec<i64>, ()> = entries
+            .iter()
+            .zip(&batch)
+            .map(|(&(_, score), (name, _, seq))| oracle_write(&mut after, name, score, mode, *seq))
+            .collect();
         let got = self.shard().write_many(&board, &batch, mode);
         match (expected, got) {
             (Ok(want), Ok(stored)) => {

@@ -23,8 +23,8 @@ use rankd_shards::key::{score_key, tiebreak, tree_key};
 use rankd_shards::tree::BRANCHINGS;
 use rankd_shards::window;
 use rankd_shards::{
-    Board, BoardConfig, Direction, Durability, Mode, Order, Record, Shard, ShardError, ShardOptions, Ties, TreeId,
-    Upcoming, UpcomingWrite, Window,
+    Amount, Board, BoardConfig, Direction, Durability, Mode, Order, Record, Shard, ShardError, ShardOptions, Ties,
+    TreeId, Upcoming, UpcomingWrite, Window,
 };
 
 const DAY: i64 = 86_400;
@@ -508,7 +508,7 @@ fn board_config() -> impl Strategy<Value = BoardConfig> {
         prop_oneof![Just(Order::Desc), Just(Order::Asc)],
         prop_oneof![Just(Ties::Competition), Just(Ties::Dense), Just(Ties::Ordinal)],
     )
-        .prop_map(|(windows, keep, order, ties)| BoardConfig { order, ties, windows, keep })
+        .prop_map(|(windows, keep, order, ties)| BoardConfig { order, ties, windows, keep, fields: Vec::new() })
 }
 
 /// Starting moments just before interesting boundaries.
@@ -613,7 +613,13 @@ impl Run {
         let board = self.live[slot].board.clone();
         let expected = self.live[slot].write(now, &name, score, mode, seq);
         // As the server does: a look ahead that must change nothing.
-        self.shard().prefetch([Upcoming::Write(UpcomingWrite { board: &board, player: &name, score, mode, seq })]);
+        self.shard().prefetch([Upcoming::Write(UpcomingWrite {
+            board: &board,
+            player: &name,
+            amount: Amount::Score(score),
+            mode,
+            seq,
+        })]);
         let got = self.shard().write(&board, &name, score, mode, seq);
         match (expected, got) {
             (Ok(want), Ok(stored)) => {
@@ -763,11 +769,14 @@ impl Run {
                 let mut batch = Vec::new();
                 for &(player, score) in &entries {
                     self.seq += 1;
-                    batch.push((self.names[player].clone(), score, self.seq));
+                    batch.push((self.names[player].clone(), Amount::Score(score), self.seq));
                 }
                 let mut after = self.live[slot].clone();
-                let expected: Result<Vec<i64>, ()> =
-                    batch.iter().map(|(n, s, seq)| after.write(now, n, *s, mode, *seq)).collect();
+                let expected: Result<Vec<i64>, ()> = entries
+                    .iter()
+                    .zip(&batch)
+                    .map(|(&(_, s), (n, _, seq))| after.write(now, n, s, mode, *seq))
+                    .collect();
                 let got = self.shard().write_many(&board, &batch, mode);
                 match (expected, got) {
                     (Ok(want), Ok(stored)) => {
@@ -919,7 +928,11 @@ fn open(dir: &std::path::Path, now: i64) -> Shard {
 }
 
 fn board(id: u64, windows: Vec<Window>, keep: u32, ties: Ties) -> Board {
-    Board { id, name: format!("b{id}"), config: BoardConfig { order: Order::Desc, ties, windows, keep } }
+    Board {
+        id,
+        name: format!("b{id}"),
+        config: BoardConfig { order: Order::Desc, ties, windows, keep, fields: Vec::new() },
+    }
 }
 
 fn rec(score: i64, seq: u64) -> Option<Record> {
@@ -989,7 +1002,7 @@ fn one_write_updates_every_window_atomically() {
     assert!(matches!(shard.write(&b, "ann", 1, Mode::Incr, 5), Err(ShardError::Overflow)));
     assert!(!shard.has_staged());
     assert!(matches!(
-        shard.write_many(&b, &[("bob".into(), 1, 6), ("ann".into(), 1, 7)], Mode::Incr),
+        shard.write_many(&b, &[("bob".into(), Amount::Score(1), 6), ("ann".into(), Amount::Score(1), 7)], Mode::Incr),
         Err(ShardError::Overflow)
     ));
     assert!(!shard.has_staged());

@@ -4,6 +4,8 @@
 
 pub mod request;
 pub mod response;
+pub mod score;
 
 pub use request::{Op, Request, View};
 pub use response::{encode_error, encode_reply, Reply};
+pub use score::ScoreInput;

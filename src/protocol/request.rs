@@ -9,9 +9,11 @@ use rankd_client::protocol::{
 };
 use rankd_client::OpKind;
 use rankd_shards::board::{valid_board_name, valid_player_name};
+use rankd_shards::fields::{self, Field};
 use rankd_shards::{BoardConfig, Mode, Order, Ties, Wid, Window};
 use rmpv::ValueRef;
 
+use super::score::{self, ScoreInput};
 use crate::error::Error;
 use crate::security::Secret;
 /// Decoder recursion budget. rmpv spends one unit per nesting level and one
@@ -69,13 +71,13 @@ pub enum Op {
     CreateBoard { board: String, config: BoardConfig },
     DropBoard { board: String },
     Boards { prefix: String, after: Option<String>, limit: usize },
-    Set { board: String, player: String, score: i64, mode: Mode, wid: Option<Wid> },
-    SetMany { board: String, entries: Vec<(String, i64)>, mode: Mode, wid: Option<Wid> },
+    Set { board: String, player: String, score: ScoreInput, mode: Mode, wid: Option<Wid> },
+    SetMany { board: String, entries: Vec<(String, ScoreInput)>, mode: Mode, wid: Option<Wid> },
     Get { board: String, player: String, view: View },
     Remove { board: String, player: String, wid: Option<Wid> },
     Count { board: String, view: View },
     Rank { board: String, player: String, view: View },
-    RankOfScore { board: String, score: i64, view: View },
+    RankOfScore { board: String, score: ScoreInput, view: View },
     Top { board: String, limit: usize, offset: u64, view: View },
     Around { board: String, player: String, before: usize, after: usize, view: View },
     Ranks { board: String, players: Vec<String>, view: View },
@@ -106,6 +108,26 @@ impl Op {
             Self::Watch(_) => OpKind::Watch,
             Self::Unwatch { .. } => OpKind::Unwatch,
             Self::Backup => OpKind::Backup,
+        }
+    }
+
+    /// The board the op names, if it names one.
+    pub fn board(&self) -> Option<&str> {
+        match self {
+            Self::CreateBoard { board, .. }
+            | Self::DropBoard { board }
+            | Self::Set { board, .. }
+            | Self::SetMany { board, .. }
+            | Self::Get { board, .. }
+            | Self::Remove { board, .. }
+            | Self::Count { board, .. }
+            | Self::Rank { board, .. }
+            | Self::RankOfScore { board, .. }
+            | Self::Top { board, .. }
+            | Self::Around { board, .. }
+            | Self::Ranks { board, .. } => Some(board),
+            Self::Watch(spec) => Some(&spec.board),
+            Self::Ping | Self::Auth { .. } | Self::Boards { .. } | Self::Unwatch { .. } | Self::Backup => None,
         }
     }
 
@@ -143,11 +165,11 @@ pub fn parse(body: &[u8]) -> Result<Request, Rejected> {
 type Parsed = (u64, Result<Op, (Option<OpKind>, Error)>);
 
 /// Most msgpack values (at any depth) a request may hold: a full `set_many`
-/// is 3 per entry plus a few fields. Decoding allocates per value (tiny
+/// is 3 per entry plus a few fields, or 11 per entry with 4-field scores. Decoding allocates per value (tiny
 /// maps cost many times their size in a value tree: see
 /// docs/performance-history.md), so this bounds the memory one frame can
 /// cost to a few MB whatever its shape.
-const MAX_VALUES: usize = 3 * MAX_SET_MANY + 256;
+const MAX_VALUES: usize = 11 * MAX_SET_MANY + 256;
 
 /// Walks the msgpack structure without allocating: refuses frames that are
 /// truncated, nest deeper than [`MAX_DEPTH`], or hold more than
@@ -301,7 +323,7 @@ impl<'a> Fields<'a> {
             OpKind::Set => Op::Set {
                 board: self.board()?,
                 player: self.player()?,
-                score: self.i64("score")?,
+                score: self.score()?,
                 mode: self.mode()?,
                 wid: self.wid()?,
             },
@@ -312,9 +334,7 @@ impl<'a> Fields<'a> {
             OpKind::Remove => Op::Remove { board: self.board()?, player: self.player()?, wid: self.wid()? },
             OpKind::Count => Op::Count { board: self.board()?, view: self.view()? },
             OpKind::Rank => Op::Rank { board: self.board()?, player: self.player()?, view: self.view()? },
-            OpKind::RankOfScore => {
-                Op::RankOfScore { board: self.board()?, score: self.i64("score")?, view: self.view()? }
-            }
+            OpKind::RankOfScore => Op::RankOfScore { board: self.board()?, score: self.score()?, view: self.view()? },
             OpKind::Top => Op::Top {
                 board: self.board()?,
                 limit: self.bounded("limit", 10, MAX_TOP_LIMIT)?,
@@ -388,9 +408,8 @@ impl<'a> Fields<'a> {
         self.get(name).map(|v| as_str(v, name)).transpose()
     }
 
-    fn i64(&self, name: &str) -> Result<i64, Error> {
-        as_i64(self.required(name)?)
-            .ok_or_else(|| Error::BadRequest(format!("field `{name}` must be an integer in the signed 64-bit range")))
+    fn score(&self) -> Result<ScoreInput, Error> {
+        score::decode(self.required("score")?, "field `score`")
     }
 
     fn opt_u64(&self, name: &str) -> Result<Option<u64>, Error> {
@@ -477,6 +496,10 @@ impl<'a> Fields<'a> {
                 .filter(|k| (1..=1000).contains(k))
                 .ok_or_else(|| Error::BadRequest("field `keep` must be 1 to 1000".into()))?;
         }
+        if let Some(declared) = self.get("fields") {
+            config.fields = composite_fields(declared)?;
+            config.order = Order::Desc; // packed scores rank high-first
+        }
         Ok(config)
     }
 
@@ -501,7 +524,7 @@ impl<'a> Fields<'a> {
             .collect()
     }
 
-    fn entries(&self) -> Result<Vec<(String, i64)>, Error> {
+    fn entries(&self) -> Result<Vec<(String, ScoreInput)>, Error> {
         let ValueRef::Array(items) = self.required("entries")? else {
             return Err(Error::BadRequest("field `entries` must be a list of [player, score] pairs".into()));
         };
@@ -518,15 +541,53 @@ impl<'a> Fields<'a> {
                 ValueRef::Array(pair) if pair.len() == 2 => {
                     let player = as_str(&pair[0], "entries")?;
                     check_player(player)?;
-                    let score = as_i64(&pair[1]).ok_or_else(|| {
-                        Error::BadRequest(format!("entries[{i}]: score must be a signed 64-bit integer"))
-                    })?;
+                    let score = score::decode(&pair[1], &format!("entries[{i}]: score"))?;
                     Ok((player.to_string(), score))
                 }
                 _ => Err(Error::BadRequest(format!("entries[{i}] must be a [player, score] pair"))),
             })
             .collect()
     }
+}
+
+/// `create_board`'s `fields`: 2–4 maps `{name, order, min, max}`, checked
+/// as protocol.md asks (unique names, ranges multiplying to at most 2^63).
+fn composite_fields(declared: &ValueRef<'_>) -> Result<Vec<Field>, Error> {
+    let bad = |what: String| Error::BadRequest(format!("field `fields`: {what}"));
+    let ValueRef::Array(items) = declared else {
+        return Err(bad("must be a list of {name, order, min, max} maps".into()));
+    };
+    if items.len() > fields::MAX_FIELDS {
+        return Err(bad(format!("lists {} fields; the limit is {}", items.len(), fields::MAX_FIELDS)));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let ValueRef::Map(pairs) = item else { return Err(bad(format!("[{i}] must be a map"))) };
+        let get = |key: &str| {
+            pairs.iter().find(|(k, _)| text(k) == Some(key)).map(|(_, v)| v).filter(|v| !matches!(v, ValueRef::Nil))
+        };
+        let name = match get("name") {
+            Some(ValueRef::String(s)) => s.as_str().ok_or_else(|| bad(format!("[{i}].name is not UTF-8")))?,
+            Some(_) => return Err(bad(format!("[{i}].name must be a string"))),
+            None => return Err(bad(format!("[{i}] lacks `name`"))),
+        };
+        let order = match get("order") {
+            None => Order::Desc,
+            Some(v) => {
+                text(v).and_then(Order::parse).ok_or_else(|| bad(format!("[{i}].order must be \"desc\" or \"asc\"")))?
+            }
+        };
+        let bound = |key: &str| -> Result<Option<i64>, Error> {
+            get(key)
+                .map(|v| as_i64(v).ok_or_else(|| bad(format!("[{i}].{key} must be a signed 64-bit integer"))))
+                .transpose()
+        };
+        let min = bound("min")?.unwrap_or(0);
+        let max = bound("max")?.ok_or_else(|| bad(format!("[{i}] lacks `max`")))?;
+        out.push(Field { name: name.to_string(), order, min, max });
+    }
+    fields::check(&out).map_err(|e| bad(e.to_string()))?;
+    Ok(out)
 }
 
 fn as_str<'a>(value: &'a ValueRef<'a>, name: &str) -> Result<&'a str, Error> {
@@ -593,7 +654,7 @@ mod tests {
             parse(&body),
             Ok(Request {
                 id: 7,
-                op: Op::Set { board: "b".into(), player: "p".into(), score: -3, mode: Mode::Set, wid: None }
+                op: Op::Set { board: "b".into(), player: "p".into(), score: (-3).into(), mode: Mode::Set, wid: None }
             })
         );
     }

@@ -2,9 +2,10 @@
 //! framed, with string keys (rmp-serde's named encoding).
 
 use rankd_client::frame::write_frame_with;
-use rankd_client::{BoardInfo, Entry, RankInfo};
+use rankd_client::{Entry, RankInfo};
 use serde::Serialize;
 
+use super::score::{FieldEntry, FieldRankInfo, FieldScore};
 use crate::error::Error;
 use crate::security::Role;
 
@@ -29,7 +30,17 @@ pub enum Reply {
     /// `top`, `around`.
     Entries(Vec<Entry>),
     /// `boards`.
-    Boards(Vec<BoardInfo>),
+    Boards(Vec<BoardListing>),
+    /// `set` on a board with fields.
+    FieldScore(FieldScore),
+    /// `set_many` on a board with fields.
+    FieldScores(Vec<FieldScore>),
+    /// `get` on a board with fields.
+    MaybeFieldScore(Option<FieldScore>),
+    /// `rank` on a board with fields.
+    FieldRank(Option<FieldRankInfo>),
+    /// `top`, `around`, `ranks` on a board with fields.
+    FieldEntries(Vec<FieldEntry>),
     /// `auth` on a server with token roles: `{"role": "read"|"write"}`.
     Role {
         /// The role the token grants.
@@ -44,6 +55,39 @@ pub enum Reply {
     /// reply with `"dup": true` beside `"ok"`.
     #[serde(skip)]
     Replayed(Box<Reply>),
+}
+
+/// One row of `boards`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BoardListing {
+    /// The board's name.
+    pub board: String,
+    /// `desc` or `asc` (`desc` on a board with fields, which ranks by them).
+    pub order: &'static str,
+    /// Tie rule.
+    pub ties: &'static str,
+    /// Windows kept.
+    pub windows: Vec<&'static str>,
+    /// Past periods kept.
+    pub keep: u32,
+    /// Players in the first window's current period.
+    pub count: u64,
+    /// A composite score's fields, on boards that have them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldListing>,
+}
+
+/// One field of a board, as `create_board` declares it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FieldListing {
+    /// Its name.
+    pub name: String,
+    /// `desc` or `asc`.
+    pub order: &'static str,
+    /// Smallest value.
+    pub min: i64,
+    /// Largest value.
+    pub max: i64,
 }
 
 #[derive(Serialize)]

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use rankd_client::{Entry, RankInfo};
+use rankd_client::Entry;
 use serde::Serialize;
 
 use super::registry::{Group, Offered};
 use super::{push_frame, WatchHub};
 use crate::error::Error;
 use crate::protocol::request::WatchTarget;
+use crate::protocol::score::FieldEntry;
 use crate::protocol::{Op, Reply};
 use crate::request_path::router::{Dispatch, Fence, Router};
 
@@ -63,20 +64,22 @@ async fn look(hub: &WatchHub, router: &Addr<Router>, groups: &[Group]) -> Result
     hub.metrics.watches.looks.inc();
     let now = Instant::now();
     for group in groups {
-        let top: Vec<Entry> = match group.top {
-            0 => Vec::new(),
+        let top = match group.top {
+            0 => Rows::Plain(Vec::new()),
             _ => match replies.next() {
-                Some(Ok(Reply::Entries(entries))) => entries,
+                Some(Ok(Reply::Entries(entries))) => Rows::Plain(entries),
+                Some(Ok(Reply::FieldEntries(entries))) => Rows::Fields(entries),
                 other => return Err(unexpected(other)),
             },
         };
         let mut ranks: Vec<(&str, Vec<u8>)> = Vec::with_capacity(group.players.len());
         for player in &group.players {
-            let rank: Option<RankInfo> = match replies.next() {
-                Some(Ok(Reply::Rank(rank))) => rank,
+            let rank = match replies.next() {
+                Some(Ok(Reply::Rank(rank))) => encode(&rank),
+                Some(Ok(Reply::FieldRank(rank))) => encode(&rank),
                 other => return Err(unexpected(other)),
             };
-            ranks.push((player, encode(&rank)));
+            ranks.push((player, rank));
         }
         // Watches of one length of top share one encoding.
         let mut tops: Vec<(usize, Vec<u8>)> = Vec::new();
@@ -85,7 +88,7 @@ async fn look(hub: &WatchHub, router: &Addr<Router>, groups: &[Group]) -> Result
             let event = match target {
                 WatchTarget::Top(n) => {
                     if !tops.iter().any(|(len, _)| len == n) {
-                        tops.push((*n, encode(&top[..top.len().min(*n)])));
+                        tops.push((*n, top.encode_first(*n)));
                     }
                     tops.iter().find(|(len, _)| len == n).map(|(_, event)| event)
                 }
@@ -102,6 +105,23 @@ async fn look(hub: &WatchHub, router: &Addr<Router>, groups: &[Group]) -> Result
         }
     }
     Ok(())
+}
+
+/// A watched top's rows: scores as integers, or as maps on a board with
+/// fields.
+enum Rows {
+    Plain(Vec<Entry>),
+    Fields(Vec<FieldEntry>),
+}
+
+impl Rows {
+    /// The best `n` rows, encoded as a push's value.
+    fn encode_first(&self, n: usize) -> Vec<u8> {
+        match self {
+            Self::Plain(rows) => encode(&rows[..rows.len().min(n)]),
+            Self::Fields(rows) => encode(&rows[..rows.len().min(n)]),
+        }
+    }
 }
 
 fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {

@@ -4,7 +4,7 @@
 use super::reads::push_player_key;
 use super::staging::combined;
 use super::Shard;
-use crate::board::{Board, Mode, Order, Ties};
+use crate::board::{Amount, Board, Mode, Order, Ties};
 use crate::cache::RecordCache;
 use crate::key::TreeId;
 use crate::record::Record;
@@ -44,8 +44,8 @@ pub struct UpcomingWrite<'a> {
     pub board: &'a Board,
     /// The player's name.
     pub player: &'a str,
-    /// The score sent.
-    pub score: i64,
+    /// What the write brings.
+    pub amount: Amount,
     /// How it combines with the stored score.
     pub mode: Mode,
     /// The write's global arrival sequence.
@@ -101,7 +101,7 @@ impl Shard {
                 Upcoming::Write(write) => {
                     let (ties, order) = (write.board.config.ties, write.board.config.order);
                     keys.extend(old.map(|old| old.tree_key(write.player, ties, order)));
-                    if let Ok(score) = combined(write.mode, order, old, write.score) {
+                    if let Ok(score) = combined(write.mode, &write.board.config, old.map(|r| r.score), write.amount) {
                         keys.push(Record { score, seq: write.seq }.tree_key(write.player, ties, order));
                     }
                 }

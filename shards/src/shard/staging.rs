@@ -8,8 +8,9 @@ use super::apply::{apply_change, count_tree, DenseChange, TreeCounts};
 use super::reads::PlayerKey;
 use super::storage::{board_meta_key, META_MAX_BOARD};
 use super::Shard;
-use crate::board::{Board, Mode, Order, Ties};
+use crate::board::{Amount, Board, BoardConfig, Mode, Order, Ties};
 use crate::error::ShardError;
+use crate::fields::{self, FieldsError};
 use crate::key::TreeId;
 use crate::log;
 use crate::record::Record;
@@ -60,16 +61,31 @@ impl Shard {
     /// stored in its first window. `seq` is the write's global arrival
     /// sequence. An `incr` that would overflow changes nothing.
     pub fn write(&mut self, board: &Board, player: &str, score: i64, mode: Mode, seq: u64) -> Result<i64, ShardError> {
+        self.write_amount(board, player, Amount::Score(score), mode, seq)
+    }
+
+    /// [`Shard::write`] of any [`Amount`]: a composite `incr` brings one
+    /// delta per field.
+    pub fn write_amount(
+        &mut self,
+        board: &Board,
+        player: &str,
+        amount: Amount,
+        mode: Mode,
+        seq: u64,
+    ) -> Result<i64, ShardError> {
         let windows = window::current_trees(board, self.now);
         let mut plans = Vec::with_capacity(windows.len());
         for tree in windows {
             let key = PlayerKey::new(tree, player);
             let old = self.record(&key)?;
-            let new = combined(mode, board.config.order, old, score)?;
+            let new = combined(mode, &board.config, old.map(|r| r.score), amount)?;
             plans.push((tree, key, old, new));
         }
         self.ensure_board(board);
-        let stored = plans.first().map_or(score, |p| p.3);
+        let Some(stored) = plans.first().map(|p| p.3) else {
+            return Err(ShardError::Corrupt("a board without windows"));
+        };
         for (tree, key, old, new) in plans {
             if old.is_some_and(|o| o.score == new) {
                 continue; // unchanged: keeps when the player reached it
@@ -90,31 +106,32 @@ impl Shard {
     pub fn write_many(
         &mut self,
         board: &Board,
-        entries: &[(String, i64, u64)],
+        entries: &[(String, Amount, u64)],
         mode: Mode,
     ) -> Result<Vec<i64>, ShardError> {
         if mode == Mode::Incr {
-            self.check_incr(board, entries.iter().map(|(player, score, _)| (player.as_str(), *score)))?;
+            self.check_incr(board, entries.iter().map(|(player, amount, _)| (player.as_str(), *amount)))?;
         }
-        entries.iter().map(|(player, score, seq)| self.write(board, player, *score, mode, *seq)).collect()
+        entries.iter().map(|(player, amount, seq)| self.write_amount(board, player, *amount, mode, *seq)).collect()
     }
 
     /// Whether `incr`s of `(player, score)` applied in order would all stay
-    /// in range, in every window's current period: `Overflow` if not.
-    /// Stages nothing, so a write spanning shards can ask each shard first.
+    /// in range, in every window's current period: `Overflow` (or a
+    /// field's range error) if not. Stages nothing, so a write spanning
+    /// shards can ask each shard first.
     pub fn check_incr<'a>(
         &mut self,
         board: &Board,
-        entries: impl Iterator<Item = (&'a str, i64)> + Clone,
+        entries: impl Iterator<Item = (&'a str, Amount)> + Clone,
     ) -> Result<(), ShardError> {
         for tree in window::current_trees(board, self.now) {
             let mut running: HashMap<&str, i64> = HashMap::new();
-            for (player, score) in entries.clone() {
+            for (player, amount) in entries.clone() {
                 let current = match running.get(player) {
                     Some(s) => Some(*s),
                     None => self.get(tree, player)?.map(|r| r.score),
                 };
-                let next = current.unwrap_or(0).checked_add(score).ok_or(ShardError::Overflow)?;
+                let next = combined(Mode::Incr, &board.config, current, amount)?;
                 running.insert(player, next);
             }
         }
@@ -172,13 +189,22 @@ impl Shard {
     }
 }
 
-/// The score a write of `score` in `mode` leaves a player with who had
-/// `old`; an `incr` past the range fails.
-pub(super) fn combined(mode: Mode, order: Order, old: Option<Record>, score: i64) -> Result<i64, ShardError> {
-    match (mode, old) {
-        (Mode::Set, _) | (Mode::Best | Mode::Incr, None) => Ok(score),
-        (Mode::Best, Some(old)) => Ok(better(order, old.score, score)),
-        (Mode::Incr, Some(old)) => old.score.checked_add(score).ok_or(ShardError::Overflow),
+/// The score a write of `amount` in `mode` leaves a player with who had
+/// `old`; an `incr` past the range (or past a field's) fails.
+pub(super) fn combined(mode: Mode, config: &BoardConfig, old: Option<i64>, amount: Amount) -> Result<i64, ShardError> {
+    match (mode, amount, old) {
+        (Mode::Incr, Amount::Fields(deltas), old) if config.has_fields() => {
+            Ok(fields::add(&config.fields, old, &deltas)?)
+        }
+        (_, Amount::Fields(_), _) => {
+            Err(FieldsError::Mismatch("per-field amounts are an `incr` on a board with fields").into())
+        }
+        (Mode::Incr, Amount::Score(_), _) if config.has_fields() => {
+            Err(FieldsError::Mismatch("an `incr` on a board with fields takes per-field amounts").into())
+        }
+        (Mode::Set, Amount::Score(score), _) | (Mode::Best | Mode::Incr, Amount::Score(score), None) => Ok(score),
+        (Mode::Best, Amount::Score(score), Some(old)) => Ok(better(config.order, old, score)),
+        (Mode::Incr, Amount::Score(delta), Some(old)) => old.checked_add(delta).ok_or(ShardError::Overflow),
     }
 }
 

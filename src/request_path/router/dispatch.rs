@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::try_join_all;
-use rankd_client::{BoardInfo, OpKind};
-use rankd_shards::{window, Board, Wid};
+use rankd_client::OpKind;
+use rankd_shards::{window, Amount, Board, BoardConfig, Wid};
 
 use super::boards::{Boards, Created};
 use super::reads::{summed_counts, Read};
 use super::{shard_of, Outbox, ReplyFuture, Router};
 use crate::error::Error;
+use crate::protocol::response::{BoardListing, FieldListing};
+use crate::protocol::score::{self, ScoreInput};
 use crate::protocol::{Op, Reply, View};
 use crate::request_path::shard::command::{answer, reply};
 use crate::request_path::shard::{Command, Forward, Pending, Written};
@@ -91,7 +93,13 @@ impl Router {
             }
             _ => None,
         };
+        // A board with fields shows its packed scores as maps.
+        let composite = op.board().and_then(|name| boards.get(name)).filter(|b| b.config.has_fields()).cloned();
         let routed = self.route(boards, op, outbox, in_place);
+        let routed = match composite {
+            None => routed,
+            Some(board) => presented(routed, board),
+        };
         match watched {
             None => routed,
             Some(board) => noticed(routed, self.watches.clone(), board),
@@ -153,10 +161,22 @@ impl Router {
                 }))
             }
             Op::Set { board, player, score, mode, wid } => {
+                let amount = match score::amount(config_of(boards, &board), score, mode) {
+                    Ok(amount) => amount,
+                    Err(e) => return ready(Err(e)),
+                };
                 let board = boards.for_write(&board);
                 let seq = boards.next_seq();
                 let owner = self.owner(&player);
-                Routed::Score(outbox.ask(owner, |reply| Command::Write { board, player, score, mode, seq, wid, reply }))
+                Routed::Score(outbox.ask(owner, |reply| Command::Write {
+                    board,
+                    player,
+                    amount,
+                    mode,
+                    seq,
+                    wid,
+                    reply,
+                }))
             }
             Op::SetMany { board, entries, mode, wid } => self.set_many(boards, board, entries, mode, wid, outbox),
             Op::Get { board, player, view } => match self.read(boards, OpKind::Get, &board, view) {
@@ -194,11 +214,17 @@ impl Router {
                 Ok(None) => ready(Ok(Reply::Rank(None))),
                 Ok(Some(read)) => self.rank(read, player, outbox, in_place),
             },
-            Op::RankOfScore { board, score, view } => match self.read(boards, OpKind::RankOfScore, &board, view) {
-                Err(e) => ready(Err(e)),
-                Ok(None) => ready(Ok(Reply::Count(1))),
-                Ok(Some(read)) => Routed::Later(read.rank_of_score(score, outbox)),
-            },
+            Op::RankOfScore { board, score, view } => {
+                let score = match score::whole(config_of(boards, &board), score) {
+                    Ok(score) => score,
+                    Err(e) => return ready(Err(e)),
+                };
+                match self.read(boards, OpKind::RankOfScore, &board, view) {
+                    Err(e) => ready(Err(e)),
+                    Ok(None) => ready(Ok(Reply::Count(1))),
+                    Ok(Some(read)) => Routed::Later(read.rank_of_score(score, outbox)),
+                }
+            }
             Op::Top { board, limit, offset, view } => match self.read(boards, OpKind::Top, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),
@@ -245,20 +271,30 @@ impl Router {
         &mut self,
         boards: &mut Boards,
         board: String,
-        entries: Vec<(String, i64)>,
+        entries: Vec<(String, ScoreInput)>,
         mode: rankd_shards::Mode,
         wid: Option<Wid>,
         outbox: &mut Outbox,
     ) -> Routed {
+        let config = config_of(boards, &board);
+        let amounts = entries.into_iter().enumerate().map(|(i, (player, score))| {
+            let amount = score::amount(config, score, mode)
+                .map_err(|e| crate::error::Error::BadRequest(format!("entries[{i}]: {e}")))?;
+            Ok((player, amount))
+        });
+        let amounts: Vec<(String, Amount)> = match amounts.collect::<Result<_, Error>>() {
+            Ok(amounts) => amounts,
+            Err(e) => return Routed::Ready(Err(e)),
+        };
         let board = boards.for_write(&board);
         let n = self.shards.len();
         let mut per_shard: Vec<ShardPart> = vec![ShardPart::default(); n];
-        let total = entries.len();
-        for (i, (player, score)) in entries.into_iter().enumerate() {
+        let total = amounts.len();
+        for (i, (player, amount)) in amounts.into_iter().enumerate() {
             let seq = boards.next_seq();
             let part = &mut per_shard[shard_of(&player, n)];
             part.positions.push(i);
-            part.entries.push((player, score, seq));
+            part.entries.push((player, amount, seq));
         }
         if mode == rankd_shards::Mode::Incr && per_shard.iter().filter(|part| !part.entries.is_empty()).count() > 1 {
             if let Err(error) = self.check_incr_everywhere(&board, &per_shard, wid.as_ref(), outbox) {
@@ -306,7 +342,7 @@ impl Router {
         let checks: Vec<_> = (parts.iter().zip(self.shards.iter()))
             .filter(|(part, _)| !part.entries.is_empty())
             .map(|(part, link)| {
-                let entries = part.entries.iter().map(|(player, score, _)| (player.clone(), *score)).collect();
+                let entries = part.entries.iter().map(|(player, amount, _)| (player.clone(), *amount)).collect();
                 link.ask(|reply| Command::CheckIncr { board: board.clone(), entries, wid: wid.cloned(), reply })
             })
             .collect();
@@ -350,7 +386,26 @@ struct ShardPart {
     /// The entries' positions in the request.
     positions: Vec<usize>,
     /// The entries, with their arrival sequence.
-    entries: Vec<(String, i64, u64)>,
+    entries: Vec<(String, Amount, u64)>,
+}
+
+/// The config scores sent to board `name` are read under: a board that
+/// does not exist yet is created plain by its first write, and reads as an
+/// empty plain board.
+fn config_of<'b>(boards: &'b Boards, name: &str) -> &'b BoardConfig {
+    static PLAIN: std::sync::OnceLock<BoardConfig> = std::sync::OnceLock::new();
+    boards.get(name).map_or_else(|| PLAIN.get_or_init(BoardConfig::default), |board| &board.config)
+}
+
+/// An op on a board with fields, its reply's packed scores shown as maps.
+fn presented(routed: Routed, board: Arc<Board>) -> Routed {
+    match routed {
+        Routed::Ready(reply) => Routed::Ready(reply.map(|reply| score::present(reply, &board))),
+        Routed::Score(pending) => Routed::Later(Box::pin(async move {
+            answer(pending).await.map(|w| score::present(marked(Reply::Score, w), &board))
+        })),
+        Routed::Later(reply) => Routed::Later(Box::pin(async move { reply.await.map(|r| score::present(r, &board)) })),
+    }
 }
 
 /// A write to a watched board, reporting its acknowledgment to the watches.
@@ -377,13 +432,17 @@ fn marked<T>(reply: impl FnOnce(T) -> Reply, written: Written<T>) -> Reply {
     }
 }
 
-fn board_info(board: &Board, count: u64) -> BoardInfo {
-    BoardInfo {
+fn board_info(board: &Board, count: u64) -> BoardListing {
+    let config = &board.config;
+    BoardListing {
         board: board.name.clone(),
-        order: board.config.order.to_string(),
-        ties: board.config.ties.to_string(),
-        windows: board.config.windows.iter().map(ToString::to_string).collect(),
-        keep: board.config.keep,
+        order: config.order.as_str(),
+        ties: config.ties.as_str(),
+        windows: config.windows.iter().map(|w| w.as_str()).collect(),
+        keep: config.keep,
         count,
+        fields: (config.fields.iter())
+            .map(|f| FieldListing { name: f.name.clone(), order: f.order.as_str(), min: f.min, max: f.max })
+            .collect(),
     }
 }

@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn ranks_are_answered_in_place_only_for_a_short_lone_batch_before_its_first_write() {
         let rank = || Op::Rank { board: "b".into(), player: "p".into(), view: Default::default() };
-        let set = || Op::Set { board: "b".into(), player: "p".into(), score: 1, mode: Mode::Set, wid: None };
+        let set = || Op::Set { board: "b".into(), player: "p".into(), score: 1.into(), mode: Mode::Set, wid: None };
         let allowed = |enabled, alone, ops: &[Op]| {
             let mut policy = InPlace::new(enabled, alone, ops.len());
             ops.iter().map(|op| policy.allows(op)).collect::<Vec<_>>()

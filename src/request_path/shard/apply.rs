@@ -18,8 +18,8 @@ const SHUTDOWN_FLUSH_WAIT: Duration = Duration::from_secs(20);
 /// held until its batch is durable.
 pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&mut Shard)) -> Option<Held> {
     match command {
-        Command::Write { board, player, score, mode, seq, wid, reply } => {
-            let written = once(shard, board.id, wid, |shard| shard.write(&board, &player, score, mode, seq));
+        Command::Write { board, player, amount, mode, seq, wid, reply } => {
+            let written = once(shard, board.id, wid, |shard| shard.write_amount(&board, &player, amount, mode, seq));
             Some(Held::Score(reply, written))
         }
         Command::WriteMany { board, entries, mode, wid, reply } => {
@@ -53,7 +53,7 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
             let replayed = wid.is_some_and(|wid| shard.applied(board.id, &wid).is_some());
             let checked = match replayed {
                 true => Ok(()),
-                false => shard.check_incr(&board, entries.iter().map(|(player, score)| (player.as_str(), *score))),
+                false => shard.check_incr(&board, entries.iter().map(|(player, amount)| (player.as_str(), *amount))),
             };
             before_reply(shard);
             let _ = reply.send(checked.map_err(Error::from));

@@ -387,7 +387,8 @@ mod tests {
         fn write(&self, player: &str, score: i64, seq: u64) -> (Command, Pending<Written<i64>>) {
             let (reply, pending) = reply();
             let (board, player) = (self.board.clone(), player.into());
-            let command = Command::Write { board, player, score, mode: Mode::Set, seq, wid: None, reply };
+            let amount = rankd_shards::Amount::Score(score);
+            let command = Command::Write { board, player, amount, mode: Mode::Set, seq, wid: None, reply };
             (command, pending)
         }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rankd_shards::{
-    Board, Direction, ListEntry, Mode, Order, Record, ShardImage, Ties, TreeId, Upcoming, UpcomingWrite, Wid,
+    Amount, Board, Direction, ListEntry, Mode, Order, Record, ShardImage, Ties, TreeId, Upcoming, UpcomingWrite, Wid,
 };
 use tokio::sync::oneshot;
 
@@ -73,7 +73,7 @@ pub enum Command {
     Write {
         board: Arc<Board>,
         player: String,
-        score: i64,
+        amount: Amount,
         mode: Mode,
         seq: u64,
         wid: Option<Wid>,
@@ -83,7 +83,7 @@ pub enum Command {
     /// the scores, in entry order.
     WriteMany {
         board: Arc<Board>,
-        entries: Vec<(String, i64, u64)>,
+        entries: Vec<(String, Amount, u64)>,
         mode: Mode,
         wid: Option<Wid>,
         reply: Responder<Written<Vec<i64>>>,
@@ -91,7 +91,7 @@ pub enum Command {
     /// Whether `incr`s of these entries would all stay in range (or were
     /// applied already under `wid`); stages nothing (a `set_many` spanning
     /// shards asks each shard first).
-    CheckIncr { board: Arc<Board>, entries: Vec<(String, i64)>, wid: Option<Wid>, reply: Responder<()> },
+    CheckIncr { board: Arc<Board>, entries: Vec<(String, Amount)>, wid: Option<Wid>, reply: Responder<()> },
     /// Stage a removal, at most once per `wid`; answers whether the player
     /// was there.
     Remove { board: Arc<Board>, player: String, wid: Option<Wid>, reply: Responder<Written<bool>> },
@@ -153,8 +153,8 @@ impl Command {
     /// What the command will touch, for the round's look-ahead prefetch.
     pub fn upcoming(&self) -> Option<Upcoming<'_>> {
         match self {
-            Self::Write { board, player, score, mode, seq, .. } => {
-                Some(Upcoming::Write(UpcomingWrite { board, player, score: *score, mode: *mode, seq: *seq }))
+            Self::Write { board, player, amount, mode, seq, .. } => {
+                Some(Upcoming::Write(UpcomingWrite { board, player, amount: *amount, mode: *mode, seq: *seq }))
             }
             Self::Rank { tree, player, ties, order, .. } => {
                 Some(Upcoming::Rank { tree: *tree, player, ties: *ties, order: *order })
@@ -261,7 +261,7 @@ mod tests {
         let write = Command::Write {
             board,
             player: "p".into(),
-            score: 1,
+            amount: Amount::Score(1),
             mode: Mode::Set,
             seq: 1,
             wid: None,
