@@ -92,3 +92,76 @@ fn msgpack_streams_import_and_bad_rows_are_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("row 2"), "names the bad row");
 }
+
+#[test]
+fn boards_with_fields_round_trip_one_column_per_field() {
+    let server = common::Server::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rankd")).args(args).output().expect("run rankd");
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (ok, _) = cli(&[
+        "create-board",
+        "-s",
+        &server.addr,
+        "cup",
+        "--field",
+        "trophies:desc:0:1000",
+        "--field",
+        "retries:asc:0:100",
+    ]);
+    assert!(ok, "create-board with fields");
+    // Most trophies first, then fewest retries; the columns in any order.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(35);
+    let mut expected: Vec<(String, i64, i64)> =
+        (0..3000).map(|i| (format!("p{i}"), rng.gen_range(0..=20), rng.gen_range(0..=100))).collect();
+    let input = dir.path().join("in.csv");
+    let mut text = String::from("board,player,retries,trophies\n");
+    for (player, trophies, retries) in &expected {
+        text.push_str(&format!("cup,{player},{retries},{trophies}\n"));
+    }
+    std::fs::write(&input, text).unwrap();
+    rankd(&["import", "-q", "-s", &server.addr, input.to_str().unwrap()]);
+
+    let output = dir.path().join("out.csv");
+    rankd(&["export", "-s", &server.addr, "cup", "-o", output.to_str().unwrap()]);
+    expected.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)).then_with(|| a.0.as_bytes().cmp(b.0.as_bytes())));
+    let mut reader = csv::Reader::from_path(&output).unwrap();
+    assert_eq!(reader.headers().unwrap(), vec!["board", "player", "trophies", "retries", "rank"]);
+    let mut rank = 0;
+    for (i, record) in reader.records().enumerate() {
+        let record = record.unwrap();
+        let (player, trophies, retries) = &expected[i];
+        if i == 0 || (expected[i - 1].1, expected[i - 1].2) != (*trophies, *retries) {
+            rank = i + 1;
+        }
+        let got = (&record[1], record[2].parse::<i64>().unwrap(), record[3].parse::<i64>().unwrap());
+        assert_eq!(got, (player.as_str(), *trophies, *retries), "row {i}");
+        assert_eq!(record[4].parse::<usize>().unwrap(), rank, "rank of row {i}");
+    }
+
+    // The export reads back into a board with the same fields.
+    cli(&["create-board", "-s", &server.addr, "copy", "--field", "trophies:desc:1000", "--field", "retries:asc:100"]);
+    let copy = dir.path().join("copy.csv");
+    std::fs::write(&copy, std::fs::read_to_string(&output).unwrap().replace("\ncup,", "\ncopy,")).unwrap();
+    rankd(&["import", "-q", "-s", &server.addr, copy.to_str().unwrap()]);
+    let (_, top) = cli(&["top", "--json", "-s", &server.addr, "copy", "--limit", "1"]);
+    let top: serde_json::Value = serde_json::from_str(&top).unwrap();
+    assert_eq!(top[0]["player"], expected[0].0.as_str());
+    assert_eq!(top[0]["score"]["retries"], expected[0].2);
+
+    // msgpack rows carry maps; an integer score on this board is refused.
+    let path = dir.path().join("in.msgpack");
+    let score = rmpv::Value::Map(vec![("trophies".into(), 1000.into()), ("retries".into(), 0.into())]);
+    let mut bytes = Vec::new();
+    rmpv::encode::write_value(&mut bytes, &rmpv::Value::Array(vec!["cup".into(), "max".into(), score])).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    rankd(&["import", "-q", "--format", "msgpack", "-s", &server.addr, path.to_str().unwrap()]);
+    let (_, rank) = cli(&["rank", "-s", &server.addr, "cup", "max"]);
+    assert_eq!(rank.trim(), "rank 1 of 3001 (score trophies=1000,retries=0)");
+    let plain = dir.path().join("plain.csv");
+    std::fs::write(&plain, "cup,p,5\n").unwrap();
+    let (ok, _) = cli(&["import", "-q", "-s", &server.addr, plain.to_str().unwrap()]);
+    assert!(!ok, "an integer score on a board with fields");
+}

@@ -7,6 +7,12 @@
 //! rows of one board into `set_many` requests of up to 10 000 entries, and
 //! keeps several of them in flight. Export pages through `top` in rank order
 //! and writes `board,player,score,rank` CSV, which import reads back.
+//!
+//! A board with fields (composite scores) has one column per field instead
+//! of `score`: export writes `board,player,<field>...,rank` with the fields
+//! in the board's order, and import takes the field names from the header
+//! line (required then; a last `rank` column is export's and not read). A
+//! msgpack row's score is then a map `{field: value}`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -16,7 +22,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use rankd_client::protocol::MAX_SET_MANY;
-use rankd_client::{Call, Client, ClientError, Entry, OpKind};
+use rankd_client::{Call, Client, ClientError, Entry, FieldScores, OpKind, Score};
 
 use crate::tools::cli::ClientArgs;
 
@@ -102,8 +108,54 @@ pub struct Row {
     pub board: String,
     /// The player whose score it sets.
     pub player: String,
-    /// The score written (under the import's `--mode`).
-    pub score: i64,
+    /// The score written (under the import's `--mode`): a map for a board
+    /// with fields.
+    pub score: Score,
+}
+
+/// What a CSV header says the columns after `board,player` hold.
+#[derive(Debug, Clone, Default)]
+enum ScoreColumns {
+    /// One integer `score` (no header, or `score` third).
+    #[default]
+    Plain,
+    /// One column per field, by these names.
+    Fields(Vec<String>),
+}
+
+impl ScoreColumns {
+    /// The columns a header line names, if `record` is one.
+    fn of_header(record: &csv::StringRecord) -> Option<Self> {
+        if record.get(0) != Some("board") || record.get(1) != Some("player") {
+            return None;
+        }
+        if record.get(2) == Some("score") {
+            return Some(Self::Plain);
+        }
+        let mut names: Vec<String> = record.iter().skip(2).map(str::to_string).collect();
+        // Export's rank follows the fields (a field may be named rank too).
+        if names.len() > 1 && names.last().map(String::as_str) == Some("rank") {
+            names.pop();
+        }
+        Some(Self::Fields(names))
+    }
+
+    /// The score in `record` (whose first two cells are board and player).
+    fn score(&self, record: &csv::StringRecord) -> Result<Score, String> {
+        let number = |n: usize, what: &str| {
+            let cell = record.get(n).ok_or_else(|| format!("no {what} column"))?;
+            cell.trim().parse::<i64>().map_err(|_| format!("{what} `{cell}` is not an i64"))
+        };
+        match self {
+            Self::Plain => number(2, "score").map(Score::Int),
+            Self::Fields(names) => names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| number(2 + i, name).map(|value| (name.clone(), value)))
+                .collect::<Result<FieldScores, String>>()
+                .map(Score::Fields),
+        }
+    }
 }
 
 /// Rows from a CSV or msgpack reader.
@@ -111,22 +163,25 @@ pub fn rows(format: Format, input: impl Read + 'static) -> Box<dyn Iterator<Item
     match format {
         Format::Csv => {
             let reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(input);
-            let mut first = true;
+            let mut columns = ScoreColumns::Plain;
             Box::new(reader.into_records().enumerate().filter_map(move |(i, record)| {
                 let row = i as u64 + 1;
                 let record = match record {
                     Ok(r) => r,
                     Err(e) => return Some(Err(TransferError::Row { row, reason: e.to_string() })),
                 };
-                let is_header = first && record.get(0) == Some("board") && record.get(2) == Some("score");
-                first = false;
-                if is_header {
-                    return None;
+                if row == 1 {
+                    if let Some(header) = ScoreColumns::of_header(&record) {
+                        columns = header;
+                        return None;
+                    }
                 }
-                let field = |n: usize| record.get(n).map(str::to_string);
-                Some(match (field(0), field(1), record.get(2).map(|s| s.trim().parse::<i64>())) {
-                    (Some(board), Some(player), Some(Ok(score))) => Ok(Row { board, player, score }),
-                    _ => Err(TransferError::Row { row, reason: "expected board,player,score (score an i64)".into() }),
+                let (Some(board), Some(player)) = (record.get(0), record.get(1)) else {
+                    return Some(Err(TransferError::Row { row, reason: "expected board,player,score".into() }));
+                };
+                Some(match columns.score(&record) {
+                    Ok(score) => Ok(Row { board: board.into(), player: player.into(), score }),
+                    Err(reason) => Err(TransferError::Row { row, reason }),
                 })
             }))
         }
@@ -145,16 +200,26 @@ pub fn rows(format: Format, input: impl Read + 'static) -> Box<dyn Iterator<Item
                     Err(e) => return Some(Err(TransferError::Row { row, reason: e.to_string() })),
                 };
                 let parsed = match value.as_array().map(Vec::as_slice) {
-                    Some([board, player, score]) => match (board.as_str(), player.as_str(), score.as_i64()) {
+                    Some([board, player, score]) => match (board.as_str(), player.as_str(), msgpack_score(score)) {
                         (Some(b), Some(p), Some(s)) => Some(Row { board: b.into(), player: p.into(), score: s }),
                         _ => None,
                     },
                     _ => None,
                 };
-                Some(parsed.ok_or(TransferError::Row { row, reason: "expected [board, player, score]".into() }))
+                let reason = "expected [board, player, score], the score an i64 or a map of them";
+                Some(parsed.ok_or(TransferError::Row { row, reason: reason.into() }))
             }))
         }
     }
+}
+
+/// A msgpack row's score: an integer, or a map of field names to integers.
+fn msgpack_score(value: &rmpv::Value) -> Option<Score> {
+    if let Some(score) = value.as_i64() {
+        return Some(Score::Int(score));
+    }
+    let pairs = value.as_map()?.iter().map(|(name, value)| Some((name.as_str()?, value.as_i64()?)));
+    pairs.collect::<Option<FieldScores>>().map(Score::Fields)
 }
 
 fn progress(quiet: bool, len: Option<u64>, unit: &str) -> ProgressBar {
@@ -200,7 +265,7 @@ pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
     let mut written = 0u64;
     let mut calls: Vec<Call> = Vec::with_capacity(args.pipeline);
     let mut board = String::new();
-    let mut entries: Vec<(String, i64)> = Vec::with_capacity(args.batch);
+    let mut entries: Vec<(String, Score)> = Vec::with_capacity(args.batch);
     for row in rows(args.format, counted) {
         let row = row?;
         if (row.board != board || entries.len() == args.batch) && !entries.is_empty() {
@@ -220,14 +285,14 @@ pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
     Ok(ImportReport { rows: written, seconds: started.elapsed().as_secs_f64() })
 }
 
-fn set_many(board: &str, entries: Vec<(String, i64)>, mode: &str) -> Call {
+fn set_many(board: &str, entries: Vec<(String, Score)>, mode: &str) -> Call {
     Call::new(OpKind::SetMany).with("board", board).with("entries", entries).with("mode", mode)
 }
 
 /// Sends the queued `set_many`s as one pipeline; returns the rows they wrote.
 async fn send(client: &mut Client, calls: &mut Vec<Call>) -> Result<u64, TransferError> {
     let mut rows = 0;
-    for scores in client.pipeline::<Vec<i64>>(calls).await? {
+    for scores in client.pipeline::<Vec<serde::de::IgnoredAny>>(calls).await? {
         rows += scores?.len() as u64;
     }
     calls.clear();
@@ -249,15 +314,21 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
-/// Exports a board in rank order as `board,player,score,rank` CSV; returns
+/// Exports a board in rank order as `board,player,score,rank` CSV (a
+/// column per field instead of `score` on a board with fields); returns
 /// the rows written. Pages through `top` (a deep offset costs O(log n)), so
 /// a board changing meanwhile may show a player twice or not at all: stop
 /// writes for an exact snapshot.
 pub async fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<u64, TransferError> {
     const PAGE: u64 = 1000;
     let mut client = args.client.connect().await?;
+    let fields: Vec<String> = match client.board_fields(&args.board).await? {
+        Some(fields) => fields.into_iter().map(|field| field.name).collect(),
+        None => vec!["score".to_string()],
+    };
     let mut writer = csv::Writer::from_writer(out);
-    writer.write_record(["board", "player", "score", "rank"]).map_err(csv_error)?;
+    let header = ["board", "player"].into_iter().chain(fields.iter().map(String::as_str)).chain(["rank"]);
+    writer.write_record(header).map_err(csv_error)?;
     let mut offset = 0u64;
     loop {
         let mut call =
@@ -266,11 +337,14 @@ pub async fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<u64, Trans
             call = call.with("window", window.as_str());
         }
         call = call.with("period", args.period);
-        let page: Vec<Entry> = client.call(call).await?;
+        let page: Vec<Entry<Score>> = client.call(call).await?;
         for entry in &page {
-            writer
-                .write_record([args.board.as_str(), &entry.player, &entry.score.to_string(), &entry.rank.to_string()])
-                .map_err(csv_error)?;
+            let scores: Vec<String> = match &entry.score {
+                Score::Int(score) => vec![score.to_string()],
+                Score::Fields(scores) => fields.iter().map(|name| scores.get(name).unwrap_or(0).to_string()).collect(),
+            };
+            let record = [args.board.as_str(), &entry.player].into_iter().chain(scores.iter().map(String::as_str));
+            writer.write_record(record.chain([entry.rank.to_string().as_str()])).map_err(csv_error)?;
         }
         offset += page.len() as u64;
         if (page.len() as u64) < PAGE {
@@ -295,8 +369,8 @@ mod tests {
         let text = "board,player,score\nb,\"a, b\",5\nb,c,-7,ignored\nb,d,x\n";
         let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
         assert_eq!(got.len(), 3);
-        assert_eq!(got[0].as_ref().unwrap(), &Row { board: "b".into(), player: "a, b".into(), score: 5 });
-        assert_eq!(got[1].as_ref().unwrap().score, -7);
+        assert_eq!(got[0].as_ref().unwrap(), &Row { board: "b".into(), player: "a, b".into(), score: Score::Int(5) });
+        assert_eq!(got[1].as_ref().unwrap().score, Score::Int(-7));
         assert!(matches!(got[2], Err(TransferError::Row { row: 4, .. })));
     }
 
@@ -308,7 +382,36 @@ mod tests {
         }
         rmpv::encode::write_value(&mut bytes, &Value::from(3)).unwrap();
         let got: Vec<_> = rows(Format::Msgpack, std::io::Cursor::new(bytes)).collect();
-        assert_eq!(got[1].as_ref().unwrap(), &Row { board: "b".into(), player: "y".into(), score: i64::MIN });
+        assert_eq!(
+            got[1].as_ref().unwrap(),
+            &Row { board: "b".into(), player: "y".into(), score: Score::Int(i64::MIN) }
+        );
         assert!(got[2].is_err());
+    }
+
+    #[test]
+    fn reads_one_column_per_field_named_by_the_header() {
+        let text = "board,player,trophies,retries,rank\ncup,alice,30,2,1\ncup,bob,20,x,2\ncup,carol,10\n";
+        let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
+        let alice = Score::Fields(FieldScores::from([("trophies", 30), ("retries", 2)]));
+        assert_eq!(got[0].as_ref().unwrap(), &Row { board: "cup".into(), player: "alice".into(), score: alice });
+        assert!(matches!(&got[1], Err(TransferError::Row { row: 3, reason }) if reason.contains("retries `x`")));
+        assert!(matches!(&got[2], Err(TransferError::Row { row: 4, reason }) if reason.contains("no retries")));
+        // A field named rank, then export's rank column.
+        let text = "board,player,rank,rank\ncup,a,4,1\n";
+        let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
+        assert_eq!(got[0].as_ref().unwrap().score, Score::Fields(FieldScores::from([("rank", 4)])));
+    }
+
+    #[test]
+    fn reads_map_scores_from_msgpack() {
+        let mut bytes = Vec::new();
+        let score = Value::Map(vec![("trophies".into(), 3.into()), ("retries".into(), 1.into())]);
+        rmpv::encode::write_value(&mut bytes, &Value::Array(vec!["cup".into(), "a".into(), score])).unwrap();
+        let bad = Value::Map(vec![("trophies".into(), "many".into())]);
+        rmpv::encode::write_value(&mut bytes, &Value::Array(vec!["cup".into(), "b".into(), bad])).unwrap();
+        let got: Vec<_> = rows(Format::Msgpack, std::io::Cursor::new(bytes)).collect();
+        assert_eq!(got[0].as_ref().unwrap().score, Score::Fields(FieldScores::from([("trophies", 3), ("retries", 1)])));
+        assert!(got[1].is_err());
     }
 }
