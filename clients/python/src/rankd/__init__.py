@@ -16,7 +16,22 @@ player's rank as the server pushes them.
 from ._errors import ProtocolError, RankdConnectionError, RankdError, RankdTimeout, WatchEnded
 from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
-from .types import Auth, Board, Entry, Mode, Order, PlayerEvent, Rank, Ties, TopEvent, Window, WriteInfo
+from .types import (
+    Auth,
+    Board,
+    Entry,
+    Field,
+    Mode,
+    Order,
+    PlayerEvent,
+    Rank,
+    Score,
+    Scores,
+    Ties,
+    TopEvent,
+    Window,
+    WriteInfo,
+)
 
 __version__ = "0.2.0"
 
@@ -27,11 +42,14 @@ __all__ = [
     "Board",
     "Client",
     "Entry",
+    "Field",
     "Mode",
     "Order",
     "PlayerEvent",
     "ProtocolError",
     "Rank",
+    "Score",
+    "Scores",
     "RankdConnectionError",
     "RankdError",
     "RankdTimeout",

@@ -48,10 +48,17 @@ def request(op: str, **fields: Any) -> Dict[str, Any]:
     return req
 
 
-def entries(items: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> List[List[Any]]:
-    """`set_many` entries as the protocol's `[player, score]` lists."""
+def score(value: Any) -> Any:
+    """A score as sent: an int, or, on a board with fields, any mapping made
+    a plain dict (msgpack packs only dicts as maps)."""
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def entries(items: Union[Mapping[str, Any], Iterable[Tuple[str, Any]]]) -> List[List[Any]]:
+    """`set_many` entries as the protocol's `[player, score]` lists (a score
+    a dict on a board with fields)."""
     pairs = items.items() if isinstance(items, Mapping) else items
-    return [[player, score] for player, score in pairs]
+    return [[player, score(value)] for player, value in pairs]
 
 
 def is_read(req: Mapping[str, Any]) -> bool:

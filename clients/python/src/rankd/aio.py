@@ -31,7 +31,22 @@ from typing import (
 from . import _wire
 from ._errors import RankdConnectionError, RankdError, RankdTimeout, WatchEnded, _Broken, _failure
 from ._watch import Registry, WatchState, watch_id
-from .types import Auth, Board, Entry, Mode, Order, PlayerEvent, Rank, Ties, TopEvent, Window, WriteInfo
+from .types import (
+    Auth,
+    Board,
+    Entry,
+    Field,
+    Mode,
+    Order,
+    PlayerEvent,
+    Rank,
+    Score,
+    Scores,
+    Ties,
+    TopEvent,
+    Window,
+    WriteInfo,
+)
 
 __all__ = ["AsyncClient", "AsyncWatch"]
 
@@ -638,12 +653,23 @@ class AsyncClient:
         ties: Optional[Ties] = None,
         windows: Optional[Sequence[Window]] = None,
         keep: Optional[int] = None,
+        fields: Optional[Sequence[Field]] = None,
     ) -> bool:
         """True if created, False if it already existed with this config
-        (`RankdError("conflict")` if with another)."""
+        (`RankdError("conflict")` if with another). `fields` (2 to 4
+        `{"name", "order", "min", "max"}` dicts, ranked in turn) makes a
+        board of composite scores, whose scores are dicts `{field: int}`
+        in every call and result (its `order` is then ignored)."""
         windows_list = None if windows is None else list(windows)
+        fields_list = None if fields is None else [dict(field) for field in fields]
         req = _wire.request(
-            "create_board", board=board, order=order, ties=ties, windows=windows_list, keep=keep
+            "create_board",
+            board=board,
+            order=order,
+            ties=ties,
+            windows=windows_list,
+            keep=keep,
+            fields=fields_list,
         )
         return cast(bool, await self._call(req))
 
@@ -656,40 +682,59 @@ class AsyncClient:
         """Every board with its config and count."""
         return cast(List[Board], await self._call(_wire.request("boards")))
 
+    @overload
+    async def set(
+        self, board: str, player: str, score: int, *, mode: Optional[Mode] = None, wid: Optional[str] = None
+    ) -> int: ...
+
+    @overload
     async def set(
         self,
         board: str,
         player: str,
-        score: int,
+        score: Mapping[str, int],
         *,
         mode: Optional[Mode] = None,
         wid: Optional[str] = None,
-    ) -> int:
+    ) -> Scores: ...
+
+    async def set(
+        self,
+        board: str,
+        player: str,
+        score: Union[int, Mapping[str, int]],
+        *,
+        mode: Optional[Mode] = None,
+        wid: Optional[str] = None,
+    ) -> Score:
         """Writes a score; returns the score stored (in the board's first
-        window). `wid` (1-64 bytes, never repeated for another write on the
+        window). On a board with fields, `score` is a dict `{field: int}`
+        (every field for `"set"` and `"best"`; `"incr"` adds those given)
+        and so is the result. `wid` (1-64 bytes, never repeated for another write on the
         board) makes the write apply at most once; with `retry_writes` the
         client picks one when it is not given. `last_write` tells whether
         the server answered it as a duplicate."""
-        req = _wire.request("set", board=board, player=player, score=score, mode=mode, wid=wid)
-        return cast(int, await self._call(req))
+        req = _wire.request("set", board=board, player=player, score=_wire.score(score), mode=mode, wid=wid)
+        return cast(Score, await self._call(req))
 
     async def set_many(
         self,
         board: str,
-        entries: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
+        entries: Union[Mapping[str, Score], Iterable[Tuple[str, Score]]],
         *,
         mode: Optional[Mode] = None,
         wid: Optional[str] = None,
-    ) -> List[int]:
+    ) -> List[Any]:
         """Writes up to 10 000 `(player, score)` pairs (or a dict) in one
-        request; returns the stored scores in entry order. `wid` as for `set`."""
+        request; returns the stored scores in entry order (dicts on a board
+        with fields). `wid` as for `set`."""
         req = _wire.request("set_many", board=board, entries=_wire.entries(entries), mode=mode, wid=wid)
         return cast(List[int], await self._call(req))
 
     async def get(
         self, board: str, player: str, *, window: Optional[Window] = None, period: Optional[int] = None
     ) -> Optional[int]:
-        """The player's score, or None."""
+        """The player's score (a dict on a board with fields), or None."""
         req = _wire.request("get", board=board, player=player, window=window, period=period)
         return cast(Optional[int], await self._call(req))
 
@@ -712,10 +757,18 @@ class AsyncClient:
         return cast(Optional[Rank], await self._call(req))
 
     async def rank_of_score(
-        self, board: str, score: int, *, window: Optional[Window] = None, period: Optional[int] = None
+        self,
+        board: str,
+        score: Union[int, Mapping[str, int]],
+        *,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
     ) -> int:
-        """The rank a new player with `score` would get."""
-        req = _wire.request("rank_of_score", board=board, score=score, window=window, period=period)
+        """The rank a new player with `score` would get (a dict with every
+        field on a board with fields)."""
+        req = _wire.request(
+            "rank_of_score", board=board, score=_wire.score(score), window=window, period=period
+        )
         return cast(int, await self._call(req))
 
     async def top(

@@ -10,10 +10,13 @@ __all__ = [
     "Auth",
     "Board",
     "Entry",
+    "Field",
     "Mode",
     "Order",
     "PlayerEvent",
     "Rank",
+    "Score",
+    "Scores",
     "Ties",
     "TopEvent",
     "Window",
@@ -32,8 +35,30 @@ Mode = Literal["set", "best", "incr"]
 Window = Literal["all", "daily", "weekly", "monthly"]
 
 
+#: A score on a board with fields (composite scores, protocol 1.1): one
+#: integer per field, by name, e.g. `{"trophies": 30, "retries": 2}`.
+Scores = Dict[str, int]
+#: A score on either kind of board.
+Score = Union[int, Scores]
+
+
+class _FieldRequired(TypedDict):
+    name: str
+    order: Order
+    max: int
+
+
+class Field(_FieldRequired, total=False):
+    """One field of a board with fields, as `create_board` takes it and
+    `boards` lists it: `name` (1-32 bytes of a-z, 0-9, _), `order`
+    (`"desc"` or `"asc"`), `min` (default 0) and `max`, both inclusive."""
+
+    min: int
+
+
 class Rank(TypedDict):
-    """A player's place: `rank` (1-based), `score`, and `count` (players on the board)."""
+    """A player's place: `rank` (1-based), `score`, and `count` (players on the board).
+    On a board with fields, `score` is a dict (`Scores`) at run time."""
 
     rank: int
     score: int
@@ -41,22 +66,28 @@ class Rank(TypedDict):
 
 
 class Entry(TypedDict):
-    """One line of a leaderboard (`top`, `around`)."""
+    """One line of a leaderboard (`top`, `around`, `ranks`). On a board with
+    fields, `score` is a dict (`Scores`) at run time."""
 
     player: str
     score: int
     rank: int
 
 
-class Board(TypedDict):
-    """A board's config and its `count` (first window, current period), from `boards`."""
-
+class _BoardConfig(TypedDict):
     board: str
     order: str
     ties: str
     windows: List[str]
     keep: int
     count: int
+
+
+class Board(_BoardConfig, total=False):
+    """A board's config and its `count` (first window, current period), from
+    `boards`; `fields` only on a board with fields (each with `min` and `max`)."""
+
+    fields: List[Field]
 
 
 #: `auth`'s answer: `True`, or `{"role": "read" | "write"}` on a server with token roles.
