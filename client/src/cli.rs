@@ -131,9 +131,12 @@ pub fn show_entries<S: fmt::Display>(entries: &[Entry<S>]) -> String {
     if entries.is_empty() {
         return "(empty)".to_string();
     }
-    let mut out = format!("{:>8}  {:>20}  player", "rank", "score");
-    for Entry { player, score, rank } in entries {
-        out.push_str(&format!("\n{rank:>8}  {score:>20}  {player}"));
+    // Composite scores are wider than 20 columns: the widest sets the width.
+    let scores: Vec<String> = entries.iter().map(|entry| entry.score.to_string()).collect();
+    let width = scores.iter().map(String::len).max().unwrap_or(0).max(20);
+    let mut out = format!("{:>8}  {:>width$}  player", "rank", "score");
+    for (Entry { player, rank, .. }, score) in entries.iter().zip(&scores) {
+        out.push_str(&format!("\n{rank:>8}  {score:>width$}  {player}"));
     }
     out
 }

@@ -123,9 +123,12 @@ fn show_entries(value: &Value) -> String {
     if rows.is_empty() {
         return "(empty)".to_string();
     }
-    let mut out = format!("{:>8}  {:>20}  player", "rank", "score");
-    for row in rows {
-        out.push_str(&format!("\n{:>8}  {:>20}  {}", row["rank"], show_score(&row["score"]), plain(&row["player"])));
+    // Composite scores are wider than 20 columns: the widest sets the width.
+    let scores: Vec<String> = rows.iter().map(|row| show_score(&row["score"])).collect();
+    let width = scores.iter().map(String::len).max().unwrap_or(0).max(20);
+    let mut out = format!("{:>8}  {:>width$}  player", "rank", "score");
+    for (row, score) in rows.iter().zip(&scores) {
+        out.push_str(&format!("\n{:>8}  {score:>width$}  {}", row["rank"], plain(&row["player"])));
     }
     out
 }

@@ -44,15 +44,16 @@ Score = Union[int, Scores]
 
 class _FieldRequired(TypedDict):
     name: str
-    order: Order
     max: int
 
 
 class Field(_FieldRequired, total=False):
     """One field of a board with fields, as `create_board` takes it and
-    `boards` lists it: `name` (1-32 bytes of a-z, 0-9, _), `order`
-    (`"desc"` or `"asc"`), `min` (default 0) and `max`, both inclusive."""
+    `boards` lists it (with every key): `name` (1-32 bytes of a-z, 0-9, _),
+    `order` (`"desc"`, the server's default, or `"asc"`), `min` (default 0)
+    and `max`, both inclusive."""
 
+    order: Order
     min: int
 
 
