@@ -223,7 +223,13 @@ impl Shard {
 #[cfg(test)]
 fn all_time_board() -> (Board, TreeId) {
     use crate::board::{BoardConfig, Order, Ties, Window};
-    let config = BoardConfig { order: Order::Desc, ties: Ties::Ordinal, windows: vec![Window::All], keep: 1, fields: Vec::new() };
+    let config = BoardConfig {
+        order: Order::Desc,
+        ties: Ties::Ordinal,
+        windows: vec![Window::All],
+        keep: 1,
+        fields: Vec::new(),
+    };
     let board = Board { id: 1, name: "b".into(), config };
     (board, TreeId { board: 1, window: Window::All.code(), period: 0 })
 }

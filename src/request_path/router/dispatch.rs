@@ -95,7 +95,8 @@ impl Router {
         };
         // A board with fields shows its packed scores as maps.
         let composite = op.board().and_then(|name| boards.get(name)).filter(|b| b.config.has_fields()).cloned();
-        let routed = self.route(boards, op, outbox, in_place);
+        let scored = Scored(composite.as_deref().map(|board| &board.config));
+        let routed = self.route(boards, op, outbox, in_place, scored);
         let routed = match composite {
             None => routed,
             Some(board) => presented(routed, board),
@@ -106,7 +107,7 @@ impl Router {
         }
     }
 
-    fn route(&mut self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
+    fn route(&mut self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool, scored: Scored) -> Routed {
         let ready = Routed::Ready;
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
@@ -161,7 +162,7 @@ impl Router {
                 }))
             }
             Op::Set { board, player, score, mode, wid } => {
-                let amount = match score::amount(config_of(boards, &board), score, mode) {
+                let amount = match score::amount(scored.config(), score, mode) {
                     Ok(amount) => amount,
                     Err(e) => return ready(Err(e)),
                 };
@@ -178,7 +179,10 @@ impl Router {
                     reply,
                 }))
             }
-            Op::SetMany { board, entries, mode, wid } => self.set_many(boards, board, entries, mode, wid, outbox),
+            Op::SetMany { board, entries, mode, wid } => match amounts(scored.config(), entries, mode) {
+                Ok(amounts) => self.set_many(boards, board, amounts, mode, wid, outbox),
+                Err(e) => ready(Err(e)),
+            },
             Op::Get { board, player, view } => match self.read(boards, OpKind::Get, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::MaybeScore(None))),
@@ -215,7 +219,7 @@ impl Router {
                 Ok(Some(read)) => self.rank(read, player, outbox, in_place),
             },
             Op::RankOfScore { board, score, view } => {
-                let score = match score::whole(config_of(boards, &board), score) {
+                let score = match score::whole(scored.config(), score) {
                     Ok(score) => score,
                     Err(e) => return ready(Err(e)),
                 };
@@ -271,21 +275,11 @@ impl Router {
         &mut self,
         boards: &mut Boards,
         board: String,
-        entries: Vec<(String, ScoreInput)>,
+        amounts: Vec<(String, Amount)>,
         mode: rankd_shards::Mode,
         wid: Option<Wid>,
         outbox: &mut Outbox,
     ) -> Routed {
-        let config = config_of(boards, &board);
-        let amounts = entries.into_iter().enumerate().map(|(i, (player, score))| {
-            let amount = score::amount(config, score, mode)
-                .map_err(|e| crate::error::Error::BadRequest(format!("entries[{i}]: {e}")))?;
-            Ok((player, amount))
-        });
-        let amounts: Vec<(String, Amount)> = match amounts.collect::<Result<_, Error>>() {
-            Ok(amounts) => amounts,
-            Err(e) => return Routed::Ready(Err(e)),
-        };
         let board = boards.for_write(&board);
         let n = self.shards.len();
         let mut per_shard: Vec<ShardPart> = vec![ShardPart::default(); n];
@@ -389,12 +383,34 @@ struct ShardPart {
     entries: Vec<(String, Amount, u64)>,
 }
 
-/// The config scores sent to board `name` are read under: a board that
-/// does not exist yet is created plain by its first write, and reads as an
-/// empty plain board.
-fn config_of<'b>(boards: &'b Boards, name: &str) -> &'b BoardConfig {
-    static PLAIN: std::sync::OnceLock<BoardConfig> = std::sync::OnceLock::new();
-    boards.get(name).map_or_else(|| PLAIN.get_or_init(BoardConfig::default), |board| &board.config)
+/// A `set_many`'s entries as the engine takes them, or the first entry's
+/// refusal.
+fn amounts(
+    config: &BoardConfig,
+    entries: Vec<(String, ScoreInput)>,
+    mode: rankd_shards::Mode,
+) -> Result<Vec<(String, Amount)>, Error> {
+    (entries.into_iter().enumerate())
+        .map(|(i, (player, score))| {
+            let amount =
+                score::amount(config, score, mode).map_err(|e| Error::BadRequest(format!("entries[{i}]: {e}")))?;
+            Ok((player, amount))
+        })
+        .collect()
+}
+
+/// The config an op's scores are read under: its board's when that board
+/// has fields (found once per op, in [`Router::dispatch`]), else a plain
+/// one (a board that does not exist yet is created plain by its first
+/// write, and reads as an empty plain board).
+#[derive(Clone, Copy)]
+struct Scored<'c>(Option<&'c BoardConfig>);
+
+impl<'c> Scored<'c> {
+    fn config(self) -> &'c BoardConfig {
+        static PLAIN: std::sync::OnceLock<BoardConfig> = std::sync::OnceLock::new();
+        self.0.unwrap_or_else(|| PLAIN.get_or_init(BoardConfig::default))
+    }
 }
 
 /// An op on a board with fields, its reply's packed scores shown as maps.
