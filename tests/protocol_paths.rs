@@ -103,6 +103,7 @@ fn info(board: &str, order: &str, ties: &str, windows: &[&str], keep: u32, count
         windows: windows.iter().map(|w| w.to_string()).collect(),
         keep,
         count,
+        fields: None,
     }
 }
 

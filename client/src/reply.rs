@@ -47,6 +47,9 @@ pub struct BoardInfo {
     pub keep: u32,
     /// Players in the first window's current period.
     pub count: u64,
+    /// A composite score's fields; `None` on a plain board.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<crate::FieldSpec>>,
 }
 
 /// An error reply's body.
