@@ -9,12 +9,16 @@ mod common;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rankd_client::{
-    BoardSpec, Call, Client, ClientError, Entry, FieldScores, FieldSpec, Mode, OpKind, Order, Ties, Window,
+    BoardSpec, Call, Client, ClientError, Entry, FieldScores, FieldSpec, Mode, OpKind, Order, Ties, WatchEvent,
+    WatchSpec, Watcher, Window,
 };
 
 const PLAYERS: usize = 60;
@@ -344,6 +348,16 @@ async fn refusals_listing_and_restart() {
     assert_eq!(client.get_fields("cup", "ann").await.expect("get"), Some(score(30, 2)), "refusals changed nothing");
     let boards = client.boards().await.expect("boards");
     assert!(boards.iter().all(|b| b.board != "plain"), "a refused write creates no board");
+
+    // Watches push maps too.
+    let mut watcher = Watcher::connect(&server.addr).await.expect("watcher").with_scores::<FieldScores>();
+    watcher.watch(&WatchSpec::top("cup", 2)).await.expect("watch");
+    let push = tokio::time::timeout(Duration::from_secs(10), watcher.next()).await.expect("a push in time");
+    let push = push.expect("a push").expect("a readable push");
+    let WatchEvent::Top(rows) = push.event else { panic!("a top watch pushes its list") };
+    let rows: Vec<(&str, &FieldScores)> = rows.iter().map(|e| (e.player.as_str(), &e.score)).collect();
+    assert_eq!(rows, [("cid", &score(31, 9)), ("bob", &score(30, 1))]);
+    drop(watcher);
 
     // Acknowledged composite writes and the board's fields survive kill -9.
     let added = client.set_fields("cup", "ann", &FieldScores::from([("trophies", 5)]), Mode::Incr).await.expect("incr");
