@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import logging
 import ssl
-from collections import deque
 from types import TracebackType
 from typing import (
     Any,
-    AsyncIterator,
     Callable,
-    Deque,
     Iterable,
     List,
     Mapping,
@@ -29,8 +25,10 @@ from typing import (
 )
 
 from . import _wire
+from ._aio_connection import _Connection, _forget
+from ._async_watch import AsyncWatch
 from ._errors import RankdConnectionError, RankdError, RankdTimeout, WatchEnded, _Broken, _failure
-from ._watch import Registry, WatchState, watch_id
+from ._watch import watch_id
 from .types import (
     Auth,
     Board,
@@ -57,194 +55,6 @@ _log = logging.getLogger("rankd")
 #: How many times one `AsyncWatch.get` asks again for a watch whose
 #: connection keeps being lost, before it raises.
 _RESUBSCRIBES_PER_GET = 3
-
-#: How long closing waits for the server to acknowledge (TLS close_notify).
-_CLOSE_WAIT = 2.0
-
-#: Frames queued by calls in one turn of the event loop go out in one write
-#: (one syscall, one TCP segment for many small requests), unless they add
-#: up to this much, which is written at once.
-_FLUSH_AT = 64 * 1024
-
-
-class _Connection:
-    """One connection. Calls queue their frames, written together at the end
-    of the event loop's turn, so concurrent calls pipeline; a reader task
-    hands each reply to the oldest call waiting, since replies come back in
-    request order; one timer watches the oldest call's reply."""
-
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: Optional[float]
-    ) -> None:
-        self.reader = reader
-        self.writer = writer
-        #: (request id, future for its outcome), in send order.
-        self.pending: Deque[Tuple[int, "asyncio.Future[Any]"]] = deque()
-        #: Why the connection is unusable, once it is.
-        self.failure: Optional[_Broken] = None
-        self._timeout = timeout
-        self._loop = asyncio.get_running_loop()
-        #: Frames not yet handed to the transport, and how many requests
-        #: they hold (the newest in `pending`): those were never sent.
-        self._unwritten: List[bytes] = []
-        self._unwritten_bytes = 0
-        self._unwritten_requests = 0
-        self._flush_handle: Optional[asyncio.Handle] = None
-        #: Loop time since which the oldest pending call waits: when it was
-        #: sent, or when the reply before it came.
-        self._waiting_since = 0.0
-        self._watchdog: Optional[asyncio.TimerHandle] = None
-        # (Concurrent drain() calls were not allowed before Python 3.10.)
-        self._drain_lock = asyncio.Lock()
-        #: The watches living on this connection.
-        self.registry = Registry()
-        self._task = self._loop.create_task(self._read_replies())
-
-    @classmethod
-    async def open(cls, settings: _wire.Settings) -> _Connection:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                settings.host,
-                settings.port,
-                ssl=settings.ssl_context,
-                server_hostname=settings.server_hostname,
-            ),
-            settings.connect_timeout,
-        )
-        return cls(reader, writer, settings.timeout)
-
-    def send(self, ids: Sequence[int], payload: bytes) -> List["asyncio.Future[Any]"]:
-        """Queues the frames of requests `ids`; returns a future per reply."""
-        if self.failure is not None:
-            raise _Broken(str(self.failure), sent=False, results=[])
-        if not self.pending:
-            self._waiting_since = self._loop.time()
-        futures: List["asyncio.Future[Any]"] = []
-        for rid in ids:
-            future = self._loop.create_future()
-            self.pending.append((rid, future))
-            futures.append(future)
-        self._unwritten.append(payload)
-        self._unwritten_bytes += len(payload)
-        self._unwritten_requests += len(ids)
-        if self._unwritten_bytes >= _FLUSH_AT:
-            self._flush()
-        elif self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
-        if self._timeout is not None and self._watchdog is None:
-            self._watchdog = self._loop.call_later(self._timeout, self._check_late)
-        return futures
-
-    def _flush(self) -> None:
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        if self._unwritten and self.failure is None:
-            self.writer.write(b"".join(self._unwritten))
-        self._unwritten.clear()
-        self._unwritten_bytes = 0
-        self._unwritten_requests = 0
-
-    async def drain(self) -> None:
-        """Waits while the transport holds more than it should (flow control)."""
-        if self.writer.transport.get_write_buffer_size() == 0:
-            return
-        try:
-            async with self._drain_lock:
-                await self.writer.drain()
-        except (OSError, RuntimeError) as exc:
-            self.fail(f"connection failed: {exc}")
-
-    def _check_late(self) -> None:
-        self._watchdog = None
-        if self.failure is not None or not self.pending or self._timeout is None:
-            return
-        left = self._waiting_since + self._timeout - self._loop.time()
-        if left > 0:
-            self._watchdog = self._loop.call_later(left, self._check_late)
-            return
-        # Every reply behind the late one is late too: the connection fails.
-        # The late call times out; the others may go again on a new one.
-        _, late = self.pending.popleft()
-        if not late.done():
-            late.set_exception(
-                _Broken(f"no reply within {self._timeout} s", sent=True, results=[], timed_out=True)
-            )
-        self.fail(f"an earlier call got no reply within {self._timeout} s")
-
-    async def _read_replies(self) -> None:
-        try:
-            while True:
-                header = await self.reader.readexactly(_wire.HEADER.size)
-                (length,) = _wire.HEADER.unpack(header)
-                _wire.check_length(length)
-                body = await self.reader.readexactly(length)
-                expected = self.pending[0][0] if self.pending else None
-                outcome = _wire.parse_reply(body, expected)
-                if isinstance(outcome, _wire.Push):
-                    self.registry.dispatch(outcome)
-                    continue
-                _, future = self.pending.popleft()
-                self._waiting_since = self._loop.time()
-                if not future.done():  # its caller may have been cancelled
-                    future.set_result(outcome)
-        except asyncio.IncompleteReadError:
-            self.fail("connection closed by the server")
-        except RankdConnectionError as exc:  # a ProtocolError
-            self.fail(str(exc), protocol=True)
-        except OSError as exc:
-            self.fail(f"connection failed: {exc}")
-
-    def fail(self, reason: str, *, protocol: bool = False) -> None:
-        """Marks the connection unusable and fails every call waiting on it."""
-        if self.failure is None:
-            self.failure = _Broken(reason, sent=True, results=[], protocol=protocol)
-        for handle in (self._flush_handle, self._watchdog):
-            if handle is not None:
-                handle.cancel()
-        self._flush_handle = self._watchdog = None
-        unsent = self._unwritten_requests  # the newest pending: never written
-        self._unwritten.clear()
-        self._unwritten_bytes = self._unwritten_requests = 0
-        while self.pending:
-            _, future = self.pending.popleft()
-            sent = len(self.pending) >= unsent
-            if not future.done():
-                future.set_exception(_Broken(reason, sent=sent, results=[], protocol=protocol))
-        for watch in self.registry.all():
-            # Its waiters wake, and it asks again on a new connection.
-            watch._detach()
-            watch._wake()
-        self.writer.close()
-
-    async def close(self, reason: str) -> None:
-        self.fail(reason)
-        if not self._task.done():
-            self._task.cancel()
-        try:
-            await self._task
-        except BaseException:  # its own cancellation, or a failure already recorded
-            pass
-        try:
-            await asyncio.wait_for(self.writer.wait_closed(), _CLOSE_WAIT)
-        except asyncio.TimeoutError:  # a TLS close the server does not answer
-            try:
-                self.writer.transport.abort()
-            except Exception:  # (an SSL transport already torn down)
-                pass
-        except Exception:  # a reset is no news now
-            pass
-
-
-def _forget(futures: Iterable["asyncio.Future[Any]"]) -> None:
-    """Marks the failures of futures nobody will await as seen (asyncio
-    would log them as 'never retrieved')."""
-    for future in futures:
-        if future.done():
-            if not future.cancelled():
-                future.exception()
-        else:
-            future.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 class AsyncClient:
@@ -899,107 +709,3 @@ class AsyncClient:
         if isinstance(outcome, RankdError):
             raise outcome
         return bool(_wire.plain(outcome))
-
-
-class AsyncWatch(WatchState[T]):
-    """A watch of an `AsyncClient` (see `AsyncClient.watch`): the events the
-    server pushes, taken in order.
-
-    `async for event in watch:` awaits each event and ends when the watch
-    ends; `watch.events(timeout)` also ends after `timeout` seconds without
-    one; `await watch.get(timeout)` takes one, raising `TimeoutError` when
-    none comes in time and `WatchEnded` once the watch has ended and every
-    event it received was taken. A watch ends by `await close()` (or
-    `AsyncClient.unwatch`), by closing its client, or, for a `top` watch,
-    when its board is dropped (its last event is then None).
-    """
-
-    def __init__(self, client: AsyncClient, request: Mapping[str, Any], buffer: int) -> None:
-        super().__init__(request, buffer)
-        self._client = client
-        self._waiters: List[asyncio.Future[None]] = []
-        #: Set while a waiter asks the server again for this watch.
-        self._asking: Optional[asyncio.Future[None]] = None
-        self._task: Optional[asyncio.Task[None]] = None
-
-    async def get(self, timeout: Optional[float] = None) -> T:
-        """The next event, waiting up to `timeout` seconds (None: forever)."""
-        if self._task is not None and asyncio.current_task() is not self._task:
-            raise RuntimeError("this watch's events go to its callback")
-        return await self._client._next_event(self, timeout)
-
-    async def events(self, timeout: Optional[float] = None) -> AsyncIterator[T]:
-        """Yields the events until the watch ends, or until none comes
-        within `timeout` seconds (None: waits forever); the watch stays
-        active after a timeout."""
-        while True:
-            try:
-                event = await self.get(timeout)
-            except WatchEnded:
-                return
-            except RankdConnectionError:
-                raise
-            except TimeoutError:
-                return
-            yield event
-
-    def __aiter__(self) -> AsyncIterator[T]:
-        return self.events()
-
-    async def close(self) -> None:
-        """Ends the watch (`AsyncClient.unwatch`); a lost connection is no error."""
-        try:
-            await self._client.unwatch(self)
-        except RankdConnectionError:
-            pass
-
-    async def __aenter__(self) -> AsyncWatch[T]:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        return f"<rankd.AsyncWatch {self._describe()}>"
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def _end(self, reason: str) -> None:
-        super()._end(reason)
-        self._client._watches.discard(self)
-
-    def _start(self, callback: Callable[[T], object]) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._feed(callback))
-
-    async def _feed(self, callback: Callable[[T], object]) -> None:
-        """The callback task: calls `callback` with each event (awaiting
-        what it returns, if awaitable) until the watch ends; a lost
-        connection is tried again every second."""
-        while True:
-            try:
-                async for event in self.events():
-                    try:
-                        result = callback(event)
-                        if inspect.isawaitable(result):
-                            await result
-                    except Exception:
-                        _log.exception("a callback of %r raised", self)
-                return
-            except RankdError:
-                _log.exception("%r ended", self)
-                return
-            except RankdConnectionError as exc:
-                _log.warning("%r: %s; trying again in 1 s", self, exc)
-                for _ in range(10):
-                    await asyncio.sleep(0.1)
-                    if self._ended is not None:
-                        return

@@ -14,7 +14,6 @@ from typing import (
     Any,
     Callable,
     Iterable,
-    Iterator,
     List,
     Mapping,
     Optional,
@@ -29,6 +28,7 @@ from typing import (
 )
 
 from . import _wire
+from ._connection import _Connection
 from ._errors import (
     ProtocolError,
     RankdConnectionError,
@@ -38,7 +38,8 @@ from ._errors import (
     _Broken,
     _failure,
 )
-from ._watch import Registry, WatchState, watch_id
+from ._sync_watch import Watch
+from ._watch import watch_id
 from .types import (
     Auth,
     Board,
@@ -65,172 +66,6 @@ _log = logging.getLogger("rankd")
 #: How many times one `Watch.get` asks again for a watch whose connection
 #: keeps being lost, before it raises.
 _RESUBSCRIBES_PER_GET = 3
-
-#: How much is read, and at most handed to the socket, at once.
-_CHUNK = 256 * 1024
-
-
-class _Connection:
-    """One socket, non-blocking, driven by a selector: a call sends its
-    requests while it reads replies, so a long pipeline never deadlocks on
-    full socket buffers (the server stops reading when its replies are not
-    read), on one thread, over TLS as well as plaintext."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        sock.setblocking(False)
-        self.sock = sock
-        self.frames = _wire.FrameBuffer()
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(sock, selectors.EVENT_READ)
-        #: The watches living on this connection.
-        self.registry = Registry()
-
-    @classmethod
-    def open(cls, settings: _wire.Settings) -> _Connection:
-        sock = socket.create_connection((settings.host, settings.port), timeout=settings.connect_timeout)
-        try:
-            # Requests are small and latency-bound: no Nagle delay.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if settings.ssl_context is not None:
-                # The handshake runs here, under the connect timeout.
-                sock = settings.ssl_context.wrap_socket(sock, server_hostname=settings.server_hostname)
-        except BaseException:
-            sock.close()
-            raise
-        return cls(sock)
-
-    def close(self) -> None:
-        self.selector.close()
-        self.sock.close()
-
-    def dropped(self) -> bool:
-        """Whether the server has closed this (idle) connection: then a
-        request must go on a new one. Bytes the server sent unasked are kept
-        for the next exchange."""
-        try:
-            if not self.selector.select(0) and not self._ssl_pending():
-                return False
-            data = self.sock.recv(_CHUNK)
-        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return False  # e.g. only TLS session tickets were readable
-        except OSError:
-            return True
-        if not data:
-            return True
-        self.frames.feed(data)
-        return False
-
-    def _ssl_pending(self) -> int:
-        # Decrypted bytes OpenSSL holds are invisible to the selector.
-        return self.sock.pending() if isinstance(self.sock, ssl.SSLSocket) else 0
-
-    def exchange(self, payload: bytes, ids: Sequence[int], timeout: Optional[float]) -> List[Any]:
-        """Sends `payload` (the frames of requests `ids`) while reading their
-        replies; returns the outcomes in order. Raises `_Broken` if the
-        connection fails or a reply takes longer than `timeout`,
-        `ProtocolError` if the server breaks the protocol."""
-        results: List[Any] = []
-        out = memoryview(payload)
-        sent = 0
-        events = selectors.EVENT_READ
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            # A request usually fits the socket's buffer at once: no need to
-            # wait until it is writable.
-            sent = self._send(out[:_CHUNK])
-            while True:
-                while len(results) < len(ids):
-                    body = self.frames.pop()
-                    if body is None:
-                        break
-                    outcome = _wire.parse_reply(body, ids[len(results)])
-                    if isinstance(outcome, _wire.Push):
-                        self.registry.dispatch(outcome)
-                    else:
-                        results.append(outcome)
-                        deadline = None if timeout is None else time.monotonic() + timeout
-                if len(results) == len(ids):
-                    return results
-                want = selectors.EVENT_READ | (selectors.EVENT_WRITE if sent < len(out) else 0)
-                if want != events:
-                    self.selector.modify(self.sock, want)
-                    events = want
-                if self._ssl_pending():
-                    ready = selectors.EVENT_READ
-                else:
-                    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    ready = 0
-                    for _key, mask in self.selector.select(wait):
-                        ready |= mask
-                    if not ready and deadline is not None and time.monotonic() >= deadline:
-                        raise _Broken(
-                            f"no reply within {timeout} s", sent=sent > 0, results=results, timed_out=True
-                        )
-                if ready & selectors.EVENT_WRITE:
-                    sent += self._send(out[sent : sent + _CHUNK])
-                if ready & selectors.EVENT_READ:
-                    self._receive()
-        except ProtocolError as exc:  # (an OSError too: caught first)
-            exc.results = results
-            raise
-        except OSError as exc:  # reset, broken pipe, TLS failure
-            raise _Broken(f"connection failed: {exc}", sent=sent > 0, results=results) from exc
-        finally:
-            if events != selectors.EVENT_READ:
-                try:
-                    self.selector.modify(self.sock, selectors.EVENT_READ)
-                except (OSError, ValueError, KeyError):
-                    pass
-
-    def buffered(self) -> bool:
-        """Whether bytes were read that no exchange or pump has parsed yet."""
-        return bool(self.frames)
-
-    def pump(self) -> int:
-        """Reads what has arrived, without waiting, and dispatches the pushes
-        in it; returns how many. Between exchanges, the server sends nothing
-        but pushes. Raises `OSError` (or `ProtocolError`) once the connection
-        is closed or broken, after dispatching what came before."""
-        closed: Optional[BaseException] = None
-        try:
-            for _ in range(64):  # (a server that never stops sending cannot hold the caller here)
-                if not (self._ssl_pending() or self.selector.select(0)):
-                    break
-                before = len(self.frames)
-                self._receive()
-                if len(self.frames) == before:
-                    break  # (only TLS bookkeeping was readable)
-        except OSError as exc:
-            closed = exc
-        pushes = 0
-        while True:
-            body = self.frames.pop()
-            if body is None:
-                break
-            outcome = _wire.parse_reply(body, None)  # a reply here breaks the protocol
-            if isinstance(outcome, _wire.Push):
-                self.registry.dispatch(outcome)
-            pushes += 1
-        if closed is not None:
-            raise closed
-        return pushes
-
-    def _send(self, chunk: memoryview) -> int:
-        try:
-            return self.sock.send(chunk)
-        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            return 0
-
-    def _receive(self) -> None:
-        try:
-            data = self.sock.recv(_CHUNK)
-        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return
-        if not data:
-            raise ConnectionResetError("connection closed by the server")
-        self.frames.feed(data)
-        while self._ssl_pending():
-            self.frames.feed(self.sock.recv(self._ssl_pending()))
 
 
 class Client:
@@ -974,103 +809,3 @@ class Client:
         in one call (protocol 1.1)."""
         req = _wire.request("ranks", board=board, players=list(players), window=window, period=period)
         return cast(List[Entry], self._call(req))
-
-
-class Watch(WatchState[T]):
-    """A watch of a `Client` (see `Client.watch`): the events the server
-    pushes, taken in order.
-
-    `for event in watch:` waits for each event and ends when the watch ends;
-    `watch.events(timeout)` also ends after `timeout` seconds without one;
-    `watch.get(timeout)` takes one, raising `TimeoutError` when none comes in
-    time and `WatchEnded` once the watch has ended and every event it
-    received was taken. A watch ends by `close()` (or `Client.unwatch`), by
-    closing its client, or, for a `top` watch, when its board is dropped (its
-    last event is then None). The thread waiting reads the connection for
-    every watch of the client (others' events are kept for them), and other
-    threads may call the client meanwhile.
-    """
-
-    def __init__(self, client: Client, request: Mapping[str, Any], buffer: int) -> None:
-        super().__init__(request, buffer)
-        self._client = client
-        self._thread: Optional[threading.Thread] = None
-        self._stopped = threading.Event()
-
-    def get(self, timeout: Optional[float] = None) -> T:
-        """The next event, waiting up to `timeout` seconds (None: forever)."""
-        if self._thread is not None and threading.current_thread() is not self._thread:
-            raise RuntimeError("this watch's events go to its callback")
-        return self._client._next_event(self, timeout)
-
-    def events(self, timeout: Optional[float] = None) -> Iterator[T]:
-        """Yields the events until the watch ends, or until none comes
-        within `timeout` seconds (None: waits forever); the watch stays
-        active after a timeout."""
-        while True:
-            try:
-                event = self.get(timeout)
-            except WatchEnded:
-                return
-            except RankdConnectionError:
-                raise
-            except TimeoutError:
-                return
-            yield event
-
-    def __iter__(self) -> Iterator[T]:
-        return self.events()
-
-    def close(self) -> None:
-        """Ends the watch (`Client.unwatch`); a lost connection is no error."""
-        try:
-            self._client.unwatch(self)
-        except RankdConnectionError:
-            pass
-
-    def __enter__(self) -> Watch[T]:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<rankd.Watch {self._describe()}>"
-
-    def _wake(self) -> None:
-        self._client._notify()
-
-    def _end(self, reason: str) -> None:
-        super()._end(reason)
-        self._client._watches.discard(self)
-        self._stopped.set()
-
-    def _start(self, callback: Callable[[T], object]) -> None:
-        self._thread = threading.Thread(
-            target=self._feed, args=(callback,), name=f"rankd-watch-{self.board}", daemon=True
-        )
-        self._thread.start()
-
-    def _feed(self, callback: Callable[[T], object]) -> None:
-        """The callback thread: calls `callback` with each event until the
-        watch ends; a lost connection is tried again every second."""
-        while True:
-            try:
-                for event in self.events():
-                    try:
-                        callback(event)
-                    except Exception:
-                        _log.exception("a callback of %r raised", self)
-                return
-            except RankdError:
-                _log.exception("%r ended", self)
-                return
-            except RankdConnectionError as exc:
-                _log.warning("%r: %s; trying again in 1 s", self, exc)
-                if self._stopped.wait(1.0):
-                    return
