@@ -95,7 +95,8 @@
 //!   idempotent writes;
 //! - [`ConnectOptions`]: TLS ([`TlsOptions`]) and a token, for
 //!   [`Client::connect_with`];
-//! - [`RankInfo`], [`Entry`], [`BoardInfo`]: the ops' result types;
+//! - [`RankInfo`], [`ApproxRankInfo`], [`ApproxRankOfScore`], [`Entry`],
+//!   [`BoardInfo`]: the ops' result types;
 //! - `cli` (feature `cli`): command-line flags for connecting and watching,
 //!   and how the `rankd` CLI prints pushes.
 //!
@@ -128,7 +129,7 @@ pub use connect::{ConnectOptions, TlsOptions, Token};
 pub use error::ClientError;
 pub use protocol::{ErrorCode, Mode, OpKind, Order, Ties, Window};
 pub use push::RawPush;
-pub use reply::{BoardInfo, Entry, RankInfo};
+pub use reply::{ApproxRankInfo, ApproxRankOfScore, BoardInfo, Entry, RankInfo};
 pub use retry::{RetryPolicy, RetryingClient};
 pub use watch::{Push, WatchEvent, WatchId, WatchSpec, WatchTarget, Watcher};
 pub use wid::WidSource;

@@ -2,7 +2,7 @@
 //! framed, with string keys (rmp-serde's named encoding).
 
 use rankd_client::frame::write_frame_with;
-use rankd_client::{BoardInfo, Entry, RankInfo};
+use rankd_client::{ApproxRankInfo, ApproxRankOfScore, BoardInfo, Entry, RankInfo};
 use serde::Serialize;
 
 use crate::error::Error;
@@ -26,6 +26,10 @@ pub enum Reply {
     Count(u64),
     /// `rank`.
     Rank(Option<RankInfo>),
+    /// `rank` with `approx: true`.
+    ApproxRank(Option<ApproxRankInfo>),
+    /// `rank_of_score` with `approx: true`.
+    ApproxRankOfScore(ApproxRankOfScore),
     /// `top`, `around`.
     Entries(Vec<Entry>),
     /// `boards`.

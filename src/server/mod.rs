@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use crate::clock::Clock;
 use crate::operations::metrics::{self, Metrics};
 use crate::operations::priority;
+use crate::request_path::approx::{self, Summaries};
 use crate::request_path::connection::Limits;
 use crate::request_path::router::{Boards, Router, RouterParts};
 use crate::security::TlsReloader;
@@ -95,8 +96,15 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
         let watches = WatchHub::new(metrics.clone());
-        let parts =
-            RouterParts { boards, dense: dense.clone(), clock, metrics: metrics.clone(), watches: watches.clone() };
+        let approx = Arc::new(Summaries::new(approx::Limits::default(), metrics.approx.clone()));
+        let parts = RouterParts {
+            boards,
+            dense: dense.clone(),
+            clock,
+            metrics: metrics.clone(),
+            watches: watches.clone(),
+            approx,
+        };
         io.start_routers(&links, &parts, configure);
         // Watches are looked at on a thread of their own, never a shard's
         // or a connection's.
