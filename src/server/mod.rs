@@ -96,7 +96,13 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
         let watches = WatchHub::new(metrics.clone());
-        let approx = Arc::new(Summaries::new(approx::Limits::default(), metrics.approx.clone()));
+        #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
+        let mut limits = approx::Limits::default();
+        #[cfg(feature = "test-hooks")]
+        if let Some(buckets) = config.hooks.approx_buckets {
+            limits.buckets = buckets.max(1);
+        }
+        let approx = Arc::new(Summaries::new(limits, metrics.approx.clone()));
         let parts = RouterParts {
             boards,
             dense: dense.clone(),
