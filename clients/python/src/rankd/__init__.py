@@ -16,11 +16,27 @@ player's rank as the server pushes them.
 from ._errors import ProtocolError, RankdConnectionError, RankdError, RankdTimeout, WatchEnded
 from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
-from .types import Auth, Board, Entry, Mode, Order, PlayerEvent, Rank, Ties, TopEvent, Window, WriteInfo
+from .types import (
+    ApproxRank,
+    ApproxRankOfScore,
+    Auth,
+    Board,
+    Entry,
+    Mode,
+    Order,
+    PlayerEvent,
+    Rank,
+    Ties,
+    TopEvent,
+    Window,
+    WriteInfo,
+)
 
 __version__ = "0.2.0"
 
 __all__ = [
+    "ApproxRank",
+    "ApproxRankOfScore",
     "AsyncClient",
     "AsyncWatch",
     "Auth",
