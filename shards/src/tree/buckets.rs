@@ -13,9 +13,12 @@
 //! board, a single *score*: its players share a rank, so splitting them by
 //! name would tell nothing), and then its edges are exact.
 //!
-//! Each bucket is tightened to the keys it really holds (its first key to
-//! its last key + 1), so the gaps between buckets hold no player and a
-//! query in a gap is exact.
+//! A bucket keeps its node's whole key range, not just the keys it holds:
+//! every shard's tree splits the key space at the same places, so the
+//! shards (which hold random players, placed by a hash) propose nearly the
+//! same boundaries and their union stays about one shard's size. Only the
+//! tree's first key and its last key + 1 are added, so a key before every
+//! player or after every player is exact.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -136,7 +139,7 @@ impl CountTree {
             let pieces = if c.count <= per_bucket || single_score { None } else { self.pieces(&c, shape.split_ties) };
             let fits = |p: &Pieces<'_>| buckets.len() + heap.len() + p.len() <= shape.max_buckets;
             match pieces.filter(fits) {
-                None => buckets.push(self.tightened(&c, shape.split_ties)),
+                None => buckets.push(self.whole(&c, shape.split_ties)),
                 Some(Pieces::Keys(keys)) => buckets.extend(keys),
                 Some(Pieces::Children(children)) => heap.extend(children),
             }
@@ -144,6 +147,11 @@ impl CountTree {
         buckets.sort_unstable_by_key(|b| b.start);
         let merged = merge_small(buckets, per_bucket);
         let mut bounds: Vec<u128> = merged.into_iter().flat_map(|b| [Some(b.start), b.end]).flatten().collect();
+        if self.total > 0 {
+            bounds.push(edge(extreme(&self.root, false), shape.split_ties));
+            bounds.extend(end_after(extreme(&self.root, true), shape.split_ties));
+        }
+        bounds.sort_unstable();
         bounds.dedup();
         bounds
     }
@@ -189,11 +197,17 @@ impl CountTree {
         }
     }
 
-    /// `c` as a bucket cut down to `[first, last + 1)` of its keys, on
-    /// score edges unless `split_ties`.
-    fn tightened(&self, c: &Candidate<'_>, split_ties: bool) -> Bucket {
-        let (first, last) = (extreme(c.node, false), extreme(c.node, true));
-        Bucket { start: edge(first, split_ties), end: end_after(last, split_ties), count: c.count }
+    /// `c` as a bucket: its node's whole key range (widened to whole
+    /// scores unless `split_ties`).
+    fn whole(&self, c: &Candidate<'_>, split_ties: bool) -> Bucket {
+        let span = KEY_BITS - (self.bits * c.depth).min(KEY_BITS);
+        let start = edge(c.start, split_ties);
+        let end = match span {
+            KEY_BITS => None,
+            span if !split_ties && span < SCORE_BITS => end_after(start, false),
+            span => c.start.checked_add(1u128 << span),
+        };
+        Bucket { start, end, count: c.count }
     }
 
     /// For each of `keys` (ascending), how many players sort strictly
@@ -352,7 +366,7 @@ mod tests {
         for max_buckets in [1, 2, 10, 100, 1000] {
             let shape = BucketShape { per_bucket: 1, max_buckets, split_ties: false };
             let bounds = tree.bucket_bounds(shape);
-            assert!(bounds.len() <= 2 * max_buckets, "{max_buckets}: {}", bounds.len());
+            assert!(bounds.len() <= 2 * max_buckets + 2, "{max_buckets}: {}", bounds.len());
         }
         assert!(CountTree::new(16)
             .unwrap()
