@@ -43,6 +43,11 @@ pub struct TestHooks {
     /// just before a day, week or month boundary and watch it roll over.
     #[arg(long = "debug-clock-offset-secs", default_value_t = 0, allow_hyphen_values = true)]
     pub clock_offset_secs: i64,
+    /// Approximate ranks aim for this many buckets per shard instead of
+    /// 4096, so a test board of a few thousand players gets buckets of
+    /// many players and wide error bounds to check.
+    #[arg(long = "debug-approx-buckets")]
+    pub approx_buckets: Option<usize>,
 }
 
 impl TestHooks {

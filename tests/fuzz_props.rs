@@ -407,6 +407,8 @@ fn valid_request() -> impl Strategy<Value = Request> {
         (b(), arb_view()).prop_map(|(board, view)| Op::Count { board, view }),
         (b(), p(), arb_view()).prop_map(|(board, player, view)| Op::Rank { board, player, view }),
         (b(), arb_score(), arb_view()).prop_map(|(board, score, view)| Op::RankOfScore { board, score, view }),
+        (b(), p(), arb_view()).prop_map(|(board, player, view)| Op::ApproxRank { board, player, view }),
+        (b(), arb_score(), arb_view()).prop_map(|(board, score, view)| Op::ApproxRankOfScore { board, score, view }),
         (b(), 0usize..=1000, any::<u64>(), arb_view()).prop_map(|(board, limit, offset, view)| Op::Top {
             board,
             limit,
@@ -577,6 +579,7 @@ proptest! {
                 let reads_a_view = matches!(
                     req.op,
                     Op::Get { .. } | Op::Count { .. } | Op::Rank { .. } | Op::RankOfScore { .. } | Op::Top { .. } | Op::Around { .. }
+                        | Op::ApproxRank { .. } | Op::ApproxRankOfScore { .. }
                 );
                 if reads_a_view && !canonical.iter().any(|(k, _)| k.as_str() == Some("window")) {
                     prop_assert!(sent("window").is_none(), "window sent but decoded as the default");

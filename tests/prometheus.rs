@@ -80,6 +80,9 @@ async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), r
         Call::new(OpKind::Count).with("board", "season"),
         Call::new(OpKind::Rank).with("board", "season").with("player", someone.as_str()),
         Call::new(OpKind::RankOfScore).with("board", "season").with("score", 50_000),
+        // approximate ranks: a summary held, refreshed and answered from
+        Call::new(OpKind::Rank).with("board", "season").with("player", someone.as_str()).with("approx", true),
+        Call::new(OpKind::RankOfScore).with("board", "season").with("score", 50_000).with("approx", true),
         Call::new(OpKind::Top).with("board", "season").with("limit", 10),
         // a deep offset: a multi-step read of ~22 fan-out rounds
         Call::new(OpKind::Top).with("board", "season").with("limit", 5).with("offset", 700 + round % 500),

@@ -127,6 +127,10 @@ pub struct LoadArgs {
     /// server's dedup costs a write. rankd only.
     #[arg(long)]
     pub wid: bool,
+    /// Send every `rank` with `approx: true` (protocol 1.1): answered from
+    /// the board's bucket summary, without a fan-out. rankd only.
+    #[arg(long)]
+    pub approx: bool,
     /// Distinct players the load picks from.
     #[arg(long, default_value_t = 1_000_000)]
     pub players: u64,

@@ -40,6 +40,9 @@ pub async fn run_on(
     if load.wid && !matches!(target, Target::Rankd(_)) {
         return Err(BenchError::Invalid("--wid needs a rankd target: Redis has no idempotent writes".into()));
     }
+    if load.approx && !matches!(target, Target::Rankd(_)) {
+        return Err(BenchError::Invalid("--approx needs a rankd target: Redis has no approximate ranks".into()));
+    }
     let setup = target::Setup::probe(target, &load.board, connect).await?;
     if reset {
         setup.reset(&load.board).await?;
@@ -245,7 +248,7 @@ async fn connection_load(
             }
             None => Instant::now(),
         };
-        let (good, bad) = conn.execute(&load.board, load.mode, &ops, wids.as_mut()).await?;
+        let (good, bad) = conn.execute(&load.board, load.mode, load.approx, &ops, wids.as_mut()).await?;
         let micros = sent.elapsed().as_micros() as u64;
         histogram.saturating_record_n(micros.max(1), granted);
         ok += good;

@@ -295,12 +295,14 @@ impl Conn {
         &mut self,
         board: &str,
         mode: Mode,
+        approx: bool,
         ops: &[Op],
         mut wids: Option<&mut WidSource>,
     ) -> Result<(u64, u64), BenchError> {
         match self {
             Conn::Rankd(client) => {
-                let calls: Vec<Call> = ops.iter().map(|op| rankd_call(board, mode, op, wids.as_deref_mut())).collect();
+                let calls: Vec<Call> =
+                    ops.iter().map(|op| rankd_call(board, mode, approx, op, wids.as_deref_mut())).collect();
                 Ok(client.pipeline_outcomes(&calls).await?)
             }
             Conn::Redis(redis) => redis.execute(board.as_bytes(), mode, ops).await,
@@ -308,7 +310,7 @@ impl Conn {
     }
 }
 
-fn rankd_call(board: &str, mode: Mode, op: &Op, wids: Option<&mut WidSource>) -> Call {
+fn rankd_call(board: &str, mode: Mode, approx: bool, op: &Op, wids: Option<&mut WidSource>) -> Call {
     match *op {
         Op::Write { player: p, score } => {
             let call = set_call(board, &player(p), score, mode);
@@ -317,7 +319,14 @@ fn rankd_call(board: &str, mode: Mode, op: &Op, wids: Option<&mut WidSource>) ->
                 None => call,
             }
         }
-        Op::Rank(p) => Call::new(OpKind::Rank).with("board", board).with("player", player(p)),
+        Op::Rank(p) => {
+            let call = Call::new(OpKind::Rank).with("board", board).with("player", player(p));
+            if approx {
+                call.with("approx", true)
+            } else {
+                call
+            }
+        }
         Op::Top => Call::new(OpKind::Top).with("board", board).with("limit", 10),
         Op::Around(p) => {
             Call::new(OpKind::Around).with("board", board).with("player", player(p)).with("before", 5).with("after", 5)

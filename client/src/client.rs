@@ -14,7 +14,7 @@ use crate::error::ClientError;
 use crate::frame::FrameReader;
 use crate::protocol::{Mode, OpKind, Order, Ties};
 use crate::push::{PushBuffer, RawPush};
-use crate::reply::{BoardInfo, Entry, Envelope, Incoming, RankInfo};
+use crate::reply::{ApproxRankInfo, ApproxRankOfScore, BoardInfo, Entry, Envelope, Incoming, RankInfo};
 
 /// Replies can be as large as requests, and a server may allow 64 MiB.
 const MAX_REPLY: usize = 64 << 20;
@@ -304,6 +304,21 @@ impl Client {
     /// `rank_of_score`: the rank a new player with `score` would get.
     pub async fn rank_of_score(&mut self, board: &str, score: i64) -> Result<u64, ClientError> {
         self.call(Call::new(OpKind::RankOfScore).with("board", board).with("score", score)).await
+    }
+
+    /// `rank` with `approx: true`: the player's rank estimated from the
+    /// board's bucket summary, without a fan-out over the shards; the exact
+    /// rank (as of the summary, refreshed at least once a second) lies
+    /// within `rank ± error`. `None` if the player is absent; a dense board
+    /// answers `bad_request`.
+    pub async fn rank_approx(&mut self, board: &str, player: &str) -> Result<Option<ApproxRankInfo>, ClientError> {
+        self.call(Call::new(OpKind::Rank).with("board", board).with("player", player).with("approx", true)).await
+    }
+
+    /// `rank_of_score` with `approx: true`: the rank a new player with
+    /// `score` would get, estimated from the board's bucket summary alone.
+    pub async fn rank_of_score_approx(&mut self, board: &str, score: i64) -> Result<ApproxRankOfScore, ClientError> {
+        self.call(Call::new(OpKind::RankOfScore).with("board", board).with("score", score).with("approx", true)).await
     }
 
     /// `top`: `limit` players from 0-based position `offset`, best first.

@@ -95,7 +95,8 @@
 //!   idempotent writes;
 //! - [`ConnectOptions`]: TLS ([`TlsOptions`]) and a token, for
 //!   [`Client::connect_with`];
-//! - [`RankInfo`], [`Entry`], [`BoardInfo`]: the ops' result types;
+//! - [`RankInfo`], [`ApproxRankInfo`], [`ApproxRankOfScore`], [`Entry`],
+//!   [`BoardInfo`]: the ops' result types;
 //! - [`fields`]: composite scores (protocol 1.1): [`BoardSpec`] and
 //!   [`FieldSpec`] for [`Client::create_board_with`], scores as
 //!   [`FieldScores`] through the `_fields` methods ([`Client::top_fields`],
@@ -134,7 +135,7 @@ pub use error::ClientError;
 pub use fields::{set_fields_call, BoardSpec, FieldScores, FieldSpec, FieldsError, Score};
 pub use protocol::{ErrorCode, Mode, OpKind, Order, Ties, Window};
 pub use push::RawPush;
-pub use reply::{BoardInfo, Entry, RankInfo};
+pub use reply::{ApproxRankInfo, ApproxRankOfScore, BoardInfo, Entry, RankInfo};
 pub use retry::{RetryPolicy, RetryingClient};
 pub use watch::{Push, WatchEvent, WatchId, WatchSpec, WatchTarget, Watcher};
 pub use wid::WidSource;

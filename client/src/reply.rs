@@ -21,6 +21,31 @@ pub struct RankInfo<S = i64> {
     pub count: u64,
 }
 
+/// `rank`'s result with `approx: true`: an estimate from the board's
+/// bucket summary, whose exact rank (as of the summary's last refresh, at
+/// most about a second old) lies within `rank ± error`.
+/// `S` as for [`RankInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApproxRankInfo<S = i64> {
+    /// Estimated 1-based rank under the board's tie rule.
+    pub rank: u64,
+    /// The player's score, read now.
+    pub score: S,
+    /// Players on the board as of the summary.
+    pub count: u64,
+    /// The exact rank lies within `rank ± error`.
+    pub error: u64,
+}
+
+/// `rank_of_score`'s result with `approx: true`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApproxRankOfScore {
+    /// Estimated rank a new player with the score would get.
+    pub rank: u64,
+    /// The exact answer lies within `rank ± error`.
+    pub error: u64,
+}
+
 /// One row of `top` / `around` / `ranks`; `S` as for [`RankInfo`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry<S = i64> {

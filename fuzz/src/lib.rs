@@ -101,11 +101,15 @@ pub fn check_request_invariants(req: &Request) {
                 assert_eq!(config.order, Order::Desc, "a board with fields ranks its packed scores high-first");
             }
         }
-        Op::DropBoard { board } | Op::Count { board, .. } | Op::RankOfScore { board, .. } => board_ok(board),
+        Op::DropBoard { board }
+        | Op::Count { board, .. }
+        | Op::RankOfScore { board, .. }
+        | Op::ApproxRankOfScore { board, .. } => board_ok(board),
         Op::Set { board, player, .. }
         | Op::Get { board, player, .. }
         | Op::Remove { board, player, .. }
-        | Op::Rank { board, player, .. } => {
+        | Op::Rank { board, player, .. }
+        | Op::ApproxRank { board, player, .. } => {
             board_ok(board);
             player_ok(player);
         }
@@ -168,6 +172,8 @@ pub fn check_request_invariants(req: &Request) {
         | Op::Count { view, .. }
         | Op::Rank { view, .. }
         | Op::RankOfScore { view, .. }
+        | Op::ApproxRank { view, .. }
+        | Op::ApproxRankOfScore { view, .. }
         | Op::Top { view, .. }
         | Op::Around { view, .. }
         | Op::Ranks { view, .. } => check_view(view),
@@ -369,6 +375,14 @@ pub fn request_value(req: &Request) -> Value {
             f.extend([("board", s(board)), ("score", score_value(score))]);
             view_fields(view, &mut f);
         }
+        Op::ApproxRank { board, player, view } => {
+            f.extend([("board", s(board)), ("player", s(player)), ("approx", Value::from(true))]);
+            view_fields(view, &mut f);
+        }
+        Op::ApproxRankOfScore { board, score, view } => {
+            f.extend([("board", s(board)), ("score", score_value(score)), ("approx", Value::from(true))]);
+            view_fields(view, &mut f);
+        }
         Op::Top { board, limit, offset, view } => {
             f.extend([("board", s(board)), ("limit", Value::from(*limit as u64)), ("offset", Value::from(*offset))]);
             view_fields(view, &mut f);
@@ -487,6 +501,13 @@ pub fn seed_requests() -> Vec<Request> {
         Op::Count { board: b(), view: View { window: Some(Window::Monthly), period: -12 } },
         Op::Rank { board: b(), player: p(), view },
         Op::RankOfScore { board: b(), score: (-7).into(), view: View::default() },
+        Op::ApproxRank { board: b(), player: p(), view },
+        Op::ApproxRankOfScore { board: b(), score: i64::MIN.into(), view: View::default() },
+        Op::ApproxRankOfScore {
+            board: b(),
+            score: ScoreInput::Map(vec![("trophies".into(), 1), ("time_ms".into(), 2)]),
+            view: View::default(),
+        },
         Op::Top { board: b(), limit: 10, offset: 0, view: View::default() },
         Op::Top { board: b(), limit: 1000, offset: u64::MAX, view },
         Op::Around { board: b(), player: p(), before: 5, after: 500, view: View::default() },

@@ -67,22 +67,92 @@ pub struct WatchSpec {
 #[allow(missing_docs)]
 pub enum Op {
     Ping,
-    Auth { token: Secret },
-    CreateBoard { board: String, config: BoardConfig },
-    DropBoard { board: String },
-    Boards { prefix: String, after: Option<String>, limit: usize },
-    Set { board: String, player: String, score: ScoreInput, mode: Mode, wid: Option<Wid> },
-    SetMany { board: String, entries: Vec<(String, ScoreInput)>, mode: Mode, wid: Option<Wid> },
-    Get { board: String, player: String, view: View },
-    Remove { board: String, player: String, wid: Option<Wid> },
-    Count { board: String, view: View },
-    Rank { board: String, player: String, view: View },
-    RankOfScore { board: String, score: ScoreInput, view: View },
-    Top { board: String, limit: usize, offset: u64, view: View },
-    Around { board: String, player: String, before: usize, after: usize, view: View },
-    Ranks { board: String, players: Vec<String>, view: View },
+    Auth {
+        token: Secret,
+    },
+    CreateBoard {
+        board: String,
+        config: BoardConfig,
+    },
+    DropBoard {
+        board: String,
+    },
+    Boards {
+        prefix: String,
+        after: Option<String>,
+        limit: usize,
+    },
+    Set {
+        board: String,
+        player: String,
+        score: ScoreInput,
+        mode: Mode,
+        wid: Option<Wid>,
+    },
+    SetMany {
+        board: String,
+        entries: Vec<(String, ScoreInput)>,
+        mode: Mode,
+        wid: Option<Wid>,
+    },
+    Get {
+        board: String,
+        player: String,
+        view: View,
+    },
+    Remove {
+        board: String,
+        player: String,
+        wid: Option<Wid>,
+    },
+    Count {
+        board: String,
+        view: View,
+    },
+    Rank {
+        board: String,
+        player: String,
+        view: View,
+    },
+    RankOfScore {
+        board: String,
+        score: ScoreInput,
+        view: View,
+    },
+    /// `rank` with `approx: true`: from the bucket summary.
+    ApproxRank {
+        board: String,
+        player: String,
+        view: View,
+    },
+    /// `rank_of_score` with `approx: true`: from the bucket summary.
+    ApproxRankOfScore {
+        board: String,
+        score: ScoreInput,
+        view: View,
+    },
+    Top {
+        board: String,
+        limit: usize,
+        offset: u64,
+        view: View,
+    },
+    Around {
+        board: String,
+        player: String,
+        before: usize,
+        after: usize,
+        view: View,
+    },
+    Ranks {
+        board: String,
+        players: Vec<String>,
+        view: View,
+    },
     Watch(WatchSpec),
-    Unwatch { watch: u64 },
+    Unwatch {
+        watch: u64,
+    },
     Backup,
 }
 
@@ -102,6 +172,8 @@ impl Op {
             Self::Count { .. } => OpKind::Count,
             Self::Rank { .. } => OpKind::Rank,
             Self::RankOfScore { .. } => OpKind::RankOfScore,
+            Self::ApproxRank { .. } => OpKind::Rank,
+            Self::ApproxRankOfScore { .. } => OpKind::RankOfScore,
             Self::Top { .. } => OpKind::Top,
             Self::Around { .. } => OpKind::Around,
             Self::Ranks { .. } => OpKind::Ranks,
@@ -123,6 +195,8 @@ impl Op {
             | Self::Count { board, .. }
             | Self::Rank { board, .. }
             | Self::RankOfScore { board, .. }
+            | Self::ApproxRank { board, .. }
+            | Self::ApproxRankOfScore { board, .. }
             | Self::Top { board, .. }
             | Self::Around { board, .. }
             | Self::Ranks { board, .. } => Some(board),
@@ -333,8 +407,20 @@ impl<'a> Fields<'a> {
             OpKind::Get => Op::Get { board: self.board()?, player: self.player()?, view: self.view()? },
             OpKind::Remove => Op::Remove { board: self.board()?, player: self.player()?, wid: self.wid()? },
             OpKind::Count => Op::Count { board: self.board()?, view: self.view()? },
-            OpKind::Rank => Op::Rank { board: self.board()?, player: self.player()?, view: self.view()? },
-            OpKind::RankOfScore => Op::RankOfScore { board: self.board()?, score: self.score()?, view: self.view()? },
+            OpKind::Rank => {
+                let (board, player, view) = (self.board()?, self.player()?, self.view()?);
+                match self.approx()? {
+                    false => Op::Rank { board, player, view },
+                    true => Op::ApproxRank { board, player, view },
+                }
+            }
+            OpKind::RankOfScore => {
+                let (board, score, view) = (self.board()?, self.score()?, self.view()?);
+                match self.approx()? {
+                    false => Op::RankOfScore { board, score, view },
+                    true => Op::ApproxRankOfScore { board, score, view },
+                }
+            }
             OpKind::Top => Op::Top {
                 board: self.board()?,
                 limit: self.bounded("limit", 10, MAX_TOP_LIMIT)?,
@@ -445,6 +531,15 @@ impl<'a> Fields<'a> {
         self.opt_str("mode")?.map_or(Ok(Mode::Set), |m| {
             Mode::parse(m).ok_or_else(|| Error::BadRequest(format!("unknown mode `{}`", clip(m))))
         })
+    }
+
+    /// `approx`: absent (or nil) is false.
+    fn approx(&self) -> Result<bool, Error> {
+        match self.get("approx") {
+            None => Ok(false),
+            Some(ValueRef::Boolean(approx)) => Ok(*approx),
+            Some(_) => Err(Error::BadRequest("field `approx` must be true or false".into())),
+        }
     }
 
     fn view(&self) -> Result<View, Error> {
@@ -697,6 +792,38 @@ mod tests {
         let many: Vec<Value> = (0..MAX_VALUES).map(|_| Value::Map(vec![(Value::Nil, Value::Nil)])).collect();
         let body = encode(vec![("id", 1.into()), ("op", "ping".into()), ("x", Value::Array(many))]);
         assert_eq!(parse(&body).unwrap_err().error.code(), ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn approx_picks_the_summary_reads_and_must_be_a_bool() {
+        let rank = |approx: Value| {
+            parse(&encode(vec![
+                ("id", 1.into()),
+                ("op", "rank".into()),
+                ("board", "b".into()),
+                ("player", "p".into()),
+                ("approx", approx),
+            ]))
+        };
+        let op = |approx| rank(approx).map(|r| r.op);
+        assert_eq!(
+            op(true.into()),
+            Ok(Op::ApproxRank { board: "b".into(), player: "p".into(), view: View::default() })
+        );
+        assert_eq!(op(false.into()), Ok(Op::Rank { board: "b".into(), player: "p".into(), view: View::default() }));
+        assert_eq!(op(Value::Nil), Ok(Op::Rank { board: "b".into(), player: "p".into(), view: View::default() }));
+        let wrong = rank(1.into()).unwrap_err();
+        assert_eq!((wrong.error.code(), wrong.op), (ErrorCode::BadRequest, Some(OpKind::Rank)));
+        assert!(wrong.error.to_string().contains("approx"));
+        let body = encode(vec![
+            ("id", 2.into()),
+            ("op", "rank_of_score".into()),
+            ("board", "b".into()),
+            ("score", 5.into()),
+            ("approx", true.into()),
+        ]);
+        assert_eq!(parse(&body).map(|r| r.op.kind()), Ok(OpKind::RankOfScore));
+        assert!(matches!(parse(&body).map(|r| r.op), Ok(Op::ApproxRankOfScore { score: ScoreInput::Int(5), .. })));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! framed, with string keys (rmp-serde's named encoding).
 
 use rankd_client::frame::write_frame_with;
-use rankd_client::{Entry, RankInfo};
+use rankd_client::{ApproxRankInfo, ApproxRankOfScore, Entry, RankInfo};
 use serde::Serialize;
 
 use super::score::{FieldEntry, FieldRankInfo, FieldScore};
@@ -27,6 +27,10 @@ pub enum Reply {
     Count(u64),
     /// `rank`.
     Rank(Option<RankInfo>),
+    /// `rank` with `approx: true`.
+    ApproxRank(Option<ApproxRankInfo>),
+    /// `rank_of_score` with `approx: true`.
+    ApproxRankOfScore(ApproxRankOfScore),
     /// `top`, `around`.
     Entries(Vec<Entry>),
     /// `boards`.
@@ -39,6 +43,8 @@ pub enum Reply {
     MaybeFieldScore(Option<FieldScore>),
     /// `rank` on a board with fields.
     FieldRank(Option<FieldRankInfo>),
+    /// `rank` with `approx: true` on a board with fields.
+    FieldApproxRank(Option<ApproxRankInfo<FieldScore>>),
     /// `top`, `around`, `ranks` on a board with fields.
     FieldEntries(Vec<FieldEntry>),
     /// `auth` on a server with token roles: `{"role": "read"|"write"}`.

@@ -187,6 +187,12 @@ pub fn present(reply: Reply, board: &Arc<Board>) -> Reply {
         Reply::Score(packed) => Reply::FieldScore(shown(packed)),
         Reply::Scores(packed) => Reply::FieldScores(packed.into_iter().map(shown).collect()),
         Reply::MaybeScore(packed) => Reply::MaybeFieldScore(packed.map(shown)),
+        Reply::ApproxRank(info) => Reply::FieldApproxRank(info.map(|info| rankd_client::ApproxRankInfo {
+            rank: info.rank,
+            score: shown(info.score),
+            count: info.count,
+            error: info.error,
+        })),
         Reply::Rank(info) => Reply::FieldRank(info.map(|info| FieldRankInfo {
             rank: info.rank,
             score: shown(info.score),

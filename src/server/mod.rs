@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use crate::clock::Clock;
 use crate::operations::metrics::{self, Metrics};
 use crate::operations::priority;
+use crate::request_path::approx::{self, Summaries};
 use crate::request_path::connection::Limits;
 use crate::request_path::router::{Boards, Router, RouterParts};
 use crate::security::TlsReloader;
@@ -95,8 +96,21 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
         let watches = WatchHub::new(metrics.clone());
-        let parts =
-            RouterParts { boards, dense: dense.clone(), clock, metrics: metrics.clone(), watches: watches.clone() };
+        #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
+        let mut limits = approx::Limits::default();
+        #[cfg(feature = "test-hooks")]
+        if let Some(buckets) = config.hooks.approx_buckets {
+            limits.buckets = buckets.max(1);
+        }
+        let approx = Arc::new(Summaries::new(limits, metrics.approx.clone()));
+        let parts = RouterParts {
+            boards,
+            dense: dense.clone(),
+            clock,
+            metrics: metrics.clone(),
+            watches: watches.clone(),
+            approx,
+        };
         io.start_routers(&links, &parts, configure);
         // Watches are looked at on a thread of their own, never a shard's
         // or a connection's.

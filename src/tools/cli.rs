@@ -65,6 +65,21 @@ pub enum Command {
         client: ClientArgs,
         board: String,
         player: String,
+        /// Estimate it from the board's bucket summary (no fan-out), with
+        /// a bound: the exact rank lies within rank ± error.
+        #[arg(long)]
+        approx: bool,
+    },
+    /// The rank a new player with this score would get.
+    RankOfScore {
+        #[command(flatten)]
+        client: ClientArgs,
+        board: String,
+        #[arg(allow_hyphen_values = true)]
+        score: i64,
+        /// Estimate it from the board's bucket summary, with a bound.
+        #[arg(long)]
+        approx: bool,
     },
     /// The best players.
     Top {

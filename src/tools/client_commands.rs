@@ -34,8 +34,13 @@ pub async fn run(command: Command) -> Result<(), ClientError> {
         Command::Get { client, board, player } => {
             (client, Call::new(OpKind::Get).with("board", board).with("player", player), show_score)
         }
-        Command::Rank { client, board, player } => {
-            (client, Call::new(OpKind::Rank).with("board", board).with("player", player), show_rank)
+        Command::Rank { client, board, player, approx } => {
+            let call = Call::new(OpKind::Rank).with("board", board).with("player", player);
+            (client, if approx { call.with("approx", true) } else { call }, show_rank)
+        }
+        Command::RankOfScore { client, board, score, approx } => {
+            let call = Call::new(OpKind::RankOfScore).with("board", board).with("score", score);
+            (client, if approx { call.with("approx", true) } else { call }, show_rank_of_score)
         }
         Command::Top { client, board, limit, offset } => (
             client,
@@ -115,7 +120,19 @@ fn show_rank(value: &Value) -> String {
     if value.is_nil() {
         return "(nil)".to_string();
     }
-    format!("rank {} of {} (score {})", value["rank"], value["count"], show_score(&value["score"]))
+    let rank = format!("rank {} of {} (score {})", value["rank"], value["count"], show_score(&value["score"]));
+    match value["error"].as_u64() {
+        Some(error) => format!("{rank}, ± {error} (approximate)"),
+        None => rank,
+    }
+}
+
+/// `rank_of_score`: a bare rank, or an approximate one as a map.
+fn show_rank_of_score(value: &Value) -> String {
+    match value["error"].as_u64() {
+        Some(error) => format!("rank {} ± {error} (approximate)", value["rank"]),
+        None => format!("rank {}", plain(value)),
+    }
 }
 
 fn show_entries(value: &Value) -> String {

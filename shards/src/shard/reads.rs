@@ -11,7 +11,7 @@ use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::overlay;
 use crate::record::Record;
-use crate::tree::CountTree;
+use crate::tree::{BucketShape, CountTree};
 
 /// One entry of a list read, with its position for merging across shards.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +129,21 @@ impl Shard {
     /// count, without the vector [`Shard::count_before`] returns.
     pub fn count_before_key(&self, tree: TreeId, key: u128) -> u64 {
         self.trees.get(&tree).map_or(0, |t| t.count_before(key))
+    }
+
+    /// For each of `keys` (ascending), how many players of `tree` sort
+    /// strictly before it, in one walk of the tree.
+    pub fn count_before_sorted(&self, tree: TreeId, keys: &[u128]) -> Vec<u64> {
+        match self.trees.get(&tree) {
+            Some(t) => t.count_before_sorted(keys),
+            None => vec![0; keys.len()],
+        }
+    }
+
+    /// The bucket boundaries of `tree` for approximate ranks, shaped by
+    /// `shape` (see [`CountTree::bucket_bounds`]); empty for an empty tree.
+    pub fn bucket_bounds(&self, tree: TreeId, shape: BucketShape) -> Vec<u128> {
+        self.trees.get(&tree).map_or_else(Vec::new, |t| t.bucket_bounds(shape))
     }
 
     /// Distinct score keys of `tree` with their player counts (for dense

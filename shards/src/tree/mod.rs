@@ -20,6 +20,7 @@
 //! are rebuilt on load). The tree remembers which leaves changed since the last
 //! [`CountTree::take_dirty`] so a batch writes each changed leaf once.
 
+mod buckets;
 mod encoding;
 mod node;
 mod repack;
@@ -27,6 +28,7 @@ mod snapshot;
 #[cfg(test)]
 mod testing;
 
+pub use buckets::BucketShape;
 pub use encoding::{CorruptLeaf, LeafEncoding};
 pub use node::LeafId;
 pub use repack::Repacked;

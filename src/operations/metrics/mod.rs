@@ -14,10 +14,12 @@
 //! - `requests`: per op, outcomes and latency ([`OpMetrics`]), and the
 //!   latency of cross-shard read rounds;
 //! - `security`: failed `auth`s, TLS handshakes and certificate reloads;
+//! - `approx`: approximate ranks' bucket summaries ([`ApproxMetrics`]);
 //! - `watches`: watches, their pushes, and replayed idempotent writes;
 //! - `shard`: per shard, its rounds, commits and storage ([`ShardMetrics`]);
 //! - `endpoint`: `/metrics`, `/healthz` and `/readyz` ([`serve`]).
 
+mod approx;
 mod endpoint;
 mod requests;
 mod security;
@@ -31,6 +33,7 @@ use crate::operations::thread_cpu::ThreadCpu;
 use prometheus::{Encoder, Histogram, IntCounter, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use rankd_client::OpKind;
 
+pub use approx::ApproxMetrics;
 pub use endpoint::serve;
 pub(crate) use requests::LATENCY_BUCKETS;
 pub use requests::{OpMetrics, Outcome, FANOUT_OPS};
@@ -69,6 +72,8 @@ pub struct Metrics {
     pub security: SecurityMetrics,
     /// Watches, pushes and replayed idempotent writes.
     pub watches: WatchMetrics,
+    /// Approximate ranks' bucket summaries.
+    pub approx: ApproxMetrics,
     /// Cross-shard read round latency, indexed by [`OpKind`] (`None` for
     /// ops that do not fan out).
     fanout: Vec<Option<Histogram>>,
@@ -110,6 +115,7 @@ impl Metrics {
         let (shard_metrics, shard_families) = shard::shard_metrics(shards)?;
         let (security, security_families) = SecurityMetrics::new()?;
         let (watches, watch_families) = WatchMetrics::new()?;
+        let (approx, approx_families) = ApproxMetrics::new()?;
 
         let connections_open = IntGauge::new("rankd_connections_open", "Client connections open.")?;
         let connections_accepted = IntCounter::new("rankd_connections_accepted_total", "Client connections accepted.")?;
@@ -162,6 +168,7 @@ impl Metrics {
             .chain(shard_families)
             .chain(security_families)
             .chain(watch_families)
+            .chain(approx_families)
             .chain(server_wide)
             .chain(allocator.iter().map(|gauge| Box::new(gauge.clone()) as Box<dyn prometheus::core::Collector>))
         {
@@ -185,6 +192,7 @@ impl Metrics {
             sent_bytes,
             security,
             watches,
+            approx,
             fanout,
             ready: AtomicBool::new(false),
             ready_gauge,

@@ -229,6 +229,24 @@ impl Router {
                     Ok(Some(read)) => Routed::Later(read.rank_of_score(score, outbox)),
                 }
             }
+            Op::ApproxRank { board, player, view } => match self.read(boards, OpKind::Rank, &board, view) {
+                Err(e) => ready(Err(e)),
+                Ok(None) => ready(Ok(Reply::ApproxRank(None))),
+                Ok(Some(read)) => self.approx_rank(read, player, outbox, in_place),
+            },
+            Op::ApproxRankOfScore { board, score, view } => {
+                let score = match score::whole(scored.config(), score) {
+                    Ok(score) => score,
+                    Err(e) => return ready(Err(e)),
+                };
+                match self.read(boards, OpKind::RankOfScore, &board, view) {
+                    Err(e) => ready(Err(e)),
+                    Ok(None) => {
+                        ready(Ok(Reply::ApproxRankOfScore(rankd_client::ApproxRankOfScore { rank: 1, error: 0 })))
+                    }
+                    Ok(Some(read)) => self.approx_rank_of_score(read, score),
+                }
+            }
             Op::Top { board, limit, offset, view } => match self.read(boards, OpKind::Top, &board, view) {
                 Err(e) => ready(Err(e)),
                 Ok(None) => ready(Ok(Reply::Entries(Vec::new()))),

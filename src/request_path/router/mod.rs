@@ -18,8 +18,10 @@
 //! - [`boards`]: the registry and the sequence (decided here alone);
 //! - `dispatch`: one op routed to its shards' commands;
 //! - [`outbox`]: a batch's commands, one mailbox message per shard;
-//! - [`reads`]: combining the shards' answers (sums, merges, searches).
+//! - [`reads`]: combining the shards' answers (sums, merges, searches);
+//! - `approx`: approximate ranks, from the bucket summaries.
 
+mod approx;
 pub mod boards;
 mod dispatch;
 pub mod outbox;
@@ -34,6 +36,8 @@ use parking_lot::Mutex;
 use rankd_shards::ShardImage;
 
 pub use boards::{Boards, RouterState};
+
+use crate::request_path::approx::Summaries;
 
 use crate::clock::Clock;
 use crate::error::Error;
@@ -137,6 +141,8 @@ pub struct RouterParts {
     pub metrics: Arc<Metrics>,
     /// Told when acknowledged writes change a watched board.
     pub watches: Arc<WatchHub>,
+    /// The bucket summaries approximate ranks are answered from.
+    pub approx: Arc<Summaries>,
 }
 
 /// The router actor. See the module docs.
@@ -153,6 +159,8 @@ pub struct Router {
     in_place_ranks: bool,
     /// Told when acknowledged writes change a watched board.
     watches: Arc<WatchHub>,
+    /// The bucket summaries approximate ranks are answered from.
+    approx: Arc<Summaries>,
 }
 
 impl Actor for Router {
@@ -163,8 +171,8 @@ impl Router {
     /// A router over started shards (reached as from its own I/O thread),
     /// sharing `parts` with the other routers.
     pub fn new(shards: Vec<ShardLink>, parts: RouterParts) -> Self {
-        let RouterParts { boards, dense, clock, metrics, watches } = parts;
-        Self { shards: shards.into(), metrics, boards, dense, clock, in_place_ranks: true, watches }
+        let RouterParts { boards, dense, clock, metrics, watches, approx } = parts;
+        Self { shards: shards.into(), metrics, boards, dense, clock, in_place_ranks: true, watches, approx }
     }
 
     /// Queues every rank for the shards instead (`--debug-queue-ranks`).

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use rankd_shards::tree::BucketShape;
 use rankd_shards::{Outcome, Shard, ShardError, Wid};
 
-use super::command::{Command, Counts, Held, Ranked, Written};
+use super::command::{Buckets, Command, Counts, Held, Ranked, Written};
 use crate::error::Error;
 
 /// How long a shutdown waits for the memtables to be flushed; past it the
@@ -84,6 +85,19 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
             let counts = Counts { before: shard.count_before(tree, &keys), total: shard.count(tree) };
             before_reply(shard);
             let _ = reply.send(Ok(counts));
+            None
+        }
+        Command::Buckets { tree, keys, buckets, split_ties, reply } => {
+            let total = shard.count(tree);
+            let per_bucket = total.div_ceil(buckets.max(1) as u64);
+            let shape = BucketShape { per_bucket, max_buckets: 8 * buckets, split_ties };
+            let answer = Buckets {
+                before: shard.count_before_sorted(tree, &keys),
+                total,
+                bounds: shard.bucket_bounds(tree, shape),
+            };
+            before_reply(shard);
+            let _ = reply.send(Ok(answer));
             None
         }
         Command::List { tree, ties, order, position, direction, limit, reply } => {

@@ -65,6 +65,17 @@ pub struct Ranked {
     pub total: u64,
 }
 
+/// A shard's part of an approximate-rank summary (`Command::Buckets`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Buckets {
+    /// Players ranked before each of the keys asked about, in key order.
+    pub before: Vec<u64>,
+    /// Players in the tree.
+    pub total: u64,
+    /// This shard's own bucket boundaries, for the next refresh to count at.
+    pub bounds: Vec<u128>,
+}
+
 /// One thing a shard is asked to do. One enum, so all kinds keep their FIFO
 /// order in one mailbox.
 #[derive(Debug)]
@@ -107,6 +118,12 @@ pub enum Command {
     Rank { tree: TreeId, player: String, ties: Ties, order: Order, forward: Forward, reply: Responder<Ranked> },
     /// Players before each key and in total.
     CountBefore { tree: TreeId, keys: Vec<u128>, reply: Responder<Counts> },
+    /// An approximate-rank summary's round: the players before each of
+    /// `keys` (ascending, the same for every shard) and in total, and this
+    /// shard's own bucket bounds: about `buckets` buckets of equal counts,
+    /// split within a score only when `split_ties` (see
+    /// `CountTree::bucket_bounds`).
+    Buckets { tree: TreeId, keys: Arc<[u128]>, buckets: usize, split_ties: bool, reply: Responder<Buckets> },
     /// A slice of the list order.
     List {
         tree: TreeId,
@@ -180,6 +197,7 @@ impl Command {
             Self::Rank { reply, .. } => drop(reply.send(Err(error))),
             Self::CountBefore { reply, .. } => drop(reply.send(Err(error))),
             Self::List { reply, .. } => drop(reply.send(Err(error))),
+            Self::Buckets { reply, .. } => drop(reply.send(Err(error))),
             Self::Image { reply } => drop(reply.send(Err(error))),
         }
     }

@@ -27,7 +27,7 @@ pub mod relay;
 
 pub use actor::ShardActor;
 pub use batch_loop::{BatchLoop, LoopParts};
-pub use command::{Command, Counts, Forward, Pending, Ranked, Responder, Written};
+pub use command::{Buckets, Command, Counts, Forward, Pending, Ranked, Responder, Written};
 pub use engine_cell::EngineCell;
 pub use link::ShardLink;
 pub use relay::ReplyRelay;

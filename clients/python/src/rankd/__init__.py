@@ -17,6 +17,8 @@ from ._errors import ProtocolError, RankdConnectionError, RankdError, RankdTimeo
 from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
 from .types import (
+    ApproxRank,
+    ApproxRankOfScore,
     Auth,
     Board,
     Entry,
@@ -36,6 +38,8 @@ from .types import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "ApproxRank",
+    "ApproxRankOfScore",
     "AsyncClient",
     "AsyncWatch",
     "Auth",

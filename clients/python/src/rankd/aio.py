@@ -12,6 +12,7 @@ from typing import (
     Callable,
     Iterable,
     List,
+    Literal,
     Mapping,
     Optional,
     Sequence,
@@ -30,6 +31,8 @@ from ._async_watch import AsyncWatch
 from ._errors import RankdConnectionError, RankdError, RankdTimeout, WatchEnded, _Broken, _failure
 from ._watch import watch_id
 from .types import (
+    ApproxRank,
+    ApproxRankOfScore,
     Auth,
     Board,
     Entry,
@@ -559,12 +562,69 @@ class AsyncClient:
         """The number of players."""
         return cast(int, await self._call(_wire.request("count", board=board, window=window, period=period)))
 
+    @overload
     async def rank(
-        self, board: str, player: str, *, window: Optional[Window] = None, period: Optional[int] = None
-    ) -> Optional[Rank]:
-        """`{"rank", "score", "count"}`, or None if the player is absent."""
-        req = _wire.request("rank", board=board, player=player, window=window, period=period)
-        return cast(Optional[Rank], await self._call(req))
+        self,
+        board: str,
+        player: str,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[False] = ...,
+    ) -> Optional[Rank]: ...
+
+    @overload
+    async def rank(
+        self,
+        board: str,
+        player: str,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[True],
+    ) -> Optional[ApproxRank]: ...
+
+    async def rank(
+        self,
+        board: str,
+        player: str,
+        *,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        approx: bool = False,
+    ) -> Union[Optional[Rank], Optional[ApproxRank]]:
+        """`{"rank", "score", "count"}`, or None if the player is absent.
+
+        With `approx=True`, an estimate from the board's bucket summary
+        (no fan-out over the shards): `{"rank", "score", "count", "error"}`,
+        the exact rank lying within `rank ± error` as of the summary. A dense
+        board refuses it (`bad_request`)."""
+        req = _wire.request(
+            "rank", board=board, player=player, window=window, period=period, approx=True if approx else None
+        )
+        return cast(Union[Optional[Rank], Optional[ApproxRank]], await self._call(req))
+
+    @overload
+    async def rank_of_score(
+        self,
+        board: str,
+        score: int,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[False] = ...,
+    ) -> int: ...
+
+    @overload
+    async def rank_of_score(
+        self,
+        board: str,
+        score: int,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[True],
+    ) -> ApproxRankOfScore: ...
 
     async def rank_of_score(
         self,
@@ -573,13 +633,22 @@ class AsyncClient:
         *,
         window: Optional[Window] = None,
         period: Optional[int] = None,
-    ) -> int:
+        approx: bool = False,
+    ) -> Union[int, ApproxRankOfScore]:
         """The rank a new player with `score` would get (a dict with every
-        field on a board with fields)."""
+        field on a board with fields).
+
+        With `approx=True`, `{"rank", "error"}` from the board's bucket
+        summary alone: the exact rank lies within `rank ± error`."""
         req = _wire.request(
-            "rank_of_score", board=board, score=_wire.score(score), window=window, period=period
+            "rank_of_score",
+            board=board,
+            score=_wire.score(score),
+            window=window,
+            period=period,
+            approx=True if approx else None,
         )
-        return cast(int, await self._call(req))
+        return cast(Union[int, ApproxRankOfScore], await self._call(req))
 
     async def top(
         self,

@@ -15,6 +15,7 @@ from typing import (
     Callable,
     Iterable,
     List,
+    Literal,
     Mapping,
     Optional,
     Sequence,
@@ -41,6 +42,8 @@ from ._errors import (
 from ._sync_watch import Watch
 from ._watch import watch_id
 from .types import (
+    ApproxRank,
+    ApproxRankOfScore,
     Auth,
     Board,
     Entry,
@@ -744,12 +747,69 @@ class Client:
         """The number of players."""
         return cast(int, self._call(_wire.request("count", board=board, window=window, period=period)))
 
+    @overload
     def rank(
-        self, board: str, player: str, *, window: Optional[Window] = None, period: Optional[int] = None
-    ) -> Optional[Rank]:
-        """`{"rank", "score", "count"}`, or None if the player is absent."""
-        req = _wire.request("rank", board=board, player=player, window=window, period=period)
-        return cast(Optional[Rank], self._call(req))
+        self,
+        board: str,
+        player: str,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[False] = ...,
+    ) -> Optional[Rank]: ...
+
+    @overload
+    def rank(
+        self,
+        board: str,
+        player: str,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[True],
+    ) -> Optional[ApproxRank]: ...
+
+    def rank(
+        self,
+        board: str,
+        player: str,
+        *,
+        window: Optional[Window] = None,
+        period: Optional[int] = None,
+        approx: bool = False,
+    ) -> Union[Optional[Rank], Optional[ApproxRank]]:
+        """`{"rank", "score", "count"}`, or None if the player is absent.
+
+        With `approx=True`, an estimate from the board's bucket summary
+        (no fan-out over the shards): `{"rank", "score", "count", "error"}`,
+        the exact rank lying within `rank ± error` as of the summary. A dense
+        board refuses it (`bad_request`)."""
+        req = _wire.request(
+            "rank", board=board, player=player, window=window, period=period, approx=True if approx else None
+        )
+        return cast(Union[Optional[Rank], Optional[ApproxRank]], self._call(req))
+
+    @overload
+    def rank_of_score(
+        self,
+        board: str,
+        score: int,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[False] = ...,
+    ) -> int: ...
+
+    @overload
+    def rank_of_score(
+        self,
+        board: str,
+        score: int,
+        *,
+        window: Optional[Window] = ...,
+        period: Optional[int] = ...,
+        approx: Literal[True],
+    ) -> ApproxRankOfScore: ...
 
     def rank_of_score(
         self,
@@ -758,13 +818,22 @@ class Client:
         *,
         window: Optional[Window] = None,
         period: Optional[int] = None,
-    ) -> int:
+        approx: bool = False,
+    ) -> Union[int, ApproxRankOfScore]:
         """The rank a new player with `score` would get (a dict with every
-        field on a board with fields)."""
+        field on a board with fields).
+
+        With `approx=True`, `{"rank", "error"}` from the board's bucket
+        summary alone: the exact rank lies within `rank ± error`."""
         req = _wire.request(
-            "rank_of_score", board=board, score=_wire.score(score), window=window, period=period
+            "rank_of_score",
+            board=board,
+            score=_wire.score(score),
+            window=window,
+            period=period,
+            approx=True if approx else None,
         )
-        return cast(int, self._call(req))
+        return cast(Union[int, ApproxRankOfScore], self._call(req))
 
     def top(
         self,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Literal, Optional, TypedDict, Union
 
 __all__ = [
+    "ApproxRank",
+    "ApproxRankOfScore",
     "Auth",
     "Board",
     "Entry",
@@ -64,6 +66,24 @@ class Rank(TypedDict):
     rank: int
     score: int
     count: int
+
+
+class ApproxRank(TypedDict):
+    """`rank(..., approx=True)`: an estimate from the board's bucket summary.
+    The exact rank (as of the summary, refreshed every 250 ms) lies within
+    `rank ± error`; `count` is the board's count as of the summary."""
+
+    rank: int
+    score: int
+    count: int
+    error: int
+
+
+class ApproxRankOfScore(TypedDict):
+    """`rank_of_score(..., approx=True)`: the exact answer lies within `rank ± error`."""
+
+    rank: int
+    error: int
 
 
 class Entry(TypedDict):
