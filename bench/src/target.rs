@@ -301,7 +301,8 @@ impl Conn {
     ) -> Result<(u64, u64), BenchError> {
         match self {
             Conn::Rankd(client) => {
-                let calls: Vec<Call> = ops.iter().map(|op| rankd_call(board, mode, approx, op, wids.as_deref_mut())).collect();
+                let calls: Vec<Call> =
+                    ops.iter().map(|op| rankd_call(board, mode, approx, op, wids.as_deref_mut())).collect();
                 Ok(client.pipeline_outcomes(&calls).await?)
             }
             Conn::Redis(redis) => redis.execute(board.as_bytes(), mode, ops).await,
