@@ -349,6 +349,24 @@ async fn refusals_listing_and_restart() {
     let boards = client.boards().await.expect("boards");
     assert!(boards.iter().all(|b| b.board != "plain"), "a refused write creates no board");
 
+    // Approximate ranks take and answer maps too; exact here, with
+    // buckets far larger than this board.
+    let approx = common::wait_for(Duration::from_secs(10), "a summary of the board", async || {
+        match client.rank_approx_fields("cup", "bob").await {
+            Ok(Some(info)) if info.count == 3 => Ok(info),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!((approx.rank, &approx.score, approx.error), (2, &score(30, 1), 0));
+    let at = client.rank_of_fields_approx("cup", &score(30, 5)).await.expect("approx rank_of_score");
+    assert_eq!((at.rank, at.error), (4, 0), "all three are better than 30 trophies with 5 retries");
+    assert_eq!(client.rank_of_fields("cup", &score(30, 5)).await.expect("exact"), 4);
+    bad_request(
+        client.rank_of_fields_approx("cup", &FieldScores::from([("retries", 1)])).await,
+        "approx lacking a field",
+    );
+
     // Watches push maps too.
     let mut watcher = Watcher::connect(&server.addr).await.expect("watcher").with_scores::<FieldScores>();
     watcher.watch(&WatchSpec::top("cup", 2)).await.expect("watch");

@@ -17,7 +17,7 @@ use crate::call::Call;
 use crate::client::Client;
 use crate::error::ClientError;
 use crate::protocol::{Mode, OpKind, Order, Ties, Window};
-use crate::reply::{Entry, RankInfo};
+use crate::reply::{ApproxRankInfo, ApproxRankOfScore, Entry, RankInfo};
 
 /// How many fields a board may declare.
 pub const FIELDS: std::ops::RangeInclusive<usize> = 2..=4;
@@ -378,6 +378,25 @@ impl Client {
     /// `rank_of_score` on a board with fields (every field required).
     pub async fn rank_of_fields(&mut self, board: &str, score: &FieldScores) -> Result<u64, ClientError> {
         self.call(Call::new(OpKind::RankOfScore).with("board", board).with("score", score)).await
+    }
+
+    /// `rank` with `approx: true` on a board with fields.
+    pub async fn rank_approx_fields(
+        &mut self,
+        board: &str,
+        player: &str,
+    ) -> Result<Option<ApproxRankInfo<FieldScores>>, ClientError> {
+        self.call(Call::new(OpKind::Rank).with("board", board).with("player", player).with("approx", true)).await
+    }
+
+    /// `rank_of_score` with `approx: true` on a board with fields (every
+    /// field required).
+    pub async fn rank_of_fields_approx(
+        &mut self,
+        board: &str,
+        score: &FieldScores,
+    ) -> Result<ApproxRankOfScore, ClientError> {
+        self.call(Call::new(OpKind::RankOfScore).with("board", board).with("score", score).with("approx", true)).await
     }
 
     /// `top` on a board with fields.
