@@ -5,7 +5,7 @@ use rankd_client::frame::write_frame_with;
 use rankd_client::{ApproxRankInfo, ApproxRankOfScore, Entry, RankInfo};
 use serde::Serialize;
 
-use super::score::{FieldEntry, FieldRankInfo, FieldScore};
+use super::score::FieldScore;
 use crate::error::Error;
 use crate::security::Role;
 
@@ -42,11 +42,11 @@ pub enum Reply {
     /// `get` on a board with fields.
     MaybeFieldScore(Option<FieldScore>),
     /// `rank` on a board with fields.
-    FieldRank(Option<FieldRankInfo>),
+    FieldRank(Option<RankInfo<FieldScore>>),
     /// `rank` with `approx: true` on a board with fields.
     FieldApproxRank(Option<ApproxRankInfo<FieldScore>>),
     /// `top`, `around`, `ranks` on a board with fields.
-    FieldEntries(Vec<FieldEntry>),
+    FieldEntries(Vec<Entry<FieldScore>>),
     /// `auth` on a server with token roles: `{"role": "read"|"write"}`.
     Role {
         /// The role the token grants.

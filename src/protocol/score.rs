@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use rankd_client::{ApproxRankInfo, Entry, RankInfo};
 use rankd_shards::fields::{self, Field, FieldValues, MAX_FIELDS};
 use rankd_shards::{Amount, Board, BoardConfig, Mode};
 use rmpv::ValueRef;
@@ -157,28 +158,6 @@ impl Serialize for FieldScore {
     }
 }
 
-/// A `top`/`around`/`ranks` row on a board with fields.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FieldEntry {
-    /// Who holds this row.
-    pub player: String,
-    /// Their score, by field.
-    pub score: FieldScore,
-    /// 1-based rank under the board's tie rule.
-    pub rank: u64,
-}
-
-/// A `rank` on a board with fields.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FieldRankInfo {
-    /// 1-based rank under the board's tie rule.
-    pub rank: u64,
-    /// The player's score, by field.
-    pub score: FieldScore,
-    /// Players on the board.
-    pub count: u64,
-}
-
 /// A reply of an op on `board` (which has fields) with its packed scores
 /// shown as maps.
 pub fn present(reply: Reply, board: &Arc<Board>) -> Reply {
@@ -187,19 +166,17 @@ pub fn present(reply: Reply, board: &Arc<Board>) -> Reply {
         Reply::Score(packed) => Reply::FieldScore(shown(packed)),
         Reply::Scores(packed) => Reply::FieldScores(packed.into_iter().map(shown).collect()),
         Reply::MaybeScore(packed) => Reply::MaybeFieldScore(packed.map(shown)),
-        Reply::ApproxRank(info) => Reply::FieldApproxRank(info.map(|info| rankd_client::ApproxRankInfo {
+        Reply::ApproxRank(info) => Reply::FieldApproxRank(info.map(|info| ApproxRankInfo {
             rank: info.rank,
             score: shown(info.score),
             count: info.count,
             error: info.error,
         })),
-        Reply::Rank(info) => Reply::FieldRank(info.map(|info| FieldRankInfo {
-            rank: info.rank,
-            score: shown(info.score),
-            count: info.count,
-        })),
+        Reply::Rank(info) => {
+            Reply::FieldRank(info.map(|info| RankInfo { rank: info.rank, score: shown(info.score), count: info.count }))
+        }
         Reply::Entries(entries) => Reply::FieldEntries(
-            entries.into_iter().map(|e| FieldEntry { player: e.player, score: shown(e.score), rank: e.rank }).collect(),
+            entries.into_iter().map(|e| Entry { player: e.player, score: shown(e.score), rank: e.rank }).collect(),
         ),
         Reply::Replayed(first) => Reply::Replayed(Box::new(present(*first, board))),
         other => other,

@@ -13,7 +13,7 @@ use super::registry::{Group, Offered};
 use super::{push_frame, WatchHub};
 use crate::error::Error;
 use crate::protocol::request::WatchTarget;
-use crate::protocol::score::FieldEntry;
+use crate::protocol::score::FieldScore;
 use crate::protocol::{Op, Reply};
 use crate::request_path::router::{Dispatch, Fence, Router};
 
@@ -111,7 +111,7 @@ async fn look(hub: &WatchHub, router: &Addr<Router>, groups: &[Group]) -> Result
 /// fields.
 enum Rows {
     Plain(Vec<Entry>),
-    Fields(Vec<FieldEntry>),
+    Fields(Vec<Entry<FieldScore>>),
 }
 
 impl Rows {
