@@ -385,6 +385,9 @@ def test_a_callback_gets_the_events_on_a_thread_of_its_own() -> None:
 
             watch = db.watch("arena", top=1, callback=on_event, buffer=10)
             assert watch.id is not None
+            # The server thread pushes A just after its reply; B, pushed from
+            # here, could overtake it.
+            wait_until(lambda: seen == [A], "the first event")
             server.connections[0].push(watch.id, B)
             wait_until(lambda: seen == [A, B], "the callback's events")
             assert threads[0] == "rankd-watch-arena"
