@@ -13,6 +13,7 @@
 //! - `overlay`: player records and index entries not yet written, and the
 //!   sorted runs they are written in;
 //! - `record`: a player's stored state in one tree ([`Record`]);
+//! - [`ties`]: order statistics inside a tie, for deep pages;
 //! - [`dedup`]: the `wid`s of idempotent writes applied lately;
 //! - [`dense`]: distinct-score counting across shards for dense ranks;
 //! - [`board`]: boards, orders, tie rules, windows and write modes;
@@ -33,6 +34,7 @@ mod log;
 mod overlay;
 mod record;
 pub mod shard;
+pub mod ties;
 pub mod tree;
 pub mod window;
 

@@ -84,21 +84,39 @@ impl GatheredCounts {
     }
 }
 
+/// What [`apply_change`] did to the trees.
+pub(super) struct Applied {
+    /// The score keys the tree lost and gained, for dense ranks.
+    pub(super) dense: DenseChange,
+    /// Applied at once: each tree key changed (the old one, the new one)
+    /// with its change and how many players hold it after, for the tie
+    /// groups.
+    pub(super) keys: [Option<KeyChange>; 2],
+}
+
+/// A tree key's count changed by `delta`, to `count`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KeyChange {
+    pub(super) key: u128,
+    pub(super) delta: i64,
+    pub(super) count: u64,
+}
+
 /// Applies a score change to the in-memory state: the count tree always,
 /// and the overlay's player record (under the player's storage key, given
 /// with it) and index entries when given (a replayed change that runs
-/// already hold leaves it out). Returns the score keys the tree lost and
-/// gained, for dense ranks. Shared by live writes and replay, so a restart
-/// rebuilds exactly what the writes built.
+/// already hold leaves it out). Shared by live writes and replay, so a
+/// restart rebuilds exactly what the writes built.
 pub(super) fn apply_change(
     mut counts: TreeCounts<'_>,
     mut overlay: Option<(&mut Overlay, Vec<u8>)>,
     config: &BoardConfig,
     change: &log::Change<'_>,
-) -> DenseChange {
+) -> Applied {
     let (order, ties) = (config.order, config.ties);
     let log::Change { tree, player, old, new } = *change;
     let mut dense = DenseChange { tree, removed: None, added: None };
+    let mut keys = [None; 2];
     // Each record's score key and tree key, made once.
     let steps = [(old, -1i64), (new, 1)].map(|(record, delta)| {
         record.map(|record| (record, key::score_key(record.score, order), record.tree_key(player, ties, order), delta))
@@ -106,9 +124,12 @@ pub(super) fn apply_change(
     if let (TreeCounts::Apply(count_tree), [Some(_), Some((_, _, new_key, _))]) = (&counts, steps) {
         count_tree.prefetch(new_key);
     }
-    for (record, sk, tree_key, delta) in steps.into_iter().flatten() {
+    for (step, (record, sk, tree_key, delta)) in steps.into_iter().enumerate().filter_map(|(i, s)| Some((i, s?))) {
         match &mut counts {
-            TreeCounts::Apply(count_tree) => count_tree.add(tree_key, delta),
+            TreeCounts::Apply(count_tree) => {
+                let count = count_tree.add(tree_key, delta);
+                keys[step] = Some(KeyChange { key: tree_key, delta, count });
+            }
             TreeCounts::Gather(gathered) => gathered.push(tree, tree_key, delta),
         }
         if let Some((overlay, _)) = overlay.as_mut() {
@@ -123,7 +144,7 @@ pub(super) fn apply_change(
     if let Some((overlay, key)) = overlay {
         overlay.set_record(key, new);
     }
-    dense
+    Applied { dense, keys }
 }
 
 #[cfg(test)]

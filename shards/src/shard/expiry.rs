@@ -55,6 +55,7 @@ impl Shard {
         let newly: Vec<TreeId> = self.newly_expired().collect();
         for tree in &newly {
             self.trees.remove(tree);
+            self.ties.forget(*tree);
             self.expiring.insert(*tree);
         }
         if !newly.is_empty() {
@@ -134,6 +135,7 @@ impl Shard {
         self.overlay.forget(&board_id.to_be_bytes());
         for tree in &dropped {
             self.trees.remove(tree);
+            self.ties.forget(*tree);
             self.expiring.insert(*tree);
         }
         if dropped.is_empty() {

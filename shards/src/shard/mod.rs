@@ -60,6 +60,7 @@
 //! - `expiry`: deleting expired periods and dropped boards;
 //! - `image`: point-in-time images of the storage, for online backups;
 //! - `reads`: records, counts and lists;
+//! - `ties`: the tie groups, followed, built and counted;
 //! - `check`: the consistency check.
 
 mod apply;
@@ -76,6 +77,7 @@ mod repack;
 mod seal;
 mod staging;
 mod storage;
+mod ties;
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -99,6 +101,7 @@ use crate::dedup::DedupTable;
 use crate::key::TreeId;
 use crate::overlay::Overlay;
 pub use crate::record::Record;
+use crate::ties::TieGroups;
 use crate::tree::{CountTree, LeafEncoding};
 use crate::FastHasher;
 
@@ -112,6 +115,8 @@ pub struct Shard {
     path: PathBuf,
     /// Each tree's counts, in memory: what ranks are answered from.
     trees: HashMap<TreeId, CountTree, FastHasher>,
+    /// Order statistics inside the trees' crowded keys (large ties).
+    ties: TieGroups,
     /// Configs of the boards this shard holds, by id: their order and tie
     /// rule key every change, live or replayed.
     boards: HashMap<u64, Board>,

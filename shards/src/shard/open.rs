@@ -28,6 +28,7 @@ use crate::error::ShardError;
 use crate::key::{TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
 use crate::overlay::Overlay;
+use crate::ties::TieGroups;
 use crate::tree::{self, CountTree, LeafEncoding, LeafId};
 
 impl Shard {
@@ -46,6 +47,7 @@ impl Shard {
             options,
             path: path.to_path_buf(),
             trees: HashMap::default(),
+            ties: TieGroups::default(),
             boards: HashMap::new(),
             max_seq: 0,
             max_board_id: 0,
@@ -125,6 +127,7 @@ impl Shard {
         if format == LogFormat::TreeKeys {
             self.migrate_log()?;
         }
+        self.rebuild_ties()?;
         self.dedup.clear();
         for item in self.storage.meta.prefix(GROUP_PREFIX) {
             let (key, value) = item.into_inner()?;

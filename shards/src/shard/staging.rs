@@ -172,10 +172,11 @@ impl Shard {
         self.cache.get_mut().put(key.cached, new);
         let overlay = Some((&mut self.overlay, key.stored));
         let counts = TreeCounts::Apply(count_tree(&mut self.trees, change.tree, self.options.branching));
-        let dense = apply_change(counts, overlay, &board.config, &change);
+        let applied = apply_change(counts, overlay, &board.config, &change);
         if board.config.ties == Ties::Dense {
-            self.staged.dense.push(dense);
+            self.staged.dense.push(applied.dense);
         }
+        self.follow_ties(tree, board.config.ties, player, applied.keys);
     }
 }
 

@@ -36,8 +36,8 @@ pub use snapshot::{LeafSlice, SlicePicker};
 
 use encoding::decode_leaf;
 use node::{
-    add_at, check_node, collect, digit, empty_slots, leaf_id_of, level_width, max_depth, prefetch_entries, Changes,
-    Leaf, Node,
+    add_at, check_node, collect, collect_crowded, digit, empty_slots, leaf_id_of, level_width, max_depth,
+    prefetch_entries, Changes, Leaf, Node,
 };
 use snapshot::Snapshot;
 use std::collections::HashSet;
@@ -112,11 +112,13 @@ impl CountTree {
         self.total
     }
 
-    /// Adds `delta` players at `key`. Removing more than present is a caller
-    /// bug; it is clamped (and caught by [`CountTree::check`] in tests).
-    pub fn add(&mut self, key: u128, delta: i64) {
+    /// Adds `delta` players at `key` and returns how many hold it now.
+    /// Removing more than present is a caller bug; it is clamped (and caught
+    /// by [`CountTree::check`] in tests).
+    pub fn add(&mut self, key: u128, delta: i64) -> u64 {
         if delta == 0 {
-            return;
+            let through = key.checked_add(1).map_or(self.total, |next| self.count_before(next));
+            return through - self.count_before(key);
         }
         self.total = self.total.saturating_add_signed(delta);
         let mut changes = Changes {
@@ -125,7 +127,7 @@ impl CountTree {
             epoch: self.epoch,
             snapshot: self.snapshot.as_mut().filter(|s| s.walk.is_some()).map(|s| &mut s.ahead),
         };
-        add_at(&mut self.root, self.bits, 0, key, delta, &mut changes);
+        add_at(&mut self.root, self.bits, 0, key, delta, &mut changes)
     }
 
     /// Starts loading the leaf that holds `key` into the CPU cache, so a
@@ -198,6 +200,16 @@ impl CountTree {
     pub fn entries(&self) -> Vec<(u128, u64)> {
         let mut out = Vec::new();
         collect(&self.root, &mut out);
+        out
+    }
+
+    /// The keys held by at least `min` players, in key order: found without
+    /// visiting the sub-ranges that hold fewer.
+    pub fn crowded_keys(&self, min: u64) -> Vec<u128> {
+        let mut out = Vec::new();
+        if self.total >= min {
+            collect_crowded(&self.root, min, &mut out);
+        }
         out
     }
 

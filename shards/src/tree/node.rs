@@ -183,7 +183,8 @@ pub(super) struct Changes<'a> {
     pub(super) snapshot: Option<&'a mut CopiesOnWrite>,
 }
 
-pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes: &mut Changes<'_>) {
+/// Returns the key's count after the change.
+pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i64, changes: &mut Changes<'_>) -> u64 {
     match node {
         Node::Leaf(leaf) => {
             prefetch_entries(&leaf.entries);
@@ -200,7 +201,7 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
                 leaf.marked = changes.round;
                 changes.dirty.insert(id);
             }
-            match leaf.entries.binary_search_by(|e| e.key().cmp(&key)) {
+            let count = match leaf.entries.binary_search_by(|e| e.key().cmp(&key)) {
                 Ok(i) => {
                     let count = leaf.entries[i].count().saturating_add_signed(delta);
                     if count == 0 {
@@ -208,27 +209,30 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
                     } else {
                         leaf.entries[i] = Entry::new(key, count);
                     }
+                    count
                 }
-                Err(i) => {
-                    if delta > 0 {
-                        reserve_one(&mut leaf.entries);
-                        leaf.entries.insert(i, Entry::new(key, delta.unsigned_abs()));
-                    }
+                Err(i) if delta > 0 => {
+                    reserve_one(&mut leaf.entries);
+                    leaf.entries.insert(i, Entry::new(key, delta.unsigned_abs()));
+                    delta.unsigned_abs()
                 }
-            }
+                Err(_) => 0,
+            };
             if leaf.entries.len() > LEAF_CAPACITY && depth < max_depth(bits) {
                 let entries = std::mem::take(&mut leaf.entries);
                 *node = burst(entries, bits, depth, changes);
             }
+            count
         }
         Node::Inner(slots) => {
             let slot = &mut slots[digit(key, depth, bits)];
             slot.count = slot.count.saturating_add_signed(delta);
             let child = slot.child.get_or_insert_with(|| Node::Leaf(Leaf::empty(changes.epoch)));
-            add_at(child, bits, depth + 1, key, delta, changes);
+            let count = add_at(child, bits, depth + 1, key, delta, changes);
             if slot.count == 0 {
                 slot.child = None;
             }
+            count
         }
     }
 }
@@ -309,6 +313,19 @@ pub(super) fn collect(node: &Node, out: &mut Vec<(u128, u64)>) {
     match node {
         Node::Leaf(leaf) => out.extend(leaf.entries.iter().map(|e| (e.key(), e.count()))),
         Node::Inner(slots) => slots.iter().filter_map(|slot| slot.child.as_ref()).for_each(|c| collect(c, out)),
+    }
+}
+
+/// Appends the keys under `node` held by at least `min` players, skipping
+/// sub-ranges that hold fewer in all.
+pub(super) fn collect_crowded(node: &Node, min: u64, out: &mut Vec<u128>) {
+    match node {
+        Node::Leaf(leaf) => out.extend(leaf.entries.iter().filter(|e| e.count() >= min).map(|e| e.key())),
+        Node::Inner(slots) => slots
+            .iter()
+            .filter(|slot| slot.count >= min)
+            .filter_map(|slot| slot.child.as_ref())
+            .for_each(|c| collect_crowded(c, min, out)),
     }
 }
 

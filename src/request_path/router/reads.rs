@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::future::try_join_all;
 use rankd_client::{Entry, RankInfo};
 use rankd_shards::key::{list_position, list_position_of_tree_key, rank_key, score_key, tree_key};
-use rankd_shards::{Board, Direction, ListEntry, Lookups, Record, Ties, TreeId};
+use rankd_shards::{ties, Board, Direction, ListEntry, Lookups, Record, Ties, TreeId};
 
 use super::outbox::Outbox;
 use crate::error::Error;
@@ -27,6 +27,58 @@ pub async fn summed_counts(pending: Vec<Pending<Counts>>, keys: usize) -> Result
         total += counts.total;
     }
     Ok((sums, total))
+}
+
+/// A deep page's search stops once its start is at most this many players
+/// before the offset: reading them costs less than more rounds.
+const DIRECT_SKIP: u64 = 128;
+
+/// What [`search`] found: a window `lo..` of the searched space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    /// Where it starts: the target lies at or after it.
+    lo: u128,
+    /// Players before `lo`.
+    before: u64,
+    /// Players in the window.
+    players: u64,
+    /// Whether the window is the one value `lo` (a crowded key or chunk).
+    single: bool,
+}
+
+/// A 64-way search of a `u128` space holding `total` players for the window
+/// where 0-based position `target` lies, `counts` answering how many
+/// players lie before each pivot. Stops once the window starts at most
+/// [`DIRECT_SKIP`] players before the target, or is one value.
+async fn search<F, Fut>(target: u64, total: u64, counts: F) -> Result<Window, Error>
+where
+    F: Fn(Vec<u128>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<u64>, Error>>,
+{
+    // Invariants: `before` players lie before `lo` and at most `target` of
+    // them; `end` players lie before `hi + 1` (all of them while `hi` is the
+    // top), more than `target`.
+    let (mut lo, mut hi, mut before, mut end) = (0u128, u128::MAX, 0u64, total);
+    while lo < hi && target - before > DIRECT_SKIP {
+        let span = hi - lo;
+        let pivots: Vec<u128> = if span <= 64 {
+            (1..=span).map(|i| lo + i).collect()
+        } else {
+            let step = span / 64;
+            (1..64).map(|i| lo + step * i).chain(std::iter::once(hi)).collect()
+        };
+        let counts = counts(pivots.clone()).await?;
+        match counts.iter().rposition(|&b| b <= target) {
+            Some(i) => {
+                (lo, before) = (pivots[i], counts[i]);
+                if let (Some(next), Some(&next_before)) = (pivots.get(i + 1), counts.get(i + 1)) {
+                    (hi, end) = (next - 1, next_before);
+                }
+            }
+            None => (hi, end) = (pivots[0] - 1, counts[0]),
+        }
+    }
+    Ok(Window { lo, before, players: end - before, single: lo == hi })
 }
 
 /// The context a multi-step read carries across awaits: one board's tree,
@@ -147,32 +199,48 @@ impl Read {
         Ok(all)
     }
 
-    /// The largest tree key `k` with fewer than or exactly `offset` players
-    /// before it: the key of the player at 0-based position `offset`. Found by
-    /// a 64-way search over the key space — about 22 fan-out rounds, however
-    /// deep the offset — instead of reading `offset` entries per shard.
-    async fn key_at(&self, offset: u64) -> Result<u128, Error> {
-        let (mut lo, mut hi) = (0u128, u128::MAX);
-        while lo < hi {
-            let span = hi - lo;
-            let pivots: Vec<u128> = if span <= 64 {
-                (1..=span).map(|i| lo + i).collect()
-            } else {
-                let step = span / 64;
-                (1..64).map(|i| lo + step * i).chain(std::iter::once(hi)).collect()
-            };
-            let (before, _) = self.counts(pivots.clone()).await?;
-            match before.iter().rposition(|&b| b <= offset) {
-                Some(i) => {
-                    lo = pivots[i];
-                    if let Some(next) = pivots.get(i + 1) {
-                        hi = next - 1;
-                    }
-                }
-                None => hi = pivots[0] - 1,
-            }
+    /// Players inside one crowded tree key (`key`, then the name chunks of
+    /// `path`) before each pivot chunk, summed over every shard.
+    async fn tie_counts(&self, key: u128, path: &[u128], pivots: Vec<u128>) -> Result<Vec<u64>, Error> {
+        let tree = self.tree;
+        let pending = self.shards.iter().map(|s| {
+            let (path, pivots) = (path.to_vec(), pivots.clone());
+            s.ask(move |reply| Command::TieCounts { tree, key, path, pivots, reply })
+        });
+        let started = Instant::now();
+        let mut sums = vec![0u64; pivots.len()];
+        for counts in try_join_all(pending.map(answer)).await? {
+            sums.iter_mut().zip(counts).for_each(|(sum, before)| *sum += before);
         }
-        Ok(lo)
+        self.observe_round(started);
+        Ok(sums)
+    }
+
+    /// Where the list at 0-based position `offset` starts: a list position
+    /// at or before it, and how many players lie between. Found by a 64-way
+    /// search of the tree keys, then, inside a crowded key of a competition
+    /// or dense board, of the names' chunks level by level
+    /// (`rankd_shards::ties`), each round summing the shards' counts: about
+    /// two dozen rounds however deep the offset and whatever the names,
+    /// instead of reading `offset` entries per shard.
+    async fn start_of(&self, offset: u64, total: u64) -> Result<(Vec<u8>, u64), Error> {
+        let found = search(offset, total, |pivots| async { Ok(self.counts(pivots).await?.0) }).await?;
+        let (key, mut skip) = (found.lo, offset - found.before);
+        let mut window = found;
+        let mut path = Vec::new();
+        while self.ties() != Ties::Ordinal && window.single && skip > DIRECT_SKIP && path.len() < ties::MAX_DEPTH {
+            let below = &path;
+            window = search(skip, window.players, |pivots| self.tie_counts(key, below, pivots)).await?;
+            skip -= window.before;
+            path.push(window.lo);
+        }
+        let position = if path.is_empty() {
+            list_position_of_tree_key(self.ties(), key)
+        } else {
+            let prefix = ties::group_prefix(key, &path);
+            [&((key >> 64) as u64).to_be_bytes()[..], ties::first_name_from(&prefix)].concat()
+        };
+        Ok((position, skip))
     }
 
     /// `top`: `limit` players from 0-based position `offset`.
@@ -187,9 +255,8 @@ impl Read {
             if offset >= total {
                 return Ok(Reply::Entries(Vec::new()));
             }
-            let key = self.key_at(offset).await?;
-            let (before, _) = self.counts(vec![key]).await?;
-            (list_position_of_tree_key(self.ties(), key), (offset - before[0]) as usize)
+            let (start, skip) = self.start_of(offset, total).await?;
+            (start, skip as usize)
         };
         let mut entries = self.merged(start, Direction::Forward, skip + limit).await?;
         entries.drain(..skip.min(entries.len()));

@@ -100,6 +100,12 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
             let _ = reply.send(Ok(answer));
             None
         }
+        Command::TieCounts { tree, key, path, pivots, reply } => {
+            let counts = shard.tie_counts(tree, key, &path, &pivots).map_err(Error::from);
+            before_reply(shard);
+            let _ = reply.send(counts);
+            None
+        }
         Command::List { tree, ties, order, position, direction, limit, reply } => {
             let list = shard.list(tree, ties, order, &position, direction, limit).map_err(Error::from);
             before_reply(shard);

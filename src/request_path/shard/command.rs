@@ -124,6 +124,10 @@ pub enum Command {
     /// split within a score only when `split_ties` (see
     /// `CountTree::bucket_bounds`).
     Buckets { tree: TreeId, keys: Arc<[u128]>, buckets: usize, split_ties: bool, reply: Responder<Buckets> },
+    /// Inside one crowded tree key of a competition or dense tree: the
+    /// players of the group `path` leads to (`rankd_shards::ties`) whose
+    /// next name chunk is below each pivot (`before`), for a deep `top`.
+    TieCounts { tree: TreeId, key: u128, path: Vec<u128>, pivots: Vec<u128>, reply: Responder<Vec<u64>> },
     /// A slice of the list order.
     List {
         tree: TreeId,
@@ -197,6 +201,7 @@ impl Command {
             Self::Rank { reply, .. } => drop(reply.send(Err(error))),
             Self::CountBefore { reply, .. } => drop(reply.send(Err(error))),
             Self::List { reply, .. } => drop(reply.send(Err(error))),
+            Self::TieCounts { reply, .. } => drop(reply.send(Err(error))),
             Self::Buckets { reply, .. } => drop(reply.send(Err(error))),
             Self::Image { reply } => drop(reply.send(Err(error))),
         }
