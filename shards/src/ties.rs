@@ -111,6 +111,8 @@ impl TieGroup {
                 group.deeper.insert(c, Self::from_names(same, depth + 1));
             }
         }
+        // Never written anywhere: nothing to remember as changed.
+        group.counts.forget_dirty();
         group
     }
 

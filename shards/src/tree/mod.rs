@@ -75,8 +75,10 @@ pub struct CountTree {
     round: u32,
     /// Bumped when a snapshot starts copying; see [`Leaf::epoch`].
     epoch: u32,
-    /// The changed leaves of a checkpoint being taken, if one is.
-    snapshot: Option<Snapshot>,
+    /// The changed leaves of a checkpoint being taken, if one is. Boxed: a
+    /// shard holds a tree per board, most of them small and seldom in a
+    /// snapshot.
+    snapshot: Option<Box<Snapshot>>,
 }
 
 /// Rejected branching factor.

@@ -52,10 +52,14 @@ impl CountTree {
     }
 
     /// Moves the set of changed leaves out, leaving room for the next one,
-    /// which grows about as large: no rehashing on the way.
+    /// which grows about as large: no rehashing on the way. A small set is
+    /// not kept room for: most trees are small boards', and a set allocated
+    /// for each between checkpoints would cost more than the board.
     fn take_dirty_set(&mut self) -> LeafSet {
         let dirty = std::mem::take(&mut self.dirty);
-        self.dirty.reserve(dirty.len());
+        if dirty.len() > 16 {
+            self.dirty.reserve(dirty.len());
+        }
         self.next_round();
         dirty
     }
@@ -132,14 +136,18 @@ impl CountTree {
         }
         if !self.mostly_changed() {
             let LeafSlice { changed, walked, .. } = self.take_dirty_by(false);
-            self.snapshot = Some(Snapshot { changed, walked, ahead: CopiesOnWrite::new(), walk: None });
+            self.snapshot = Some(Box::new(Snapshot { changed, walked, ahead: CopiesOnWrite::new(), walk: None }));
             return;
         }
         let changed = Some(self.take_dirty_set());
         // Every leaf is now of an older epoch: not yet copied.
         self.epoch = self.epoch.wrapping_add(1);
-        self.snapshot =
-            Some(Snapshot { changed, walked: LeafCopies::default(), ahead: CopiesOnWrite::new(), walk: Some(0) });
+        self.snapshot = Some(Box::new(Snapshot {
+            changed,
+            walked: LeafCopies::default(),
+            ahead: CopiesOnWrite::new(),
+            walk: Some(0),
+        }));
     }
 
     /// Copies up to `budget` more leaves into the snapshot being taken;
@@ -201,7 +209,7 @@ impl CountTree {
     /// at once supersedes it). Those it handed out with a slice must be
     /// given back with [`CountTree::mark_changed`].
     pub fn abandon_snapshot(&mut self) {
-        if let Some(Snapshot { changed: Some(changed), .. }) = self.snapshot.take() {
+        if let Some(Snapshot { changed: Some(changed), .. }) = self.snapshot.take().map(|s| *s) {
             self.dirty.extend(changed);
         }
     }
@@ -216,6 +224,13 @@ impl CountTree {
     /// (benchmarks, scratch trees), so the dirty set does not grow.
     pub fn clear_dirty(&mut self) {
         self.dirty.clear();
+        self.next_round();
+    }
+
+    /// [`CountTree::clear_dirty`], freeing the set's memory too: for trees
+    /// kept in memory only (tie groups), which never take their changes.
+    pub fn forget_dirty(&mut self) {
+        self.dirty = LeafSet::default();
         self.next_round();
     }
 }
