@@ -175,9 +175,15 @@ async fn a_backup_refuses_a_used_directory_and_a_read_token() {
 async fn one_backup_at_a_time() {
     let server = Server::start(2);
     let mut client = server.client().await;
-    let entries: Vec<(String, i64)> = (0..5000).map(|i| (format!("p{i}"), i)).collect();
-    let entries: Vec<(&str, i64)> = entries.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-    client.set_many("b", &entries, Mode::Set).await.expect("set_many");
+    // Far more than the socket buffers and the server's frame queue hold:
+    // the first backup cannot be finished before its client reads it (with
+    // 5000 players it could, under load, and the second was let through).
+    let entries: Vec<(String, i64)> =
+        (0..200_000).map(|i| (format!("player-with-a-longish-name-{i}"), i)).collect();
+    for chunk in entries.chunks(10_000) {
+        let chunk: Vec<(&str, i64)> = chunk.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        client.set_many("b", &chunk, Mode::Set).await.expect("set_many");
+    }
     let mut first = server.client().await;
     let mut running = first.backup().await.expect("first backup");
     assert!(matches!(running.next().await.expect("its header"), Some(rankd_client::BackupPart::Header(_))));
