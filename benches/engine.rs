@@ -252,7 +252,7 @@ impl ShardFixture {
         let dir = tempfile::tempdir().expect("temporary directory");
         let options = ShardOptions { durability, ..ShardOptions::default() };
         let mut shard = Shard::open(dir.path(), options).expect("open shard");
-        let board = Board { id: 1, name: "bench".to_string(), config: BoardConfig::default() };
+        let board = Board { id: 1, name: "bench".into(), config: BoardConfig::default().into() };
         let mut rng = StdRng::seed_from_u64(SEED ^ 0x5a4d ^ stream);
         let mut seq = 0;
         for chunk in names.chunks(10_000) {

@@ -178,8 +178,7 @@ async fn one_backup_at_a_time() {
     // Far more than the socket buffers and the server's frame queue hold:
     // the first backup cannot be finished before its client reads it (with
     // 5000 players it could, under load, and the second was let through).
-    let entries: Vec<(String, i64)> =
-        (0..200_000).map(|i| (format!("player-with-a-longish-name-{i}"), i)).collect();
+    let entries: Vec<(String, i64)> = (0..200_000).map(|i| (format!("player-with-a-longish-name-{i}"), i)).collect();
     for chunk in entries.chunks(10_000) {
         let chunk: Vec<(&str, i64)> = chunk.iter().map(|(p, s)| (p.as_str(), *s)).collect();
         client.set_many("b", &chunk, Mode::Set).await.expect("set_many");

@@ -1,6 +1,8 @@
 //! Boards and their fixed configuration: the vocabulary of `protocol.md`.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::fields::{Field, FieldValues};
 
@@ -90,14 +92,49 @@ impl Default for BoardConfig {
 /// A board as the engine sees it: the name clients use, the numeric id its
 /// storage keys use (short keys, and a dropped board's leftovers can never be
 /// mistaken for a new board of the same name), and its config.
+///
+/// 32 bytes, cheap to clone: the router and every shard holding the board
+/// share its name, and boards of one config share the config (see
+/// [`ConfigInterner`]). A server may hold a million small boards, each
+/// in the router and in every shard with players of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Board {
     /// Engine-wide unique id, never reused.
     pub id: u64,
     /// The client-facing name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Fixed configuration.
-    pub config: BoardConfig,
+    pub config: Arc<BoardConfig>,
+}
+
+const _: () = assert!(std::mem::size_of::<Board>() == 32);
+
+/// Hands out one shared copy of each distinct config: most boards of a
+/// server have one of a few configs.
+#[derive(Debug, Default)]
+pub struct ConfigInterner {
+    held: HashSet<Arc<BoardConfig>>,
+    /// Configs held after the last sweep: the next sweep comes once twice
+    /// as many are, so configs of boards since dropped do not pile up, at
+    /// an amortised O(1) per config.
+    swept: usize,
+}
+
+impl ConfigInterner {
+    /// The shared copy of `config`.
+    pub fn intern(&mut self, config: BoardConfig) -> Arc<BoardConfig> {
+        if let Some(held) = self.held.get(&config) {
+            return held.clone();
+        }
+        if self.held.len() >= 2 * self.swept.max(64) {
+            // Held by no board any more: only here.
+            self.held.retain(|c| Arc::strong_count(c) > 1);
+            self.swept = self.held.len();
+        }
+        let config = Arc::new(config);
+        self.held.insert(config.clone());
+        config
+    }
 }
 
 macro_rules! names {

@@ -128,7 +128,7 @@ mod tests {
         let board = Board {
             id: 1,
             name: "b".into(),
-            config: BoardConfig { windows: vec![Window::Daily, Window::All], keep: 2, ..BoardConfig::default() },
+            config: BoardConfig { windows: vec![Window::Daily, Window::All], keep: 2, ..BoardConfig::default() }.into(),
         };
         let now = at(2026, 11, 21, 12);
         let today = tree_at(&board, Window::Daily, now, 0).unwrap();

@@ -38,7 +38,7 @@ fn board() -> Board {
         keep: 1,
         fields: Vec::new(),
     };
-    Board { id: 1, name: "b".into(), config }
+    Board { id: 1, name: "b".into(), config: config.into() }
 }
 
 fn tree() -> TreeId {

@@ -22,8 +22,8 @@ fn boards() -> Vec<Board> {
         .enumerate()
         .map(|(i, &(order, ties))| Board {
             id: i as u64 + 1,
-            name: format!("b{}", i + 1),
-            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() },
+            name: format!("b{}", i + 1).into(),
+            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() }.into(),
         })
         .collect()
 }

@@ -30,7 +30,7 @@ fn board() -> Board {
         keep: 1,
         fields: Vec::new(),
     };
-    Board { id: 1, name: "flood".into(), config }
+    Board { id: 1, name: "flood".into(), config: config.into() }
 }
 
 fn tree() -> TreeId {

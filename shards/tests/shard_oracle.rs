@@ -427,8 +427,8 @@ fn new_board(id: u64, order: Order, ties: Ties) -> OBoard {
     OBoard {
         board: Board {
             id,
-            name: format!("board:{id}"),
-            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() },
+            name: format!("board:{id}").into(),
+            config: BoardConfig { order, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() }.into(),
         },
         players: BTreeMap::new(),
     }

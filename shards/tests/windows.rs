@@ -160,7 +160,7 @@ proptest! {
     /// `tree_at` counts back from it.
     #[test]
     fn periods_match_an_independent_calendar(t in 0i64..4_102_444_800, k in 0i64..5) {
-        let board = Board { id: 9, name: "b".into(), config: BoardConfig { windows: WINDOWS.to_vec(), keep: 3, ..BoardConfig::default() } };
+        let board = Board { id: 9, name: "b".into(), config: BoardConfig { windows: WINDOWS.to_vec(), keep: 3, ..BoardConfig::default() }.into() };
         for w in WINDOWS {
             prop_assert_eq!(window::period_of(w, t), period(w, t), "{:?} at {}", w, t);
             let expected = u32::try_from(i64::from(period(w, t)) - k).ok().map(|p| tid(&board, w, p));
@@ -869,7 +869,7 @@ fn run(configs: Vec<BoardConfig>, start: i64, knobs: Knobs, ops: Vec<Op>) -> Res
         .into_iter()
         .enumerate()
         .map(|(i, config)| OBoard {
-            board: Board { id: i as u64 + 1, name: format!("b{i}"), config },
+            board: Board { id: i as u64 + 1, name: format!("b{i}").into(), config: config.into() },
             periods: BTreeMap::new(),
         })
         .collect();
@@ -930,8 +930,8 @@ fn open(dir: &std::path::Path, now: i64) -> Shard {
 fn board(id: u64, windows: Vec<Window>, keep: u32, ties: Ties) -> Board {
     Board {
         id,
-        name: format!("b{id}"),
-        config: BoardConfig { order: Order::Desc, ties, windows, keep, fields: Vec::new() },
+        name: format!("b{id}").into(),
+        config: BoardConfig { order: Order::Desc, ties, windows, keep, fields: Vec::new() }.into(),
     }
 }
 

@@ -193,7 +193,7 @@ mod tests {
             Field { name: "wins".into(), order: Order::Desc, min: 0, max: 100 },
             Field { name: "time".into(), order: Order::Asc, min: 0, max: 1000 },
         ];
-        Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig { fields, ..BoardConfig::default() } })
+        Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig { fields, ..BoardConfig::default() }.into() })
     }
 
     fn map(pairs: &[(&str, i64)]) -> ScoreInput {

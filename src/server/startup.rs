@@ -70,8 +70,8 @@ pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
 }
 
 /// Boards, sequence and dense indexes recovered from the shards.
-pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry) {
-    let mut boards: HashMap<String, Board> = HashMap::new();
+pub fn recover(shards: &mut [Shard], branching: u32) -> (RouterState, DenseRegistry) {
+    let mut boards: HashMap<std::sync::Arc<str>, Board> = HashMap::new();
     for board in shards.iter().flat_map(|s| s.boards()) {
         // A half-finished drop can leave an older board of the same name in
         // some shard; the newest id is the live one.
@@ -79,12 +79,16 @@ pub fn recover(shards: &[Shard], branching: u32) -> (RouterState, DenseRegistry)
             boards.insert(board.name.clone(), board.clone());
         }
     }
+    // One copy of each name and config for the router and every shard.
+    for shard in shards.iter_mut() {
+        shard.adopt_boards(boards.values());
+    }
     // Each shard adds its share of every live dense board's indexes, the way
     // a recovering shard replaces its share (a half-finished drop's
     // leftovers are not indexed).
     let dense = DenseRegistry::new(branching);
     let live: std::collections::HashSet<u64> = boards.values().map(|b| b.id).collect();
-    for shard in shards {
+    for shard in shards.iter() {
         let mut share = shard.dense_score_counts();
         share.retain(|tree, _| live.contains(&tree.board));
         dense.replace_share(&HashMap::new(), &share);

@@ -50,7 +50,7 @@ pub fn check(dir: &Path) -> Result<CheckReport, CheckError> {
         for board in shard.boards() {
             if let Some(other) = boards.insert(board.id, board.clone()) {
                 if other != *board {
-                    return Err(CheckError::Boards(board.name.clone()));
+                    return Err(CheckError::Boards(board.name.to_string()));
                 }
             }
         }

@@ -189,6 +189,19 @@ impl Shard {
         self.boards.values()
     }
 
+    /// Takes the caller's copies of boards this shard holds as they are (the
+    /// router's, after a restart), so one name and config in memory serve
+    /// the router and every shard.
+    pub fn adopt_boards<'a>(&mut self, boards: impl IntoIterator<Item = &'a Board>) {
+        for board in boards {
+            if let Some(held) = self.boards.get_mut(&board.id) {
+                if held == board {
+                    *held = board.clone();
+                }
+            }
+        }
+    }
+
     /// Highest reach sequence this shard has stored.
     pub fn max_seq(&self) -> u64 {
         self.max_seq
@@ -235,6 +248,6 @@ fn all_time_board() -> (Board, TreeId) {
         keep: 1,
         fields: Vec::new(),
     };
-    let board = Board { id: 1, name: "b".into(), config };
+    let board = Board { id: 1, name: "b".into(), config: config.into() };
     (board, TreeId { board: 1, window: Window::All.code(), period: 0 })
 }

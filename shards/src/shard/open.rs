@@ -21,7 +21,7 @@ use super::storage::{
     META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_RUNS_THROUGH,
 };
 use super::{LogPositions, Shard};
-use crate::board::{Board, BoardConfig};
+use crate::board::{Board, BoardConfig, ConfigInterner};
 use crate::cache::RecordCache;
 use crate::dedup::{DedupTable, GROUP_PREFIX};
 use crate::error::ShardError;
@@ -89,13 +89,14 @@ impl Shard {
         let (meta, leaves) = (&self.storage.meta, &self.storage.leaves);
         self.max_seq = read_u64(meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(meta, META_MAX_BOARD)?;
+        let mut configs = ConfigInterner::default();
         for item in meta.prefix(META_BOARD) {
             let (key, value) = item.into_inner()?;
             let id_bytes: [u8; 8] =
                 key.get(META_BOARD.len()..).and_then(|b| b.try_into().ok()).ok_or(ShardError::Corrupt("board key"))?;
             let id = u64::from_be_bytes(id_bytes);
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
-            self.boards.insert(id, Board { id, name, config });
+            self.boards.insert(id, Board { id, name: name.into(), config: configs.intern(config) });
         }
         let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
         for item in stored_leaves(leaves) {

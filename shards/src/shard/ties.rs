@@ -133,7 +133,7 @@ mod tests {
             keep: 1,
             fields: Vec::new(),
         };
-        let board = Board { id: 1, name: "b".into(), config };
+        let board = Board { id: 1, name: "b".into(), config: config.into() };
         let tree = TreeId { board: 1, window: Window::All.code(), period: 0 };
         let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
         let mut names = BTreeSet::new();

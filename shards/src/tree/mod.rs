@@ -45,6 +45,50 @@ use std::collections::HashSet;
 /// Leaves changed since the last checkpoint; every `add` inserts here.
 type LeafSet = HashSet<LeafId, crate::FastHasher>;
 
+/// A tree's [`LeafSet`], allocated once a leaf changes: 8 bytes in a tree
+/// where a set takes 40, and a shard holds a tree per board, most of them
+/// small and unchanged since the last checkpoint.
+#[derive(Debug, Default)]
+struct DirtyLeaves(Option<Box<LeafSet>>);
+
+impl DirtyLeaves {
+    fn insert(&mut self, id: LeafId) {
+        self.0.get_or_insert_default().insert(id);
+    }
+
+    fn extend(&mut self, ids: impl IntoIterator<Item = LeafId>) {
+        self.0.get_or_insert_default().extend(ids);
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |set| set.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes the set out; a large one leaves room for as many again, so the
+    /// next grows without rehashing, a small one leaves nothing allocated.
+    fn take(&mut self) -> LeafSet {
+        let taken = self.0.take().map(|set| *set).unwrap_or_default();
+        if taken.len() > 16 {
+            self.0 = Some(Box::new(LeafSet::with_capacity_and_hasher(taken.len(), Default::default())));
+        }
+        taken
+    }
+
+    fn clear(&mut self) {
+        if let Some(set) = &mut self.0 {
+            set.clear();
+        }
+    }
+
+    fn forget(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// A leaf bursts into an inner node once it holds more distinct keys than
 /// this. Small enough that the linear sum inside a leaf stays cheap, large
 /// enough that inner nodes (which cost `branching` counters) stay rare.
@@ -69,7 +113,7 @@ pub struct CountTree {
     /// Players held, so a count of all needs no walk.
     total: u64,
     /// Leaves changed since the last checkpoint, the ones it must write.
-    dirty: LeafSet,
+    dirty: DirtyLeaves,
     /// Bumped whenever `dirty` is emptied, which unmarks every leaf at once;
     /// see [`Leaf::marked`]. Never 0, the mark of a leaf never put there.
     round: u32,
@@ -102,7 +146,7 @@ impl CountTree {
             bits: branching_bits(branching)?,
             root: Node::Leaf(Leaf::default()),
             total: 0,
-            dirty: LeafSet::default(),
+            dirty: DirtyLeaves::default(),
             round: 1,
             epoch: 0,
             snapshot: None,

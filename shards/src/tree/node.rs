@@ -4,7 +4,7 @@
 use super::snapshot::CopiesOnWrite;
 #[cfg(doc)]
 use super::CountTree; // for doc links
-use super::{LeafSet, LEAF_CAPACITY};
+use super::{DirtyLeaves, LEAF_CAPACITY};
 
 pub(super) const KEY_BITS: u32 = 128;
 
@@ -172,7 +172,7 @@ pub(super) fn prefetch_entries(entries: &[Entry]) {
 /// What an [`add_at`] records besides the counts.
 pub(super) struct Changes<'a> {
     /// The tree's changed leaves, which every changed leaf joins.
-    pub(super) dirty: &'a mut LeafSet,
+    pub(super) dirty: &'a mut DirtyLeaves,
     /// The tree's [`CountTree::round`]: a leaf marked with it is in `dirty`.
     pub(super) round: u32,
     /// The tree's [`CountTree::epoch`]: a leaf of another is copied before

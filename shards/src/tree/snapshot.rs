@@ -51,15 +51,9 @@ impl CountTree {
         self.dirty.len() as u64 >= self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF
     }
 
-    /// Moves the set of changed leaves out, leaving room for the next one,
-    /// which grows about as large: no rehashing on the way. A small set is
-    /// not kept room for: most trees are small boards', and a set allocated
-    /// for each between checkpoints would cost more than the board.
+    /// Moves the set of changed leaves out (see [`DirtyLeaves::take`]).
     fn take_dirty_set(&mut self) -> LeafSet {
-        let dirty = std::mem::take(&mut self.dirty);
-        if dirty.len() > 16 {
-            self.dirty.reserve(dirty.len());
-        }
+        let dirty = self.dirty.take();
         self.next_round();
         dirty
     }
@@ -230,7 +224,7 @@ impl CountTree {
     /// [`CountTree::clear_dirty`], freeing the set's memory too: for trees
     /// kept in memory only (tie groups), which never take their changes.
     pub fn forget_dirty(&mut self) {
-        self.dirty = LeafSet::default();
+        self.dirty.forget();
         self.next_round();
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use rankd_shards::{window, Board, BoardConfig, TreeId, Window};
+use rankd_shards::{window, Board, BoardConfig, ConfigInterner, TreeId, Window};
 
 use crate::error::Error;
 use crate::protocol::View;
@@ -22,11 +22,15 @@ pub struct RouterState {
 
 /// Boards by name, the next board id and the next arrival sequence (the
 /// reach order of `ordinal` ties, global across shards).
+///
+/// A name is stored once, shared by the map's key, the ordered set, the
+/// board and every shard's copy of it; boards of one config share it.
 pub struct Boards {
-    by_name: HashMap<String, Arc<Board>>,
+    by_name: HashMap<Arc<str>, Arc<Board>>,
     /// The names in byte order, for `boards` pages: kept beside the map so a
     /// write's lookup stays a hash, and a page is a range, not a sort.
-    names: BTreeSet<String>,
+    names: BTreeSet<Arc<str>>,
+    configs: ConfigInterner,
     next_board_id: u64,
     next_seq: u64,
 }
@@ -43,11 +47,12 @@ pub enum Created {
 impl Boards {
     /// The registry the shards' stored state describes.
     pub fn new(state: RouterState) -> Self {
-        let by_name: HashMap<String, Arc<Board>> =
+        let by_name: HashMap<Arc<str>, Arc<Board>> =
             state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect();
         Self {
             names: by_name.keys().cloned().collect(),
             by_name,
+            configs: ConfigInterner::default(),
             next_board_id: state.max_board_id + 1,
             next_seq: state.max_seq + 1,
         }
@@ -57,7 +62,7 @@ impl Boards {
     /// config is a conflict.
     pub fn create(&mut self, name: &str, config: BoardConfig) -> Result<Created, Error> {
         match self.by_name.get(name) {
-            Some(existing) if existing.config == config => Ok(Created::Exists),
+            Some(existing) if *existing.config == config => Ok(Created::Exists),
             Some(_) => Err(Error::Conflict(format!("board `{name}` exists with another config"))),
             None => Ok(Created::New(self.insert(name, config))),
         }
@@ -73,10 +78,12 @@ impl Boards {
     }
 
     fn insert(&mut self, name: &str, config: BoardConfig) -> Arc<Board> {
-        let board = Arc::new(Board { id: self.next_board_id, name: name.to_string(), config });
+        let name: Arc<str> = name.into();
+        let config = self.configs.intern(config);
+        let board = Arc::new(Board { id: self.next_board_id, name: name.clone(), config });
         self.next_board_id += 1;
-        self.by_name.insert(name.to_string(), board.clone());
-        self.names.insert(name.to_string());
+        self.by_name.insert(name.clone(), board.clone());
+        self.names.insert(name);
         board
     }
 
@@ -152,7 +159,7 @@ mod tests {
     use rankd_shards::Order;
 
     fn boards() -> Boards {
-        let old = Board { id: 7, name: "old".into(), config: BoardConfig::default() };
+        let old = Board { id: 7, name: "old".into(), config: BoardConfig::default().into() };
         Boards::new(RouterState { boards: vec![old], max_board_id: 9, max_seq: 41 })
     }
 
@@ -168,13 +175,13 @@ mod tests {
         assert!(matches!(boards.create("new", asc()), Ok(Created::Exists)));
         assert!(matches!(boards.create("new", BoardConfig::default()), Err(Error::Conflict(_))));
         // A write's implicit creation takes the default config.
-        assert_eq!(boards.for_write("implicit").config, BoardConfig::default());
+        assert_eq!(boards.for_write("implicit").config, BoardConfig::default().into());
         assert!(matches!(boards.create("implicit", asc()), Err(Error::Conflict(_))));
         // A dropped name is free for another config, under a new id.
         assert_eq!(boards.remove("new").map(|b| b.id), Some(10));
         let Ok(Created::New(again)) = boards.create("new", BoardConfig::default()) else { panic!("recreated") };
         assert_eq!(again.id, 12);
-        assert_eq!(boards.sorted().iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), ["implicit", "new", "old"]);
+        assert_eq!(boards.sorted().iter().map(|b| &*b.name).collect::<Vec<_>>(), ["implicit", "new", "old"]);
     }
 
     #[test]
@@ -184,7 +191,7 @@ mod tests {
             boards.for_write(name);
         }
         boards.remove("lvl3");
-        let names = |page: Vec<Arc<Board>>| page.iter().map(|b| b.name.clone()).collect::<Vec<_>>();
+        let names = |page: Vec<Arc<Board>>| page.iter().map(|b| b.name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(boards.page("lvl", None, 10)), ["lvl1", "lvl10", "lvl2"]);
         assert_eq!(names(boards.page("lvl", None, 2)), ["lvl1", "lvl10"]);
         assert_eq!(names(boards.page("lvl", Some("lvl10"), 2)), ["lvl2"]);
@@ -208,7 +215,7 @@ mod tests {
         let now = 1_780_272_000;
         let view = |window, period| View { window, period };
         let (board, today) = boards.view("d", view(None, 0), now).unwrap().unwrap();
-        assert_eq!((board.name.as_str(), today.window), ("d", Window::Daily.code()), "the first window by default");
+        assert_eq!((&*board.name, today.window), ("d", Window::Daily.code()), "the first window by default");
         let (_, yesterday) = boards.view("d", view(Some(Window::Daily), -2), now).unwrap().unwrap();
         assert_ne!(yesterday.period, today.period);
         let refused = |window, period| boards.view("d", view(window, period), now).unwrap_err().to_string();

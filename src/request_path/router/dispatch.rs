@@ -95,7 +95,7 @@ impl Router {
         };
         // A board with fields shows its packed scores as maps.
         let composite = op.board().and_then(|name| boards.get(name)).filter(|b| b.config.has_fields()).cloned();
-        let scored = Scored(composite.as_deref().map(|board| &board.config));
+        let scored = Scored(composite.as_deref().map(|board| &*board.config));
         let routed = self.route(boards, op, outbox, in_place, scored);
         let routed = match composite {
             None => routed,
@@ -469,7 +469,7 @@ fn marked<T>(reply: impl FnOnce(T) -> Reply, written: Written<T>) -> Reply {
 fn board_info(board: &Board, count: u64) -> BoardListing {
     let config = &board.config;
     BoardListing {
-        board: board.name.clone(),
+        board: board.name.to_string(),
         order: config.order.as_str(),
         ties: config.ties.as_str(),
         windows: config.windows.iter().map(|w| w.as_str()).collect(),

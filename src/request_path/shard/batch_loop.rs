@@ -378,7 +378,7 @@ mod tests {
             clock: Clock::default(),
             relays: Vec::new(),
         };
-        let board = Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig::default() });
+        let board = Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig::default().into() });
         let tree = window::current_trees(&board, Clock::default().now())[0];
         Fixture { core: BatchLoop::new(shard, parts), board, tree, _dir: dir }
     }
