@@ -14,6 +14,10 @@ impl Shard {
             return Err(ShardError::NeedsCommit);
         }
         let inconsistent = |id: &TreeId, what: String| ShardError::Inconsistent(format!("{id:?}: {what}"));
+        let summed: u64 = self.trees.values().map(|t| t.total()).sum();
+        if summed != self.players {
+            return Err(ShardError::Inconsistent(format!("{} players counted, the trees hold {summed}", self.players)));
+        }
         for (id, tree) in &self.trees {
             tree.check().map_err(|e| inconsistent(id, e))?;
             let Some(board) = self.boards.get(&id.board) else {

@@ -54,8 +54,7 @@ impl Shard {
         }
         let newly: Vec<TreeId> = self.newly_expired().collect();
         for tree in &newly {
-            self.trees.remove(tree);
-            self.ties.forget(*tree);
+            self.forget_tree(tree);
             self.expiring.insert(*tree);
         }
         if !newly.is_empty() {
@@ -134,8 +133,7 @@ impl Shard {
         self.cache.get_mut().clear();
         self.overlay.forget(&board_id.to_be_bytes());
         for tree in &dropped {
-            self.trees.remove(tree);
-            self.ties.forget(*tree);
+            self.forget_tree(tree);
             self.expiring.insert(*tree);
         }
         if dropped.is_empty() {

@@ -117,6 +117,9 @@ pub struct Shard {
     trees: HashMap<TreeId, CountTree, FastHasher>,
     /// Order statistics inside the trees' crowded keys (large ties).
     ties: TieGroups,
+    /// Players held in all trees: kept as they change, not summed over the
+    /// trees (a shard may hold a million) each time it is asked.
+    players: u64,
     /// Configs of the boards this shard holds, by id: their order and tie
     /// rule key every change, live or replayed.
     boards: HashMap<u64, Board>,
@@ -214,7 +217,15 @@ impl Shard {
 
     /// Players held in all trees of this shard.
     pub fn players(&self) -> u64 {
-        self.trees.values().map(CountTree::total).sum()
+        self.players
+    }
+
+    /// Removes `tree` from the readable trees (dropped or expired).
+    fn forget_tree(&mut self, tree: &TreeId) {
+        if let Some(gone) = self.trees.remove(tree) {
+            self.players -= gone.total();
+        }
+        self.ties.forget(*tree);
     }
 
     /// Count-tree changes logged since the last checkpoint began: a

@@ -48,6 +48,7 @@ impl Shard {
             path: path.to_path_buf(),
             trees: HashMap::default(),
             ties: TieGroups::default(),
+            players: 0,
             boards: HashMap::new(),
             max_seq: 0,
             max_board_id: 0,
@@ -128,6 +129,7 @@ impl Shard {
         if format == LogFormat::TreeKeys {
             self.migrate_log()?;
         }
+        self.players = self.trees.values().map(CountTree::total).sum();
         self.rebuild_ties()?;
         self.dedup.clear();
         for item in self.storage.meta.prefix(GROUP_PREFIX) {

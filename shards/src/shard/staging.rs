@@ -176,6 +176,7 @@ impl Shard {
         if board.config.ties == Ties::Dense {
             self.staged.dense.push(applied.dense);
         }
+        self.players = self.players.saturating_add_signed(applied.keys.iter().flatten().map(|k| k.delta).sum());
         self.follow_ties(tree, board.config.ties, player, applied.keys);
     }
 }
