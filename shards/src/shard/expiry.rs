@@ -8,6 +8,7 @@ use fjall::PersistMode;
 
 use super::storage::{board_meta_key, expiring_key};
 use super::Shard;
+use crate::board::Window;
 use crate::error::ShardError;
 use crate::key::TreeId;
 use crate::window;
@@ -34,11 +35,14 @@ impl Shard {
         !self.expiring.is_empty() || self.newly_expired().next().is_some()
     }
 
-    /// Readable trees whose period fell out of their board's `keep`.
+    /// Readable trees whose period fell out of their board's `keep`. Asked
+    /// once a second over every tree: all-time trees, never expiring, are
+    /// passed over without a look at their board.
     fn newly_expired(&self) -> impl Iterator<Item = TreeId> + '_ {
-        let (now, boards) = (self.now, &self.boards);
+        let (now, boards, all_time) = (self.now, &self.boards, Window::All.code());
         self.trees
             .keys()
+            .filter(move |tree| tree.window != all_time)
             .copied()
             .filter(move |tree| boards.get(&tree.board).is_some_and(|b| window::expired(b, *tree, now)))
     }
