@@ -63,3 +63,33 @@ async fn boards_come_in_pages_in_byte_order_within_a_prefix() {
     let listed: Vec<&str> = listed.as_array().unwrap().iter().map(|b| b["board"].as_str().unwrap()).collect();
     assert_eq!(listed, ["lvl100", "lvl1000", "lvl1001"]);
 }
+
+/// The board gauges: `rankd_boards` follows creates and drops at once;
+/// each shard's `rankd_shard_trees` (published once a second) counts a
+/// compact tree per board it holds players of, and a burst one for a big
+/// board.
+#[tokio::test]
+async fn board_gauges_count_boards_and_trees_by_form() {
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    let calls: Vec<Call> = (0..300).map(|i| set_call(&format!("small{i}"), &format!("p{i}"), 1, Mode::Set)).collect();
+    for reply in client.pipeline::<i64>(&calls).await.unwrap() {
+        reply.unwrap();
+    }
+    let big: Vec<(String, i64)> = (0..5000).map(|i| (format!("player{i}"), i)).collect();
+    let big: Vec<(&str, i64)> = big.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+    client.set_many("big", &big, Mode::Set).await.unwrap();
+    assert_eq!(common::sample(&server.metrics_text(), "rankd_boards", &[]), Some(301.0));
+    assert!(client.drop_board("small0").await.unwrap());
+    assert_eq!(common::sample(&server.metrics_text(), "rankd_boards", &[]), Some(300.0));
+    // One player each: 299 compact trees over the two shards; the big board
+    // is a compact tree nowhere once checkpointed, but until then counts as
+    // compact: so between 299 and 301 compact trees, and 0 to 2 burst.
+    common::wait_until(std::time::Duration::from_secs(10), "the tree gauges", async || {
+        let text = server.metrics_text();
+        let forms =
+            |form: &str| common::sample(&text, "rankd_shard_trees", &[&format!("form=\"{form}\"")]).unwrap_or(0.0);
+        (299.0..=301.0).contains(&forms("compact")) && forms("compact") + forms("tree") == 301.0
+    })
+    .await;
+}

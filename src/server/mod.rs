@@ -90,7 +90,7 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
     system.block_on(async move {
         let (mut io, relays) = IoThreads::start(config.io_threads, &metrics);
         let (links, arbiters) = startup::start_shards(shards, &config, &dense, &metrics, clock, relays);
-        let boards = Arc::new(parking_lot::Mutex::new(Boards::new(state)));
+        let boards = Arc::new(parking_lot::Mutex::new(Boards::new(state).publish_count(metrics.boards.clone())));
         #[cfg(feature = "test-hooks")]
         let configure = |router: Router| if config.hooks.queue_ranks { router.queue_all_ranks() } else { router };
         #[cfg(not(feature = "test-hooks"))]

@@ -160,6 +160,7 @@ impl Shard {
             }
         };
         self.trees.values_mut().for_each(CountTree::begin_snapshot);
+        self.burst_trees = self.trees.values().filter(|t| !t.is_compact()).count();
         let mut trees: Vec<TreeId> = self.trees.keys().copied().collect();
         trees.sort_unstable_by_key(TreeId::prefix);
         self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer });

@@ -120,6 +120,9 @@ pub struct Shard {
     /// Players held in all trees: kept as they change, not summed over the
     /// trees (a shard may hold a million) each time it is asked.
     players: u64,
+    /// Trees burst past one leaf, counted when a checkpoint walks them all
+    /// (a gauge's worth of accuracy without a walk per write).
+    burst_trees: usize,
     /// Configs of the boards this shard holds, by id: their order and tie
     /// rule key every change, live or replayed.
     boards: HashMap<u64, Board>,
@@ -213,6 +216,13 @@ impl Shard {
     /// Highest board id this shard has ever stored.
     pub fn max_board_id(&self) -> u64 {
         self.max_board_id
+    }
+
+    /// Trees this shard holds (a board's window period each), and how many
+    /// of them had burst past the compact form of one sorted leaf at the
+    /// last checkpoint.
+    pub fn tree_forms(&self) -> (usize, usize) {
+        (self.trees.len(), self.burst_trees.min(self.trees.len()))
     }
 
     /// Players held in all trees of this shard.

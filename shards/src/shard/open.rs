@@ -49,6 +49,7 @@ impl Shard {
             trees: HashMap::default(),
             ties: TieGroups::default(),
             players: 0,
+            burst_trees: 0,
             boards: HashMap::new(),
             max_seq: 0,
             max_board_id: 0,
@@ -130,6 +131,7 @@ impl Shard {
             self.migrate_log()?;
         }
         self.players = self.trees.values().map(CountTree::total).sum();
+        self.burst_trees = self.trees.values().filter(|t| !t.is_compact()).count();
         self.rebuild_ties()?;
         self.dedup.clear();
         for item in self.storage.meta.prefix(GROUP_PREFIX) {

@@ -153,6 +153,12 @@ impl CountTree {
         })
     }
 
+    /// Whether the tree is still one sorted leaf of keys and counts (the
+    /// compact form every small board has) rather than burst into nodes.
+    pub fn is_compact(&self) -> bool {
+        matches!(self.root, Node::Leaf(_))
+    }
+
     /// Number of players (sum of all counts).
     pub fn total(&self) -> u64 {
         self.total

@@ -64,6 +64,8 @@ pub struct Metrics {
     /// Ranks answered in place from the shards' engines, without queueing
     /// for a shard (see `router::IN_PLACE_MAX_BATCH`).
     pub ranks_in_place: IntCounter,
+    /// Boards in the registry.
+    pub boards: IntGauge,
     /// Bytes read from clients.
     pub received_bytes: IntCounter,
     /// Bytes written to clients.
@@ -129,6 +131,11 @@ impl Metrics {
              a shard's round: those a client waits for alone (nothing else of its connection in flight, at most 4 \
              in its batch, none after a write in it), when every shard's lock is free. The others are queued.",
         )?;
+        let boards = IntGauge::new(
+            "rankd_boards",
+            "Boards the server holds (created, or made by a first write, and not dropped). With \
+             rankd_allocator_allocated_bytes: the memory a board costs.",
+        )?;
         let received_bytes = IntCounter::new("rankd_received_bytes_total", "Bytes read from clients.")?;
         let sent_bytes = IntCounter::new("rankd_sent_bytes_total", "Bytes written to clients.")?;
         let ready_gauge = IntGauge::new("rankd_ready", "1 while every shard is open and clients are accepted.")?;
@@ -157,6 +164,7 @@ impl Metrics {
             Box::new(connections_accepted.clone()),
             Box::new(connections_refused.clone()),
             Box::new(ranks_in_place.clone()),
+            Box::new(boards.clone()),
             Box::new(received_bytes.clone()),
             Box::new(sent_bytes.clone()),
             Box::new(build_info),
@@ -188,6 +196,7 @@ impl Metrics {
             connections_accepted,
             connections_refused,
             ranks_in_place,
+            boards,
             received_bytes,
             sent_bytes,
             security,

@@ -35,6 +35,10 @@ pub struct ShardMetrics {
     pub logged_changes: IntGauge,
     /// Trees (dropped boards', expired periods') whose keys are still being deleted.
     pub trees_being_deleted: IntGauge,
+    /// Trees held in the compact form (one sorted leaf: every small board's).
+    pub compact_trees: IntGauge,
+    /// Trees burst into count-tree nodes (boards past ~64 distinct keys here).
+    pub burst_trees: IntGauge,
     /// Checkpoints written.
     pub checkpoints: IntCounter,
     /// Bytes in fjall's memtables, taking writes or sealed.
@@ -122,6 +126,15 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         "Trees of dropped boards and expired periods whose stored keys the shard is still deleting, in bounded \
          steps once a second; they answer nothing meanwhile.",
     )?;
+    let trees = IntGaugeVec::new(
+        Opts::new(
+            "rankd_shard_trees",
+            "Count trees held (one per board window period with players on the shard), by form: `compact` is one \
+             sorted leaf of keys and counts (every small board), `tree` has burst into nodes (as of the last \
+             checkpoint).",
+        ),
+        &["shard", "form"],
+    )?;
     let logged_changes = shard_gauge(
         "rankd_shard_logged_changes",
         "Count-tree changes logged since the shard's last checkpoint began: what a restart after a crash replays \
@@ -199,6 +212,8 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
                 unwritten_runs: unwritten_runs.with_label_values(&l),
                 logged_changes: logged_changes.with_label_values(&l),
                 trees_being_deleted: trees_being_deleted.with_label_values(&l),
+                compact_trees: trees.with_label_values(&[label.as_str(), "compact"]),
+                burst_trees: trees.with_label_values(&[label.as_str(), "tree"]),
                 checkpoints: checkpoints.with_label_values(&l),
                 memtable_bytes: memtable_bytes.with_label_values(&l),
                 sealed_memtables: sealed_memtables.with_label_values(&l),
@@ -229,6 +244,7 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         Box::new(unwritten_runs),
         Box::new(logged_changes),
         Box::new(trees_being_deleted),
+        Box::new(trees),
         Box::new(checkpoints),
         Box::new(memtable_bytes),
         Box::new(sealed_memtables),

@@ -31,6 +31,8 @@ pub struct Boards {
     /// write's lookup stays a hash, and a page is a range, not a sort.
     names: BTreeSet<Arc<str>>,
     configs: ConfigInterner,
+    /// Where the number of boards is published, once given.
+    gauge: Option<prometheus::IntGauge>,
     next_board_id: u64,
     next_seq: u64,
 }
@@ -53,8 +55,22 @@ impl Boards {
             names: by_name.keys().cloned().collect(),
             by_name,
             configs: ConfigInterner::default(),
+            gauge: None,
             next_board_id: state.max_board_id + 1,
             next_seq: state.max_seq + 1,
+        }
+    }
+
+    /// Publishes the number of boards on `gauge` from now on.
+    pub fn publish_count(mut self, gauge: prometheus::IntGauge) -> Self {
+        gauge.set(i64::try_from(self.by_name.len()).unwrap_or(i64::MAX));
+        self.gauge = Some(gauge);
+        self
+    }
+
+    fn count_changed(&self) {
+        if let Some(gauge) = &self.gauge {
+            gauge.set(i64::try_from(self.by_name.len()).unwrap_or(i64::MAX));
         }
     }
 
@@ -84,6 +100,7 @@ impl Boards {
         self.next_board_id += 1;
         self.by_name.insert(name.clone(), board.clone());
         self.names.insert(name);
+        self.count_changed();
         board
     }
 
@@ -95,7 +112,9 @@ impl Boards {
     /// Forgets `name`; the name may be reused at once (with a new id).
     pub fn remove(&mut self, name: &str) -> Option<Arc<Board>> {
         self.names.remove(name);
-        self.by_name.remove(name)
+        let removed = self.by_name.remove(name);
+        self.count_changed();
+        removed
     }
 
     /// Every board, by name.
