@@ -73,7 +73,7 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
     }
     let mut shards = startup::open_shards(&config)?;
     priority::make_fjall_workers_background();
-    let players: u64 = shards.iter().map(|s| s.tree_ids().map(|t| s.count(t)).sum::<u64>()).sum();
+    let players: u64 = shards.iter().map(rankd_shards::Shard::players).sum();
     let (state, dense) = startup::recover(&mut shards, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");
     #[cfg(feature = "test-hooks")]

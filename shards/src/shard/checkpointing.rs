@@ -161,7 +161,9 @@ impl Shard {
         };
         self.trees.values_mut().for_each(CountTree::begin_snapshot);
         self.burst_trees = self.trees.values().filter(|t| !t.is_compact()).count();
-        let mut trees: Vec<TreeId> = self.trees.keys().copied().collect();
+        // Only trees that changed have leaves to copy: with a million small
+        // boards, most have not.
+        let mut trees: Vec<TreeId> = self.trees.iter().filter(|(_, t)| t.has_snapshot()).map(|(&id, _)| id).collect();
         trees.sort_unstable_by_key(TreeId::prefix);
         self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer });
         self.checkpoints.begun = true;

@@ -125,7 +125,7 @@ pub struct Shard {
     burst_trees: usize,
     /// Configs of the boards this shard holds, by id: their order and tie
     /// rule key every change, live or replayed.
-    boards: HashMap<u64, Board>,
+    boards: HashMap<u64, Board, FastHasher>,
     /// Highest reach sequence stored, so a restarted server's sequences
     /// keep rising.
     max_seq: u64,

@@ -50,7 +50,7 @@ impl Shard {
             ties: TieGroups::default(),
             players: 0,
             burst_trees: 0,
-            boards: HashMap::new(),
+            boards: HashMap::default(),
             max_seq: 0,
             max_board_id: 0,
             log: LogPositions::default(),

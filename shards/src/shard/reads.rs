@@ -165,8 +165,12 @@ impl Shard {
     /// [`Shard::score_counts`] of every tree of a dense board: this shard's
     /// share of the engine-wide [`crate::DenseIndex`]es.
     pub fn dense_score_counts(&self) -> HashMap<TreeId, Vec<(u64, u64)>> {
-        let dense = |tree: &TreeId| self.boards.get(&tree.board).is_some_and(|b| b.config.ties == Ties::Dense);
-        self.trees.keys().filter(|t| dense(t)).map(|&t| (t, self.score_counts(t))).collect()
+        let dense: std::collections::HashSet<u64> =
+            self.boards.values().filter(|b| b.config.ties == Ties::Dense).map(|b| b.id).collect();
+        if dense.is_empty() {
+            return HashMap::new(); // no look at a million trees of other boards
+        }
+        self.trees.keys().filter(|t| dense.contains(&t.board)).map(|&t| (t, self.score_counts(t))).collect()
     }
 
     /// Trees this shard holds players for.

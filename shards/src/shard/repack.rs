@@ -52,6 +52,9 @@ impl Shard {
                 }
             }
         }
+        if self.repacking.is_empty() {
+            self.repacking = Vec::new(); // a tree's 32 bytes, per tree, between passes
+        }
         done
     }
 }

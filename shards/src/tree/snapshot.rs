@@ -167,6 +167,11 @@ impl CountTree {
         left
     }
 
+    /// Whether a snapshot has begun and not yet been handed out whole.
+    pub fn has_snapshot(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
     /// Whether a snapshot has begun and is not yet fully copied.
     pub fn is_copying_snapshot(&self) -> bool {
         self.snapshot.as_ref().is_some_and(|s| s.walk.is_some())
