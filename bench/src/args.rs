@@ -143,8 +143,19 @@ pub struct LoadArgs {
     /// Board name (the sorted set's key on Redis).
     #[arg(long, default_value = "bench")]
     pub board: String,
+    /// Spread the load over this many boards, named `BOARD:0000000` on
+    /// (`--board` and a 7-digit number), each operation on a board drawn
+    /// uniformly; every board has the same `--players`. 1: the one board
+    /// named `--board`.
+    #[arg(long, default_value_t = 1)]
+    pub boards: u64,
+    /// Player `i` is named this prefix and `i`.
+    #[arg(long, default_value = "player:")]
+    pub player_prefix: String,
     /// Before measuring, give every player a score (rankd set_many of 10 000,
-    /// Redis ZADD of 1000).
+    /// Redis ZADD of 1000). With `--boards`, one request per board (while
+    /// its players fit in one), `--pipeline` of them in flight per
+    /// connection.
     #[arg(long)]
     pub prefill: bool,
     /// Scores are drawn from 0..score-range (ties grow as it shrinks).
@@ -169,8 +180,8 @@ impl LoadArgs {
         if self.connections == 0 || self.pipeline == 0 {
             return bad("--connections and --pipeline must be at least 1");
         }
-        if self.players == 0 || self.score_range <= 0 {
-            return bad("--players and --score-range must be at least 1");
+        if self.players == 0 || self.boards == 0 || self.score_range <= 0 {
+            return bad("--players, --boards and --score-range must be at least 1");
         }
         if self.ops.is_none() && !(self.duration.is_finite() && self.duration > 0.0) {
             return bad("--duration must be a positive number of seconds");

@@ -1,6 +1,8 @@
-//! Running a load: prefilling the board, then C connections each keeping D
-//! requests in flight, timing each pipeline batch into an HDR histogram.
+//! Running a load: prefilling the board (or boards), then C connections
+//! each keeping D requests in flight, timing each pipeline batch into an HDR
+//! histogram.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +45,9 @@ pub async fn run_on(
     if load.approx && !matches!(target, Target::Rankd(_)) {
         return Err(BenchError::Invalid("--approx needs a rankd target: Redis has no approximate ranks".into()));
     }
+    if reset && load.boards > 1 {
+        return Err(BenchError::Invalid("--reset empties one board: not with --boards".into()));
+    }
     let setup = target::Setup::probe(target, &load.board, connect).await?;
     if reset {
         setup.reset(&load.board).await?;
@@ -51,11 +56,12 @@ pub async fn run_on(
         let started = Instant::now();
         prefill(&setup, load).await?;
         let secs = started.elapsed().as_secs_f64();
+        let players = load.players * load.boards;
+        let boards = if load.boards > 1 { format!(" ({} boards)", load.boards) } else { String::new() };
         eprintln!(
-            "prefilled {} players on {} in {secs:.1} s ({:.0} players/s)",
-            load.players,
+            "prefilled {players} players{boards} on {} in {secs:.1} s ({:.0} players/s)",
             setup.url(),
-            load.players as f64 / secs
+            players as f64 / secs
         );
     }
     measure(&setup, load).await
@@ -70,26 +76,40 @@ pub(crate) fn progress_bar(load: &LoadArgs, len: u64, template: &str) -> Progres
     bar
 }
 
-/// Gives every player a score, over all connections.
+/// Gives every player of every board a score, over all connections: each
+/// board's players in requests of up to [`target::Conn::prefill_chunk`];
+/// one request in flight per connection on one board, `--pipeline` of them
+/// with `--boards` (where each request is a whole small board).
 async fn prefill(setup: &target::Setup, load: &LoadArgs) -> Result<(), BenchError> {
-    let bar = progress_bar(load, load.players, "prefill [{elapsed_precise}] [{bar:30}] {pos}/{len} players");
+    let total = load.players * load.boards;
+    let bar = progress_bar(load, total, "prefill [{elapsed_precise}] [{bar:30}] {pos}/{len} players");
+    // Requests handed out so far, numbered board by board.
     let next = Arc::new(AtomicU64::new(0));
+    let in_flight = if load.boards > 1 { load.pipeline as u64 } else { 1 };
     let mut tasks = Vec::new();
     for c in 0..load.connections {
         let (setup, load, next, bar) = (setup.clone(), load.clone(), next.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
+            let names = Names::new(&load);
             let mut conn = setup.connect().await?;
             let chunk = conn.prefill_chunk();
+            let per_board = load.players.div_ceil(chunk);
+            let requests = per_board * load.boards;
             let mut rng = StdRng::seed_from_u64(load.seed ^ ((c as u64) << 32));
             loop {
-                let start = next.fetch_add(chunk, Ordering::Relaxed);
-                if start >= load.players {
+                let first = next.fetch_add(in_flight, Ordering::Relaxed);
+                if first >= requests {
                     return Ok::<(), BenchError>(());
                 }
-                let end = (start + chunk).min(load.players);
-                let entries: Vec<(u64, i64)> = (start..end).map(|i| (i, rng.gen_range(0..load.score_range))).collect();
-                conn.prefill(&load.board, &entries).await?;
-                bar.inc(end - start);
+                let batch: Vec<(u64, Vec<(u64, i64)>)> = (first..(first + in_flight).min(requests))
+                    .map(|r| {
+                        let start = r % per_board * chunk;
+                        let players = start..(start + chunk).min(load.players);
+                        (r / per_board, players.map(|i| (i, rng.gen_range(0..load.score_range))).collect())
+                    })
+                    .collect();
+                conn.prefill(&names, &batch).await?;
+                bar.inc(batch.iter().map(|(_, entries)| entries.len() as u64).sum());
             }
         }));
     }
@@ -202,13 +222,27 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
         p99_us: histogram.value_at_quantile(0.99),
         p999_us: histogram.value_at_quantile(0.999),
         max_us: histogram.max(),
-        notes: setup.notes(load.workload),
+        notes: setup.notes(load.workload).into_iter().chain(spread_note(load)).collect(),
         server_cpu_seconds: server.as_ref().map(|s| s.cpu.total),
         server_latency: server.as_ref().map(|s| s.latency.summary()).unwrap_or_default(),
         server_cpu_by_thread: server.map(|s| s.cpu.by_thread).unwrap_or_default(),
         client_cpu_seconds,
         machine_busy_seconds: machine_cpu.map(|cpu| cpu.busy),
         machine_idle_seconds: machine_cpu.map(|cpu| cpu.idle),
+    })
+}
+
+/// What the report says of a load spread over boards.
+fn spread_note(load: &LoadArgs) -> Option<String> {
+    let names = Names::new(load);
+    (load.boards > 1).then(|| {
+        format!(
+            "spread uniformly over {} boards ({} to {}), {} players each",
+            load.boards,
+            names.board(0),
+            names.board(load.boards - 1),
+            load.players
+        )
     })
 }
 
@@ -221,6 +255,7 @@ async fn connection_load(
     done: &AtomicU64,
 ) -> Result<(Histogram<u64>, u64, u64), BenchError> {
     let mut conn = setup.connect().await?;
+    let names = Names::new(load);
     let mut generator = Generator::new(load, load.seed.wrapping_mul(31).wrapping_add(id))?;
     let mut histogram = new_histogram()?;
     let (mut ok, mut err) = (0u64, 0u64);
@@ -238,7 +273,7 @@ async fn connection_load(
             break;
         }
         ops.clear();
-        ops.extend((0..granted).map(|_| generator.next_op()));
+        ops.extend((0..granted).map(|_| (generator.board(), generator.next_op())));
         let sent = match every {
             Some(every) => {
                 let due = start + every * batches;
@@ -248,7 +283,7 @@ async fn connection_load(
             }
             None => Instant::now(),
         };
-        let (good, bad) = conn.execute(&load.board, load.mode, load.approx, &ops, wids.as_mut()).await?;
+        let (good, bad) = conn.execute(&names, load.mode, load.approx, &ops, wids.as_mut()).await?;
         let micros = sent.elapsed().as_micros() as u64;
         histogram.saturating_record_n(micros.max(1), granted);
         ok += good;
@@ -278,9 +313,37 @@ pub enum Op {
     Count,
 }
 
-/// The name of player `i`, the same on every target.
-pub fn player(i: u64) -> String {
-    format!("player:{i}")
+/// How a load names its boards and players, the same on every target.
+#[derive(Debug, Clone)]
+pub struct Names {
+    /// `--board`: the board, or the boards' common prefix.
+    board: String,
+    /// `--boards`.
+    boards: u64,
+    /// `--player-prefix`.
+    player_prefix: String,
+}
+
+impl Names {
+    /// The names `load` uses.
+    pub fn new(load: &LoadArgs) -> Self {
+        Self { board: load.board.clone(), boards: load.boards, player_prefix: load.player_prefix.clone() }
+    }
+
+    /// The name of board `i` (`0..boards`): `--board` itself when there is
+    /// one, else `--board`, a colon and `i` in 7 digits.
+    pub fn board(&self, i: u64) -> Cow<'_, str> {
+        if self.boards == 1 {
+            Cow::Borrowed(&self.board)
+        } else {
+            Cow::Owned(format!("{}:{i:07}", self.board))
+        }
+    }
+
+    /// The name of player `i`.
+    pub fn player(&self, i: u64) -> String {
+        format!("{}{i}", self.player_prefix)
+    }
 }
 
 enum Keys {
@@ -288,10 +351,12 @@ enum Keys {
     Zipf(Zipf<f64>),
 }
 
-/// Draws the load's operations.
+/// Draws the load's operations and the boards they go to.
 struct Generator {
     /// Seeded per connection, so a run can be repeated exactly.
     rng: StdRng,
+    /// Boards drawn from (`--boards`).
+    boards: u64,
     /// How players are picked (`--distribution`).
     keys: Keys,
     /// Which operations are drawn (`--workload`).
@@ -312,11 +377,22 @@ impl Generator {
         };
         Ok(Self {
             rng: StdRng::seed_from_u64(seed),
+            boards: load.boards,
             keys,
             workload: load.workload,
             write_ratio: load.write_ratio,
             score_range: load.score_range,
         })
+    }
+
+    /// The board of the next operation: uniform over `--boards` (drawing
+    /// nothing when there is one, so one-board runs repeat as before).
+    fn board(&mut self) -> u64 {
+        if self.boards > 1 {
+            self.rng.gen_range(0..self.boards)
+        } else {
+            0
+        }
     }
 
     fn player(&mut self) -> u64 {
@@ -385,6 +461,33 @@ mod tests {
             }
         }
         assert!(hits.iter().all(|&h| h < 200), "uniform keys are not skewed");
+    }
+
+    #[test]
+    fn boards_spread_uniformly_and_one_board_draws_none() {
+        let spread = LoadArgs {
+            boards: 100,
+            board: "lvl".into(),
+            player_prefix: "p".into(),
+            ..load(KeyDistribution::Uniform, Workload::Set)
+        };
+        let names = Names::new(&spread);
+        assert_eq!((names.board(7), names.player(3)), ("lvl:0000007".into(), "p3".to_string()));
+        let mut generator = Generator::new(&spread, 3).unwrap();
+        let mut hits = vec![0u32; 100];
+        for _ in 0..100_000 {
+            hits[generator.board() as usize] += 1;
+        }
+        assert!(hits.iter().all(|&h| (800..1200).contains(&h)), "{hits:?}");
+        // One board: its name as given, and the same operations as before
+        // boards were drawn.
+        let one = load(KeyDistribution::Uniform, Workload::Set);
+        assert_eq!((Names::new(&one).board(0), Names::new(&one).player(3)), ("bench".into(), "player:3".to_string()));
+        let (mut with_boards, mut plain) = (Generator::new(&one, 5).unwrap(), Generator::new(&one, 5).unwrap());
+        for _ in 0..100 {
+            assert_eq!(with_boards.board(), 0);
+            assert_eq!(with_boards.next_op(), plain.next_op());
+        }
     }
 
     #[test]

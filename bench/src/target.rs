@@ -11,6 +11,9 @@
 //! | around            | `around` 5/5          | `ZREVRANK`, then `ZREVRANGE board r-5 r+5 WITHSCORES` |
 //! | count             | `count`               | `ZCARD board`                                |
 //! | prefill           | `set_many` of 10 000  | `ZADD` of 1000 pairs                         |
+//!
+//! With `--boards`, each operation names its own board; a prefill request
+//! never spans boards (a board of 5 players is one `set_many`, one `ZADD`).
 
 use rankd_client::ConnectOptions;
 use rankd_client::{set_call, Call, Client, Mode, OpKind, WidSource};
@@ -19,7 +22,7 @@ use serde::de::IgnoredAny;
 use crate::args::Workload;
 use crate::cpu::{self, ServerCpu, ServerSample};
 use crate::error::BenchError;
-use crate::load::{player, Op};
+use crate::load::{Names, Op};
 use crate::resp::{self, Connection, Reply};
 
 /// A server to measure.
@@ -265,52 +268,71 @@ impl Conn {
         }
     }
 
-    /// Writes `(player, score)` pairs in one request; any error fails.
-    pub async fn prefill(&mut self, board: &str, entries: &[(u64, i64)]) -> Result<(), BenchError> {
+    /// Sends one request per `(board, (player, score) pairs)`, as one
+    /// pipeline; any error fails.
+    pub async fn prefill(&mut self, names: &Names, requests: &[(u64, Vec<(u64, i64)>)]) -> Result<(), BenchError> {
         match self {
             Conn::Rankd(client) => {
-                let entries: Vec<(String, i64)> = entries.iter().map(|&(p, s)| (player(p), s)).collect();
-                client
-                    .call::<IgnoredAny>(Call::new(OpKind::SetMany).with("board", board).with("entries", entries))
-                    .await?;
+                let calls: Vec<Call> = requests
+                    .iter()
+                    .map(|(board, entries)| {
+                        let entries: Vec<(String, i64)> = entries.iter().map(|&(p, s)| (names.player(p), s)).collect();
+                        Call::new(OpKind::SetMany).with("board", names.board(*board)).with("entries", entries)
+                    })
+                    .collect();
+                if let Some(e) = client.pipeline::<IgnoredAny>(&calls).await?.into_iter().find_map(Result::err) {
+                    return Err(e.into());
+                }
             }
             Conn::Redis(redis) => {
-                let fields: Vec<(String, String)> = entries.iter().map(|&(p, s)| (s.to_string(), player(p))).collect();
-                let mut args: Vec<&[u8]> = Vec::with_capacity(2 + 2 * fields.len());
-                args.extend([b"ZADD".as_slice(), board.as_bytes()]);
-                for (score, name) in &fields {
-                    args.extend([score.as_bytes(), name.as_bytes()]);
+                redis.out.clear();
+                for (board, entries) in requests {
+                    let fields: Vec<(String, String)> =
+                        entries.iter().map(|&(p, s)| (s.to_string(), names.player(p))).collect();
+                    let board = names.board(*board);
+                    let mut args: Vec<&[u8]> = Vec::with_capacity(2 + 2 * fields.len());
+                    args.extend([b"ZADD".as_slice(), board.as_bytes()]);
+                    for (score, name) in &fields {
+                        args.extend([score.as_bytes(), name.as_bytes()]);
+                    }
+                    resp::encode(&mut redis.out, &args);
                 }
-                if let Reply::Error(e) = redis.conn.command(&args).await? {
-                    return Err(BenchError::Redis(format!("prefill ZADD: {e}")));
+                for reply in redis.conn.pipeline(&redis.out, requests.len()).await? {
+                    if let Reply::Error(e) = reply {
+                        return Err(BenchError::Redis(format!("prefill ZADD: {e}")));
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// Sends `ops` as one pipeline and returns (answered ok, answered with an
-    /// error). With `wids`, every rankd write carries a new `wid` from it.
+    /// Sends `ops`, each `(board, op)`, as one pipeline and returns
+    /// (answered ok, answered with an error). With `wids`, every rankd write
+    /// carries a new `wid` from it.
     pub async fn execute(
         &mut self,
-        board: &str,
+        names: &Names,
         mode: Mode,
         approx: bool,
-        ops: &[Op],
+        ops: &[(u64, Op)],
         mut wids: Option<&mut WidSource>,
     ) -> Result<(u64, u64), BenchError> {
         match self {
             Conn::Rankd(client) => {
-                let calls: Vec<Call> =
-                    ops.iter().map(|op| rankd_call(board, mode, approx, op, wids.as_deref_mut())).collect();
+                let calls: Vec<Call> = ops
+                    .iter()
+                    .map(|(board, op)| rankd_call(names, &names.board(*board), mode, approx, op, wids.as_deref_mut()))
+                    .collect();
                 Ok(client.pipeline_outcomes(&calls).await?)
             }
-            Conn::Redis(redis) => redis.execute(board.as_bytes(), mode, ops).await,
+            Conn::Redis(redis) => redis.execute(names, mode, ops).await,
         }
     }
 }
 
-fn rankd_call(board: &str, mode: Mode, approx: bool, op: &Op, wids: Option<&mut WidSource>) -> Call {
+fn rankd_call(names: &Names, board: &str, mode: Mode, approx: bool, op: &Op, wids: Option<&mut WidSource>) -> Call {
+    let player = |p| names.player(p);
     match *op {
         Op::Write { player: p, score } => {
             let call = set_call(board, &player(p), score, mode);
@@ -336,9 +358,12 @@ fn rankd_call(board: &str, mode: Mode, approx: bool, op: &Op, wids: Option<&mut 
 }
 
 impl RedisConn {
-    async fn execute(&mut self, board: &[u8], mode: Mode, ops: &[Op]) -> Result<(u64, u64), BenchError> {
+    async fn execute(&mut self, names: &Names, mode: Mode, ops: &[(u64, Op)]) -> Result<(u64, u64), BenchError> {
+        let player = |p| names.player(p);
         self.out.clear();
-        for op in ops {
+        for (board, op) in ops {
+            let board = names.board(*board);
+            let board = board.as_bytes();
             match *op {
                 Op::Write { player: p, score } => {
                     let (score, name) = (score.to_string(), player(p));
@@ -367,12 +392,15 @@ impl RedisConn {
         // `around`'s second step: the range around each rank found.
         self.out.clear();
         let mut second = 0;
-        for (op, reply) in ops.iter().zip(&replies) {
+        for ((board, op), reply) in ops.iter().zip(&replies) {
             match (op, reply) {
                 (_, Reply::Error(_)) => err += 1,
                 (Op::Around(_), Reply::Integer(rank)) => {
                     let (from, to) = ((rank - 5).max(0).to_string(), (rank + 5).to_string());
-                    resp::encode(&mut self.out, &[b"ZREVRANGE", board, from.as_bytes(), to.as_bytes(), b"WITHSCORES"]);
+                    let board = names.board(*board);
+                    let args: [&[u8]; 5] =
+                        [b"ZREVRANGE", board.as_bytes(), from.as_bytes(), to.as_bytes(), b"WITHSCORES"];
+                    resp::encode(&mut self.out, &args);
                     second += 1;
                 }
                 _ => ok += 1,
