@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release -p rankd-bench --example ranks_vs_rank -- --addr 127.0.0.1:7070 --pid $(pgrep -n rankd)`
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use rand::seq::SliceRandom;
@@ -31,19 +31,9 @@ struct Args {
     rounds: usize,
 }
 
-/// The server's CPU seconds so far (user + system), from /proc.
+/// The server's CPU seconds so far, if its pid was given.
 fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = after_name.split(' ').collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
-}
-
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+    rankd_bench::process_cpu_seconds(pid?)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -96,8 +86,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         times.sort();
         println!(
             "{way:>26}: median {:>8.2?}  p99 {:>8.2?}  server CPU per list {}",
-            quantile(&times, 0.5),
-            quantile(&times, 0.99),
+            rankd_bench::quantile(&times, 0.5),
+            rankd_bench::quantile(&times, 0.99),
             cpu.map_or("-".into(), |c| format!("{:.1} µs", c * 1e6))
         );
     }

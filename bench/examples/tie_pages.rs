@@ -33,19 +33,9 @@ struct Args {
     rounds: usize,
 }
 
-/// The server's CPU seconds so far (user + system), from /proc.
+/// The server's CPU seconds so far, if its pid was given.
 fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = after_name.split(' ').collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
-}
-
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+    rankd_bench::process_cpu_seconds(pid?)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -87,8 +77,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if args.pid.is_some() { format!("{:.3} ms", cpu[i] * 1e3 / args.rounds as f64) } else { "-".into() };
         println!(
             "{offset:>10} {:>9.3} ms {:>9.3} ms {cpu_per_page:>16}",
-            quantile(&times[i], 0.5).as_secs_f64() * 1e3,
-            quantile(&times[i], 0.99).as_secs_f64() * 1e3
+            rankd_bench::quantile(&times[i], 0.5).as_secs_f64() * 1e3,
+            rankd_bench::quantile(&times[i], 0.99).as_secs_f64() * 1e3
         );
     }
     Ok(())

@@ -162,6 +162,23 @@ fn machine_cpu_in(stat: &str) -> Option<MachineCpu> {
 /// `/proc/stat` counts in USER_HZ ticks, 100 a second on Linux.
 const TICKS_PER_SECOND: f64 = 100.0;
 
+/// CPU seconds process `pid` has used so far (user and system), from
+/// `/proc/PID/stat`: how the examples charge a server its CPU per request.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the parenthesised name: utime and stime are the
+    // 12th and 13th of them.
+    let after_name = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / TICKS_PER_SECOND)
+}
+
+/// The `q` quantile (0 to 1) of `sorted` durations, nearest rank.
+pub fn quantile(sorted: &[std::time::Duration], q: f64) -> std::time::Duration {
+    sorted.get(((sorted.len().saturating_sub(1)) as f64 * q).round() as usize).copied().unwrap_or_default()
+}
+
 /// CPU seconds this process has used (user and system).
 pub(crate) fn own_cpu_seconds() -> Option<f64> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();

@@ -40,6 +40,7 @@ pub mod watch_latency;
 use std::process::ExitCode;
 
 pub use args::{BenchArgs, BenchCommand, BenchSub, KeyDistribution, LoadArgs, Workload};
+pub use cpu::{process_cpu_seconds, quantile};
 pub use error::BenchError;
 pub use load::{run, run_on};
 pub use report::Report;
