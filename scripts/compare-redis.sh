@@ -40,10 +40,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save ''
     --appendonly yes --appendfsync always >"$work/redis.log" 2>&1 &
 redis_pid=$!
 wait_listening "$work/rankd.log" "$rankd_pid"
-for _ in $(seq 100); do
-    redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-    sleep 0.1
-done
+wait_redis "$redis_port"
 
 targets=("rankd://127.0.0.1:$rankd_port" "redis://127.0.0.1:$redis_port")
 pids=("$rankd_pid" "$redis_pid")

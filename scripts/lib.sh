@@ -23,6 +23,15 @@ wait_listening() {
     done
 }
 
+# wait_redis PORT: returns once a redis-server answers PING on PORT (or
+# after 10 s; the caller's first command then fails loudly).
+wait_redis() {
+    for _ in $(seq 100); do
+        redis-cli -p "$1" ping >/dev/null 2>&1 && return
+        sleep 0.1
+    done
+}
+
 # stop PID: kills a server the script started, if any, and waits for it.
 stop() {
     if [ -n "$1" ] && kill "$1" 2>/dev/null; then

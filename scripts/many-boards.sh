@@ -94,10 +94,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save ''
     >"$work/redis.log" 2>&1 &
 redis_pid=$!
 wait_listening "$work/rankd.log" "$rankd_pid"
-for _ in $(seq 100); do
-    redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-    sleep 0.1
-done
+wait_redis "$redis_port"
 echo "$("$rankd" --version), $shards shards; $(redis-server --version | cut -d' ' -f1-3)"
 echo "$boards boards x $players players, loaded over $conns connections x $depth in flight"
 echo

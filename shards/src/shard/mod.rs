@@ -261,14 +261,14 @@ impl Shard {
 /// the tests of this module write to.
 #[cfg(test)]
 fn all_time_board() -> (Board, TreeId) {
-    use crate::board::{BoardConfig, Order, Ties, Window};
-    let config = BoardConfig {
-        order: Order::Desc,
-        ties: Ties::Ordinal,
-        windows: vec![Window::All],
-        keep: 1,
-        fields: Vec::new(),
-    };
+    all_time_board_with(crate::board::Ties::Ordinal)
+}
+
+/// [`all_time_board`] with another tie rule.
+#[cfg(test)]
+fn all_time_board_with(ties: crate::board::Ties) -> (Board, TreeId) {
+    use crate::board::{BoardConfig, Order, Window};
+    let config = BoardConfig { order: Order::Desc, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() };
     let board = Board { id: 1, name: "b".into(), config: config.into() };
     (board, TreeId { board: 1, window: Window::All.code(), period: 0 })
 }

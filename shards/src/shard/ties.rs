@@ -102,7 +102,7 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::board::{Board, BoardConfig, Mode, Order, Window};
+    use crate::board::{Mode, Order};
     use crate::key::{score_key, tiebreak, tree_key};
     use crate::shard::ShardOptions;
     use std::collections::BTreeSet;
@@ -126,15 +126,7 @@ mod tests {
     #[test]
     fn tie_counts_follow_writes_and_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let config = BoardConfig {
-            order: Order::Desc,
-            ties: Ties::Competition,
-            windows: vec![Window::All],
-            keep: 1,
-            fields: Vec::new(),
-        };
-        let board = Board { id: 1, name: "b".into(), config: config.into() };
-        let tree = TreeId { board: 1, window: Window::All.code(), period: 0 };
+        let (board, tree) = crate::shard::all_time_board_with(Ties::Competition);
         let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
         let mut names = BTreeSet::new();
         let name = |i: u64| match i % 3 {
