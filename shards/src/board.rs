@@ -118,12 +118,19 @@ pub struct ConfigInterner {
     /// as many are, so configs of boards since dropped do not pile up, at
     /// an amortised O(1) per config.
     swept: usize,
+    /// The config handed out last: boards read or made one after another
+    /// mostly share it, and comparing is cheaper than hashing.
+    last: Option<Arc<BoardConfig>>,
 }
 
 impl ConfigInterner {
     /// The shared copy of `config`.
     pub fn intern(&mut self, config: BoardConfig) -> Arc<BoardConfig> {
+        if let Some(last) = self.last.as_ref().filter(|last| ***last == config) {
+            return last.clone();
+        }
         if let Some(held) = self.held.get(&config) {
+            self.last = Some(held.clone());
             return held.clone();
         }
         if self.held.len() >= 2 * self.swept.max(64) {
@@ -133,6 +140,7 @@ impl ConfigInterner {
         }
         let config = Arc::new(config);
         self.held.insert(config.clone());
+        self.last = Some(config.clone());
         config
     }
 }
@@ -181,6 +189,11 @@ pub fn valid_player_name(player: &str) -> bool {
 }
 
 impl BoardConfig {
+    /// Whether any of its windows is periodic (has trees that expire).
+    pub fn is_windowed(&self) -> bool {
+        self.windows.iter().any(|w| *w != Window::All)
+    }
+
     /// Whether scores on this board are composite.
     pub fn has_fields(&self) -> bool {
         !self.fields.is_empty()
@@ -209,7 +222,7 @@ impl BoardConfig {
     }
 
     /// Inverse of [`BoardConfig::encode`]; returns the name too.
-    pub fn decode(bytes: &[u8]) -> Option<(String, Self)> {
+    pub fn decode(bytes: &[u8]) -> Option<(&str, Self)> {
         let (&[version @ (1 | 2), order, ties, k0, k1, k2, k3, n], rest) = bytes.split_first_chunk::<8>()? else {
             return None;
         };
@@ -235,7 +248,7 @@ impl BoardConfig {
             }
             rest = more;
         }
-        let name = String::from_utf8(rest.to_vec()).ok()?;
+        let name = std::str::from_utf8(rest).ok()?;
         let config = Self {
             order: Order::from_code(order)?,
             ties: Ties::from_code(ties)?,
@@ -260,7 +273,7 @@ mod tests {
             keep: 7,
             fields: Vec::new(),
         };
-        assert_eq!(BoardConfig::decode(&config.encode("b:1")), Some(("b:1".to_string(), config.clone())));
+        assert_eq!(BoardConfig::decode(&config.encode("b:1")), Some(("b:1", config.clone())));
         assert_eq!(BoardConfig::decode(&[1, 2]), None);
         let fields = vec![
             Field { name: "trophies".into(), order: Order::Desc, min: 0, max: 1 << 20 },
@@ -269,7 +282,7 @@ mod tests {
         let composite = BoardConfig { fields, ..config };
         let encoded = composite.encode("lvl:1");
         assert_eq!(encoded[0], 2);
-        assert_eq!(BoardConfig::decode(&encoded), Some(("lvl:1".to_string(), composite)));
+        assert_eq!(BoardConfig::decode(&encoded), Some(("lvl:1", composite)));
         assert_eq!(BoardConfig::decode(&encoded[..20]), None);
     }
 

@@ -3,7 +3,7 @@
 //! the router needs rebuilt from them, and one shard actor started per
 //! thread.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use actix::{Actor, Arbiter};
@@ -71,34 +71,50 @@ pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
 
 /// Boards, sequence and dense indexes recovered from the shards.
 pub fn recover(shards: &mut [Shard], branching: u32) -> (RouterState, DenseRegistry) {
-    let mut boards: HashMap<std::sync::Arc<str>, Board> = HashMap::new();
-    for board in shards.iter().flat_map(|s| s.boards()) {
-        // A half-finished drop can leave an older board of the same name in
-        // some shard; the newest id is the live one.
-        if boards.get(&board.name).is_none_or(|b| b.id < board.id) {
-            boards.insert(board.name.clone(), board.clone());
-        }
-    }
+    let held = held_boards(shards);
+    let state = RouterState::from_held(
+        &held,
+        shards.iter().map(Shard::max_board_id).max().unwrap_or(0),
+        shards.iter().map(Shard::max_seq).max().unwrap_or(0),
+    );
     // One copy of each name and config for the router and every shard.
     for shard in shards.iter_mut() {
-        shard.adopt_boards(boards.values());
+        shard.adopt_boards(&held);
     }
     // Each shard adds its share of every live dense board's indexes, the way
     // a recovering shard replaces its share (a half-finished drop's
     // leftovers are not indexed).
     let dense = DenseRegistry::new(branching);
-    let live: std::collections::HashSet<u64> = boards.values().map(|b| b.id).collect();
+    let mut live_dense: Option<HashSet<u64>> = None;
     for shard in shards.iter() {
         let mut share = shard.dense_score_counts();
+        if share.is_empty() {
+            continue;
+        }
+        let live = live_dense.get_or_insert_with(|| state.dense_board_ids());
         share.retain(|tree, _| live.contains(&tree.board));
         dense.replace_share(&HashMap::new(), &share);
     }
-    let state = RouterState {
-        boards: boards.into_values().collect(),
-        max_board_id: shards.iter().map(Shard::max_board_id).max().unwrap_or(0),
-        max_seq: shards.iter().map(Shard::max_seq).max().unwrap_or(0),
-    };
     (state, dense)
+}
+
+/// Every board some shard holds, once, in id order: the shards' lists
+/// merged. In id order, a name is read where it was allocated, one board
+/// after the next: with a million boards, walking the shards' maps in hash
+/// order instead made start-up wait on a cache miss per board.
+fn held_boards(shards: &[Shard]) -> Vec<Board> {
+    let mut lists: Vec<_> = shards.iter().map(|s| s.boards_by_id().into_iter().peekable()).collect();
+    let mut held = Vec::with_capacity(lists.iter().map(|l| l.len()).max().unwrap_or(0));
+    while let Some(next) = lists.iter_mut().filter_map(|l| l.peek().map(|b| b.id)).min() {
+        let mut first = None;
+        for list in &mut lists {
+            if let Some(board) = list.next_if(|b| b.id == next) {
+                first.get_or_insert(board);
+            }
+        }
+        held.extend(first.cloned());
+    }
+    held
 }
 
 /// Starts one shard actor per shard, each on its own arbiter (thread),

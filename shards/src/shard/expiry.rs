@@ -32,7 +32,7 @@ impl ExpiryCursor {
 impl Shard {
     /// Whether [`Shard::expire`] has anything to do at the current time.
     pub fn has_expired(&self) -> bool {
-        !self.expiring.is_empty() || self.newly_expired().next().is_some()
+        !self.expiring.is_empty() || (self.windowed_boards > 0 && self.newly_expired().next().is_some())
     }
 
     /// Readable trees whose period fell out of their board's `keep`. Asked
@@ -56,7 +56,7 @@ impl Shard {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
-        let newly: Vec<TreeId> = self.newly_expired().collect();
+        let newly: Vec<TreeId> = if self.windowed_boards > 0 { self.newly_expired().collect() } else { Vec::new() };
         for tree in &newly {
             self.forget_tree(tree);
             self.expiring.insert(*tree);
@@ -131,7 +131,7 @@ impl Shard {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
-        let existed = self.boards.remove(&board_id).is_some();
+        let existed = self.release_board(board_id);
         let dropped: Vec<TreeId> = self.trees.keys().filter(|tree| tree.board == board_id).copied().collect();
         // Cache keys are hashes: the board's entries cannot be picked out.
         self.cache.get_mut().clear();

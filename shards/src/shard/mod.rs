@@ -126,6 +126,9 @@ pub struct Shard {
     /// Configs of the boards this shard holds, by id: their order and tie
     /// rule key every change, live or replayed.
     boards: HashMap<u64, Board, FastHasher>,
+    /// How many of `boards` have a periodic window: with none, the
+    /// once-a-second expiry look passes over every tree without a walk.
+    windowed_boards: usize,
     /// Highest reach sequence stored, so a restarted server's sequences
     /// keep rising.
     max_seq: u64,
@@ -191,8 +194,15 @@ impl Shard {
     }
 
     /// Boards whose config this shard holds (it saw a write or a create).
-    pub fn boards(&self) -> impl Iterator<Item = &Board> {
+    pub fn boards(&self) -> impl ExactSizeIterator<Item = &Board> {
         self.boards.values()
+    }
+
+    /// [`Shard::boards`] in id order.
+    pub fn boards_by_id(&self) -> Vec<&Board> {
+        let mut boards: Vec<(u64, &Board)> = self.boards.iter().map(|(&id, board)| (id, board)).collect();
+        boards.sort_unstable_by_key(|&(id, _)| id);
+        boards.into_iter().map(|(_, board)| board).collect()
     }
 
     /// Takes the caller's copies of boards this shard holds as they are (the
@@ -228,6 +238,21 @@ impl Shard {
     /// Players held in all trees of this shard.
     pub fn players(&self) -> u64 {
         self.players
+    }
+
+    /// Holds `board`'s config (new, or replacing the same board's).
+    fn hold_board(&mut self, board: Board) {
+        self.windowed_boards += usize::from(board.config.is_windowed());
+        if let Some(old) = self.boards.insert(board.id, board) {
+            self.windowed_boards -= usize::from(old.config.is_windowed());
+        }
+    }
+
+    /// Stops holding the config of the board with `board_id`; true if held.
+    fn release_board(&mut self, board_id: u64) -> bool {
+        let Some(old) = self.boards.remove(&board_id) else { return false };
+        self.windowed_boards -= usize::from(old.config.is_windowed());
+        true
     }
 
     /// Removes `tree` from the readable trees (dropped or expired).

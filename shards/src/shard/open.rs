@@ -30,6 +30,7 @@ use crate::log::{self, LogFormat};
 use crate::overlay::Overlay;
 use crate::ties::TieGroups;
 use crate::tree::{self, CountTree, LeafEncoding, LeafId};
+use crate::FastHasher;
 
 impl Shard {
     /// Opens (or creates) the shard stored at `path` and loads its count trees
@@ -51,6 +52,7 @@ impl Shard {
             players: 0,
             burst_trees: 0,
             boards: HashMap::default(),
+            windowed_boards: 0,
             max_seq: 0,
             max_board_id: 0,
             log: LogPositions::default(),
@@ -68,20 +70,31 @@ impl Shard {
             images: std::sync::Arc::default(),
         };
         let opened = started.elapsed();
-        shard.load()?;
+        let phases = shard.load()?;
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             path = %path.display(),
             players = shard.players(),
+            trees = shard.trees.len(),
+            boards = shard.boards.len(),
             replayed = shard.log.logged,
-            storage_ms = opened.as_millis() as u64,
-            total_ms = started.elapsed().as_millis() as u64,
+            storage_ms = ms(opened),
+            boards_ms = ms(phases.boards),
+            leaves_ms = ms(phases.leaves),
+            replay_ms = ms(phases.replay),
+            ties_ms = ms(phases.ties),
+            total_ms = ms(started.elapsed()),
             "shard opened"
         );
         Ok(shard)
     }
 
-    /// (Re)builds the in-memory state from what is on disk.
-    pub(super) fn load(&mut self) -> Result<(), ShardError> {
+    /// (Re)builds the in-memory state from what is on disk, and says how
+    /// long each part took.
+    pub(super) fn load(&mut self) -> Result<LoadPhases, ShardError> {
+        let mut phases = LoadPhases::default();
+        let mut phase_start = Instant::now();
+        let mut lap = || std::mem::replace(&mut phase_start, Instant::now()).elapsed();
         self.cache.get_mut().clear();
         self.trees.clear();
         self.boards.clear();
@@ -92,14 +105,23 @@ impl Shard {
         self.max_seq = read_u64(meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(meta, META_MAX_BOARD)?;
         let mut configs = ConfigInterner::default();
+        // Read whole before the map is made, so it is made at its size: a
+        // million boards grew it twenty times over.
+        let mut boards = Vec::new();
         for item in meta.prefix(META_BOARD) {
             let (key, value) = item.into_inner()?;
             let id_bytes: [u8; 8] =
                 key.get(META_BOARD.len()..).and_then(|b| b.try_into().ok()).ok_or(ShardError::Corrupt("board key"))?;
             let id = u64::from_be_bytes(id_bytes);
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
-            self.boards.insert(id, Board { id, name: name.into(), config: configs.intern(config) });
+            boards.push((id, Board { id, name: name.into(), config: configs.intern(config) }));
         }
+        self.boards = HashMap::with_capacity_and_hasher(boards.len(), FastHasher::default());
+        self.boards.extend(boards);
+        // Most boards have players here, one tree each (all-time boards).
+        self.trees.reserve(self.boards.len());
+        self.windowed_boards = self.boards.values().filter(|b| b.config.is_windowed()).count();
+        phases.boards = lap();
         let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
         for item in stored_leaves(leaves) {
             let (key, value) = item.into_inner()?;
@@ -114,6 +136,7 @@ impl Shard {
             };
             tree.install_leaf(id, &value, self.leaf_encoding)?;
         }
+        phases.leaves = lap();
         let format = log_format(meta)?;
         let runs_through = read_u64(meta, META_RUNS_THROUGH)?;
         self.replay_log(format, runs_through, leaves_through)?;
@@ -130,15 +153,19 @@ impl Shard {
         if format == LogFormat::TreeKeys {
             self.migrate_log()?;
         }
-        self.players = self.trees.values().map(CountTree::total).sum();
-        self.burst_trees = self.trees.values().filter(|t| !t.is_compact()).count();
+        (self.players, self.burst_trees) = self
+            .trees
+            .values()
+            .fold((0, 0), |(players, burst), tree| (players + tree.total(), burst + usize::from(!tree.is_compact())));
+        phases.replay = lap();
         self.rebuild_ties()?;
+        phases.ties = lap();
         self.dedup.clear();
         for item in self.storage.meta.prefix(GROUP_PREFIX) {
             let (key, value) = item.into_inner()?;
             self.dedup.load(&key, &value).ok_or(ShardError::Corrupt("wid records"))?;
         }
-        Ok(())
+        Ok(phases)
     }
 
     /// Applies the change log on top of the checkpointed leaves (numbers from
@@ -237,6 +264,20 @@ impl Shard {
     pub fn location(&self) -> (PathBuf, ShardOptions) {
         (self.path.clone(), self.options.clone())
     }
+}
+
+/// How long each part of loading a shard took, for the log: what a slow
+/// start-up is spent on.
+#[derive(Debug, Default)]
+pub(super) struct LoadPhases {
+    /// Reading the boards' configs.
+    boards: std::time::Duration,
+    /// Reading the checkpointed leaves into the trees.
+    leaves: std::time::Duration,
+    /// Replaying the change log, and the totals.
+    replay: std::time::Duration,
+    /// Rebuilding the tie groups.
+    ties: std::time::Duration,
 }
 
 /// Checks the branching factor against the one the data dir was made with,

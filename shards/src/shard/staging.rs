@@ -48,7 +48,7 @@ impl Shard {
         if self.boards.get(&board.id).is_some_and(|b| b == board) {
             return;
         }
-        self.boards.insert(board.id, board.clone());
+        self.hold_board(board.clone());
         self.staged.meta.insert(board_meta_key(board.id), Some(board.config.encode(&board.name)));
         if board.id > self.max_board_id {
             self.max_board_id = board.id;

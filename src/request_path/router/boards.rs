@@ -1,23 +1,57 @@
 //! The board registry and the global arrival sequence: what the router
 //! decides alone, before any shard is asked.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use rankd_shards::{window, Board, BoardConfig, ConfigInterner, TreeId, Window};
+use rankd_shards::{window, Board, BoardConfig, ConfigInterner, Ties, TreeId, Window};
 
 use crate::error::Error;
 use crate::protocol::View;
 
 /// What the router recovered from the shards at start-up.
 pub struct RouterState {
-    /// Every live board.
-    pub boards: Vec<Board>,
+    /// Every live board, by name.
+    boards: HashMap<Arc<str>, Arc<Board>>,
+    /// Their names in byte order.
+    names: BTreeSet<Arc<str>>,
     /// Highest board id ever used.
-    pub max_board_id: u64,
+    max_board_id: u64,
     /// Highest arrival sequence ever stored.
-    pub max_seq: u64,
+    max_seq: u64,
+}
+
+impl RouterState {
+    /// The live boards among `held` (every board the shards hold, once, in
+    /// id order), and the highest board id and arrival sequence stored. A
+    /// half-finished drop can leave an older board of a name in some shard:
+    /// the newest id is the live one. Names are read in id order, the order
+    /// they were allocated in: a million of them sort in a fraction of the
+    /// time they take in hash order.
+    pub fn from_held(held: &[Board], max_board_id: u64, max_seq: u64) -> Self {
+        let mut boards: HashMap<Arc<str>, Arc<Board>> = HashMap::with_capacity(held.len());
+        for board in held {
+            match boards.entry(board.name.clone()) {
+                Entry::Occupied(mut older) => {
+                    debug_assert!(older.get().id < board.id, "boards come in id order");
+                    let name = older.key().clone(); // the map's one copy
+                    older.insert(Arc::new(Board { name, ..board.clone() }));
+                }
+                Entry::Vacant(entry) => {
+                    entry.insert(Arc::new(board.clone()));
+                }
+            }
+        }
+        let names = held.iter().map(|board| board.name.clone()).collect();
+        Self { boards, names, max_board_id, max_seq }
+    }
+
+    /// Ids of the live boards that rank `dense`.
+    pub fn dense_board_ids(&self) -> HashSet<u64> {
+        self.boards.values().filter(|b| b.config.ties == Ties::Dense).map(|b| b.id).collect()
+    }
 }
 
 /// Boards by name, the next board id and the next arrival sequence (the
@@ -49,11 +83,9 @@ pub enum Created {
 impl Boards {
     /// The registry the shards' stored state describes.
     pub fn new(state: RouterState) -> Self {
-        let by_name: HashMap<Arc<str>, Arc<Board>> =
-            state.boards.into_iter().map(|b| (b.name.clone(), Arc::new(b))).collect();
         Self {
-            names: by_name.keys().cloned().collect(),
-            by_name,
+            names: state.names,
+            by_name: state.boards,
             configs: ConfigInterner::default(),
             gauge: None,
             next_board_id: state.max_board_id + 1,
@@ -179,7 +211,19 @@ mod tests {
 
     fn boards() -> Boards {
         let old = Board { id: 7, name: "old".into(), config: BoardConfig::default().into() };
-        Boards::new(RouterState { boards: vec![old], max_board_id: 9, max_seq: 41 })
+        Boards::new(RouterState::from_held(&[old], 9, 41))
+    }
+
+    #[test]
+    fn the_newest_board_of_a_name_is_the_live_one() {
+        let board = |id, name: &str| Board { id, name: name.into(), config: BoardConfig::default().into() };
+        // A drop of `a` (id 1) left it in some shard; id 3 is its successor.
+        let held = [board(1, "a"), board(2, "b"), board(3, "a"), board(4, "c")];
+        let boards = Boards::new(RouterState::from_held(&held, 4, 0));
+        let ids: Vec<(String, u64)> = boards.sorted().iter().map(|b| (b.name.to_string(), b.id)).collect();
+        assert_eq!(ids, [("a".into(), 3), ("b".into(), 2), ("c".into(), 4)]);
+        assert!(boards.by_name.iter().all(|(name, b)| Arc::ptr_eq(name, &b.name)), "one copy of each name");
+        assert_eq!(boards.next_board_id, 5);
     }
 
     fn asc() -> BoardConfig {
