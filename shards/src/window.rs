@@ -6,7 +6,7 @@
 //! empty — no stop-the-world clear — and the previous ones stay readable
 //! until they fall out of `keep` and are deleted in the background.
 
-use crate::board::{Board, Window};
+use crate::board::{Board, BoardConfig, Window};
 use crate::key::TreeId;
 
 const SECONDS_PER_DAY: i64 = 86_400;
@@ -48,12 +48,10 @@ pub fn current_trees(board: &Board, unix_seconds: i64) -> Vec<TreeId> {
 
 /// Whether `tree` is older than its board keeps at `unix_seconds`: such a
 /// period can no longer be read and its data is deleted.
-pub fn expired(board: &Board, tree: TreeId, unix_seconds: i64) -> bool {
+pub fn expired(config: &BoardConfig, tree: TreeId, unix_seconds: i64) -> bool {
     match Window::from_code(tree.window) {
         None | Some(Window::All) => false,
-        Some(window) => {
-            i64::from(tree.period) < i64::from(period_of(window, unix_seconds)) - i64::from(board.config.keep)
-        }
+        Some(window) => i64::from(tree.period) < i64::from(period_of(window, unix_seconds)) - i64::from(config.keep),
     }
 }
 
@@ -132,10 +130,10 @@ mod tests {
         };
         let now = at(2026, 11, 21, 12);
         let today = tree_at(&board, Window::Daily, now, 0).unwrap();
-        assert!(!expired(&board, today, now));
-        assert!(!expired(&board, tree_at(&board, Window::Daily, now, -2).unwrap(), now));
-        assert!(expired(&board, tree_at(&board, Window::Daily, now, -3).unwrap(), now));
-        assert!(!expired(&board, tree_at(&board, Window::All, now, 0).unwrap(), now));
+        assert!(!expired(&board.config, today, now));
+        assert!(!expired(&board.config, tree_at(&board, Window::Daily, now, -2).unwrap(), now));
+        assert!(expired(&board.config, tree_at(&board, Window::Daily, now, -3).unwrap(), now));
+        assert!(!expired(&board.config, tree_at(&board, Window::All, now, 0).unwrap(), now));
         assert_eq!(current_trees(&board, now).len(), 2);
     }
 }

@@ -256,8 +256,9 @@ fn check_all(shard: &Shard, st: &State, names: &[String], lists: bool) -> Result
             check_lists(shard, ob)?;
         }
     }
-    let boards: BTreeMap<u64, Board> = shard.boards().map(|b| (b.id, b.clone())).collect();
-    prop_assert_eq!(&boards, &st.known, "boards()");
+    let configs: BTreeMap<u64, &BoardConfig> = shard.board_configs().collect();
+    let known: BTreeMap<u64, &BoardConfig> = st.known.iter().map(|(&id, b)| (id, &*b.config)).collect();
+    prop_assert_eq!(configs, known, "board_configs()");
     prop_assert_eq!(shard.max_seq(), st.max_seq, "max_seq");
     prop_assert_eq!(shard.max_board_id(), st.max_board_id, "max_board_id");
     for t in shard.tree_ids() {
@@ -631,7 +632,15 @@ impl Run {
 
     fn reopen(&mut self) -> Result<(), TestCaseError> {
         drop(self.shard.take());
-        self.shard = Some(ok(Shard::open(self.dir.path(), self.options.clone()))?);
+        let mut shard = ok(Shard::open(self.dir.path(), self.options.clone()))?;
+        // The boards it read, names and all, in id order: what the router is
+        // rebuilt from.
+        let opened = shard.take_opened_boards();
+        prop_assert!(opened.windows(2).all(|pair| pair[0].id < pair[1].id), "opened boards in id order");
+        let opened: BTreeMap<u64, Board> = opened.into_iter().map(|b| (b.id, b)).collect();
+        prop_assert_eq!(&opened, &self.committed.known, "boards read at open");
+        prop_assert!(shard.take_opened_boards().is_empty(), "taken once");
+        self.shard = Some(shard);
         // The count trees came from stored leaves: rebuild a dense index from
         // them as a restarted engine would, and compare.
         let shard = self.shard.as_ref().unwrap();

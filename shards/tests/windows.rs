@@ -1079,7 +1079,7 @@ fn rollover_starts_empty_and_keeps_previous_period() {
     shard.set_time(tuesday);
     let gone = cur(daily, sunday);
     assert_eq!(window::tree_at(&b, daily, tuesday, -2), Some(gone));
-    assert!(window::expired(&b, gone, tuesday));
+    assert!(window::expired(&b.config, gone, tuesday));
     let mut newly = Vec::new();
     for _ in 0..10 {
         newly.extend(shard.expire(1).unwrap());

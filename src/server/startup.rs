@@ -74,16 +74,8 @@ pub fn recover(shards: &mut [Shard], branching: u32) -> (RouterState, DenseRegis
     let held = held_boards(shards);
     let max_board_id = shards.iter().map(Shard::max_board_id).max().unwrap_or(0);
     let max_seq = shards.iter().map(Shard::max_seq).max().unwrap_or(0);
-    // One copy of each name and config for the router and every shard; the
-    // shards take theirs while the router's registry is built.
-    let state = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            for shard in shards.iter_mut() {
-                shard.adopt_boards(&held);
-            }
-        });
-        RouterState::from_held(&held, max_board_id, max_seq)
-    });
+    let state = RouterState::from_held(&held, max_board_id, max_seq);
+    drop(held);
     // Each shard adds its share of every live dense board's indexes, the way
     // a recovering shard replaces its share (a half-finished drop's
     // leftovers are not indexed).
@@ -101,28 +93,11 @@ pub fn recover(shards: &mut [Shard], branching: u32) -> (RouterState, DenseRegis
     (state, dense)
 }
 
-/// Every board some shard holds, once, in id order: the shards' lists
-/// merged. In id order, a name is read where it was allocated, one board
-/// after the next: with a million boards, walking the shards' maps in hash
-/// order instead made start-up wait on a cache miss per board.
+/// Every board some shard held when it opened, once, in id order: the
+/// shards' lists merged (a board's name and config are the same in every
+/// shard holding it; the first shard's copy is kept).
 fn held_boards(shards: &mut [Shard]) -> Vec<Board> {
-    let lists: Vec<Vec<&Board>> = std::thread::scope(|scope| {
-        // `&mut`: a shard is not `Sync`, but one thread at a time may look.
-        let sorting: Vec<_> = shards
-            .iter_mut()
-            .map(|shard| {
-                scope.spawn(move || {
-                    let shard: &Shard = shard;
-                    shard.boards_by_id()
-                })
-            })
-            .collect();
-        sorting
-            .into_iter()
-            .map(|sorted| sorted.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
-    });
-    let mut lists: Vec<_> = lists.into_iter().map(|list| list.into_iter().peekable()).collect();
+    let mut lists: Vec<_> = shards.iter_mut().map(|s| s.take_opened_boards().into_iter().peekable()).collect();
     let mut held = Vec::with_capacity(lists.iter().map(|l| l.len()).max().unwrap_or(0));
     while let Some(next) = lists.iter_mut().filter_map(|l| l.peek().map(|b| b.id)).min() {
         let mut first = None;
@@ -131,7 +106,7 @@ fn held_boards(shards: &mut [Shard]) -> Vec<Board> {
                 first.get_or_insert(board);
             }
         }
-        held.extend(first.cloned());
+        held.extend(first);
     }
     held
 }

@@ -20,10 +20,10 @@ impl Shard {
         }
         for (id, tree) in &self.trees {
             tree.check().map_err(|e| inconsistent(id, e))?;
-            let Some(board) = self.boards.get(&id.board) else {
+            let Some(config) = self.boards.get(&id.board) else {
                 return Err(inconsistent(id, "tree of a board this shard has no config for".into()));
             };
-            let (order, ties) = (board.config.order, board.config.ties);
+            let (order, ties) = (config.order, config.ties);
             // Every index entry matches its player's record, and the tree
             // holds exactly the keys the index implies.
             let mut keys = Vec::with_capacity(tree.total() as usize);

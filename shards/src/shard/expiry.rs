@@ -44,7 +44,7 @@ impl Shard {
             .keys()
             .filter(move |tree| tree.window != all_time)
             .copied()
-            .filter(move |tree| boards.get(&tree.board).is_some_and(|b| window::expired(b, *tree, now)))
+            .filter(move |tree| boards.get(&tree.board).is_some_and(|config| window::expired(config, *tree, now)))
     }
 
     /// Moves periods that fell out of their board's `keep` out of the readable

@@ -94,7 +94,7 @@ pub use self::seal::{Committed, DurabilityHandle, SealedBatch, WrittenBatch};
 use self::staging::Staged;
 use self::storage::Storage;
 pub use self::storage::{StorageStats, MEMTABLE_OVERRUN};
-use crate::board::Board;
+use crate::board::{Board, BoardConfig};
 use crate::cache::RecordCache;
 pub use crate::cache::{cached_players_for, Lookups};
 use crate::dedup::DedupTable;
@@ -124,8 +124,12 @@ pub struct Shard {
     /// (a gauge's worth of accuracy without a walk per write).
     burst_trees: usize,
     /// Configs of the boards this shard holds, by id: their order and tie
-    /// rule key every change, live or replayed.
-    boards: HashMap<u64, Board, FastHasher>,
+    /// rule key every change, live or replayed. Names are the router's
+    /// business: a shard reads them only when it opens ([`Shard::take_opened_boards`]).
+    boards: HashMap<u64, Arc<BoardConfig>, FastHasher>,
+    /// The boards read when the shard opened, names and all, until the
+    /// router takes them.
+    opened_boards: Vec<Board>,
     /// How many of `boards` have a periodic window: with none, the
     /// once-a-second expiry look passes over every tree without a walk.
     windowed_boards: usize,
@@ -193,29 +197,17 @@ impl Shard {
         self.options.branching
     }
 
-    /// Boards whose config this shard holds (it saw a write or a create).
-    pub fn boards(&self) -> impl ExactSizeIterator<Item = &Board> {
-        self.boards.values()
+    /// The boards whose config this shard held when it opened (it had seen
+    /// a write or a create of each), with their names, in id order: what
+    /// the router's registry is rebuilt from. Taken once; the shard keeps
+    /// only the configs.
+    pub fn take_opened_boards(&mut self) -> Vec<Board> {
+        std::mem::take(&mut self.opened_boards)
     }
 
-    /// [`Shard::boards`] in id order.
-    pub fn boards_by_id(&self) -> Vec<&Board> {
-        let mut boards: Vec<(u64, &Board)> = self.boards.iter().map(|(&id, board)| (id, board)).collect();
-        boards.sort_unstable_by_key(|&(id, _)| id);
-        boards.into_iter().map(|(_, board)| board).collect()
-    }
-
-    /// Takes the caller's copies of boards this shard holds as they are (the
-    /// router's, after a restart), so one name and config in memory serve
-    /// the router and every shard.
-    pub fn adopt_boards<'a>(&mut self, boards: impl IntoIterator<Item = &'a Board>) {
-        for board in boards {
-            if let Some(held) = self.boards.get_mut(&board.id) {
-                if held == board {
-                    *held = board.clone();
-                }
-            }
-        }
+    /// The configs of the boards this shard holds, by id.
+    pub fn board_configs(&self) -> impl ExactSizeIterator<Item = (u64, &BoardConfig)> {
+        self.boards.iter().map(|(&id, config)| (id, &**config))
     }
 
     /// Highest reach sequence this shard has stored.
@@ -240,18 +232,19 @@ impl Shard {
         self.players
     }
 
-    /// Holds `board`'s config (new, or replacing the same board's).
-    fn hold_board(&mut self, board: Board) {
-        self.windowed_boards += usize::from(board.config.is_windowed());
-        if let Some(old) = self.boards.insert(board.id, board) {
-            self.windowed_boards -= usize::from(old.config.is_windowed());
+    /// Holds the config of the board with `board_id` (new, or replacing the
+    /// same board's).
+    fn hold_board(&mut self, board_id: u64, config: Arc<BoardConfig>) {
+        self.windowed_boards += usize::from(config.is_windowed());
+        if let Some(old) = self.boards.insert(board_id, config) {
+            self.windowed_boards -= usize::from(old.is_windowed());
         }
     }
 
     /// Stops holding the config of the board with `board_id`; true if held.
     fn release_board(&mut self, board_id: u64) -> bool {
         let Some(old) = self.boards.remove(&board_id) else { return false };
-        self.windowed_boards -= usize::from(old.config.is_windowed());
+        self.windowed_boards -= usize::from(old.is_windowed());
         true
     }
 

@@ -52,6 +52,7 @@ impl Shard {
             players: 0,
             burst_trees: 0,
             boards: HashMap::default(),
+            opened_boards: Vec::new(),
             windowed_boards: 0,
             max_seq: 0,
             max_board_id: 0,
@@ -107,20 +108,21 @@ impl Shard {
         let mut configs = ConfigInterner::default();
         // Read whole before the map is made, so it is made at its size: a
         // million boards grew it twenty times over.
-        let mut boards = Vec::new();
+        let mut boards: Vec<Board> = Vec::new();
         for item in meta.prefix(META_BOARD) {
             let (key, value) = item.into_inner()?;
             let id_bytes: [u8; 8] =
                 key.get(META_BOARD.len()..).and_then(|b| b.try_into().ok()).ok_or(ShardError::Corrupt("board key"))?;
             let id = u64::from_be_bytes(id_bytes);
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
-            boards.push((id, Board { id, name: name.into(), config: configs.intern(config) }));
+            boards.push(Board { id, name: name.into(), config: configs.intern(config) });
         }
         self.boards = HashMap::with_capacity_and_hasher(boards.len(), FastHasher::default());
-        self.boards.extend(boards);
+        self.boards.extend(boards.iter().map(|board| (board.id, board.config.clone())));
+        self.opened_boards = boards;
         // Most boards have players here, one tree each (all-time boards).
         self.trees.reserve(self.boards.len());
-        self.windowed_boards = self.boards.values().filter(|b| b.config.is_windowed()).count();
+        self.windowed_boards = self.boards.values().filter(|config| config.is_windowed()).count();
         phases.boards = lap();
         let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
         for item in stored_leaves(leaves) {
@@ -212,9 +214,9 @@ impl Shard {
                     let rebuild = number >= runs_through;
                     for change in log::changes(&value) {
                         let change = change?;
-                        let Some(board) = self.boards.get(&change.tree.board) else { continue };
+                        let Some(config) = self.boards.get(&change.tree.board) else { continue };
                         let overlay = rebuild.then(|| (&mut self.overlay, player_key(change.tree, change.player)));
-                        apply_change(TreeCounts::Gather(&mut gathered), overlay, &board.config, &change);
+                        apply_change(TreeCounts::Gather(&mut gathered), overlay, config, &change);
                         self.log.logged += 1;
                     }
                     if gathered.is_full() {

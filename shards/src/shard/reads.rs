@@ -166,7 +166,7 @@ impl Shard {
     /// share of the engine-wide [`crate::DenseIndex`]es.
     pub fn dense_score_counts(&self) -> HashMap<TreeId, Vec<(u64, u64)>> {
         let dense: std::collections::HashSet<u64> =
-            self.boards.values().filter(|b| b.config.ties == Ties::Dense).map(|b| b.id).collect();
+            self.boards.iter().filter(|(_, config)| config.ties == Ties::Dense).map(|(&id, _)| id).collect();
         if dense.is_empty() {
             return HashMap::new(); // no look at a million trees of other boards
         }

@@ -45,10 +45,10 @@ impl Shard {
 
     /// Persists `board`'s config in this shard if it is not there yet.
     pub fn ensure_board(&mut self, board: &Board) {
-        if self.boards.get(&board.id).is_some_and(|b| b == board) {
+        if self.boards.get(&board.id).is_some_and(|config| *config == board.config) {
             return;
         }
-        self.hold_board(board.clone());
+        self.hold_board(board.id, board.config.clone());
         self.staged.meta.insert(board_meta_key(board.id), Some(board.config.encode(&board.name)));
         if board.id > self.max_board_id {
             self.max_board_id = board.id;

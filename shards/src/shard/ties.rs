@@ -70,7 +70,7 @@ impl Shard {
         // Most trees are far too small to crowd a key: passed over without
         // a look at their board.
         for (&tree, counts) in self.trees.iter().filter(|(_, counts)| counts.total() >= GROUP_AT) {
-            let ties = self.boards.get(&tree.board).map(|b| b.config.ties);
+            let ties = self.boards.get(&tree.board).map(|config| config.ties);
             if ties.is_some_and(|t| t != Ties::Ordinal) {
                 crowded.extend(counts.crowded_keys(GROUP_AT).into_iter().map(|key| Crowded {
                     tree,
