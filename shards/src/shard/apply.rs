@@ -1,14 +1,12 @@
 //! A score change applied to the in-memory state: the one path live writes
 //! and replay share, so a restart rebuilds exactly what the writes built.
 
-use std::collections::HashMap;
-
+use super::Trees;
 use crate::board::BoardConfig;
 use crate::key::{self, TreeId};
 use crate::log;
 use crate::overlay::Overlay;
 use crate::tree::CountTree;
-use crate::FastHasher;
 
 /// A change to the set of scores held in a dense-ranked tree, reported by
 /// [`Shard::commit`](super::Shard::commit) so the engine-wide distinct-score
@@ -24,12 +22,8 @@ pub struct DenseChange {
 }
 
 /// The count tree of `tree`, made empty if it has none yet.
-pub(super) fn count_tree(
-    trees: &mut HashMap<TreeId, CountTree, FastHasher>,
-    tree: TreeId,
-    branching: u32,
-) -> &mut CountTree {
-    trees.entry(tree).or_insert_with(|| CountTree::new(branching).expect("branching validated at open"))
+pub(super) fn count_tree(trees: &mut Trees, tree: TreeId, branching: u32) -> &mut CountTree {
+    trees.entry(tree).or_insert_with(|| Box::new(CountTree::new(branching).expect("branching validated at open")))
 }
 
 /// Where [`apply_change`] puts a change's count-tree changes.
@@ -69,7 +63,7 @@ impl GatheredCounts {
     /// Applies every gathered change to `trees`, in tree and key order. A
     /// tree the changes touch exists afterwards even where they cancel out,
     /// as it does when they are applied in log order.
-    pub(super) fn apply(&mut self, trees: &mut HashMap<TreeId, CountTree, FastHasher>, branching: u32) {
+    pub(super) fn apply(&mut self, trees: &mut Trees, branching: u32) {
         self.changes.sort_unstable_by_key(|&(tree, key, _)| (tree, key));
         let mut changes = self.changes.drain(..).peekable();
         while let Some((tree, key, mut delta)) = changes.next() {
@@ -160,10 +154,10 @@ mod tests {
         fn gathered_counts_make_the_trees_the_log_order_makes(
             ops in proptest::collection::vec((0u64..2, 0u128..40, proptest::bool::ANY), 1..400),
         ) {
-            let mut in_order: HashMap<TreeId, CountTree, FastHasher> = HashMap::default();
-            let mut sorted: HashMap<TreeId, CountTree, FastHasher> = HashMap::default();
+            let mut in_order = Trees::default();
+            let mut sorted = Trees::default();
             let mut gathered = GatheredCounts::default();
-            let mut held: HashMap<(TreeId, u128), u64> = HashMap::new();
+            let mut held: std::collections::HashMap<(TreeId, u128), u64> = Default::default();
             for (board, key, add) in ops {
                 let tree = TreeId { board, window: 0, period: 0 };
                 let count = held.entry((tree, key)).or_default();
@@ -175,7 +169,7 @@ mod tests {
             }
             gathered.apply(&mut sorted, 4);
             for (tree, expected) in &in_order {
-                proptest::prop_assert_eq!(sorted.get(tree).map(CountTree::entries), Some(expected.entries()));
+                proptest::prop_assert_eq!(sorted.get(tree).map(|t| t.entries()), Some(expected.entries()));
             }
             proptest::prop_assert_eq!(sorted.len(), in_order.len());
         }

@@ -12,7 +12,7 @@ use super::Shard;
 use crate::checkpoint::{leaf_key, LeafWriter};
 use crate::error::ShardError;
 use crate::key::TreeId;
-use crate::tree::{CountTree, SlicePicker};
+use crate::tree::SlicePicker;
 
 /// Slices a checkpoint's writer may fall behind before the shard stops
 /// copying more (see `Shard::copy_checkpoint_slice`): the writer runs at
@@ -31,7 +31,7 @@ const CHECKPOINT_STRETCH: u64 = 4;
 #[derive(Default)]
 pub(super) struct Checkpoints {
     /// While a checkpoint's leaves are being copied, a slice each sealed
-    /// batch (see [`CountTree::begin_snapshot`]).
+    /// batch (see [`CountTree::begin_snapshot`](crate::CountTree::begin_snapshot)).
     pub(super) copying: Option<Checkpointing>,
     /// Whether a checkpoint was begun since opening (the first comes sooner
     /// by [`ShardOptions::checkpoint_phase`](super::ShardOptions::checkpoint_phase)).
@@ -130,7 +130,7 @@ impl Shard {
     /// read.
     pub(super) fn abandon_checkpoint(&mut self) {
         let handed_out = self.checkpoints.copying.take().map(|c| c.writer.abandon()).unwrap_or_default();
-        self.trees.values_mut().for_each(CountTree::abandon_snapshot);
+        self.trees.values_mut().for_each(|tree| tree.abandon_snapshot());
         for (id, leaves) in handed_out {
             if let Some(tree) = self.trees.get_mut(&id) {
                 tree.mark_changed(leaves);
@@ -159,7 +159,7 @@ impl Shard {
                 return;
             }
         };
-        self.trees.values_mut().for_each(CountTree::begin_snapshot);
+        self.trees.values_mut().for_each(|tree| tree.begin_snapshot());
         self.burst_trees = self.trees.values().filter(|t| !t.is_compact()).count();
         // Only trees that changed have leaves to copy: with a million small
         // boards, most have not.

@@ -134,7 +134,7 @@ impl Shard {
             let id = LeafId { prefix: u128::from_be_bytes(*prefix), depth };
             let tree = match self.trees.entry(tree_id) {
                 Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(e) => e.insert(CountTree::new(self.options.branching)?),
+                Entry::Vacant(e) => e.insert(Box::new(CountTree::new(self.options.branching)?)),
             };
             tree.install_leaf(id, &value, self.leaf_encoding)?;
         }

@@ -11,7 +11,7 @@ use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::overlay;
 use crate::record::Record;
-use crate::tree::{BucketShape, CountTree};
+use crate::tree::BucketShape;
 
 /// One entry of a list read, with its position for merging across shards.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,7 +114,7 @@ impl Shard {
 
     /// Players in `tree`.
     pub fn count(&self, tree: TreeId) -> u64 {
-        self.trees.get(&tree).map_or(0, CountTree::total)
+        self.trees.get(&tree).map_or(0, |t| t.total())
     }
 
     /// For each key, how many players of `tree` sort strictly before it.
@@ -141,7 +141,7 @@ impl Shard {
     }
 
     /// The bucket boundaries of `tree` for approximate ranks, shaped by
-    /// `shape` (see [`CountTree::bucket_bounds`]); empty for an empty tree.
+    /// `shape` (see [`CountTree::bucket_bounds`](crate::CountTree::bucket_bounds)); empty for an empty tree.
     pub fn bucket_bounds(&self, tree: TreeId, shape: BucketShape) -> Vec<u128> {
         self.trees.get(&tree).map_or_else(Vec::new, |t| t.bucket_bounds(shape))
     }
