@@ -7,104 +7,54 @@
 //! write), as a record with the [`ABSENT`] sequence: 32 bytes a record.
 //! The shard is the only writer, so the cache is updated with every staged
 //! write and is always exact; it is cleared whenever the in-memory state is
-//! rebuilt. When a table is full, an arbitrary tenth of it is evicted: misses
-//! only cost a storage read.
+//! rebuilt.
 //!
-//! A miss is dear, though: bloom probes through a dozen level-0 tables and
-//! a block read and checksummed, on the shard's thread (see
-//! docs/performance-history.md). So the cache uses all of its budget:
-//! hashbrown sizes a table in powers of two, and one table fills a budget
-//! only down to the power of two below it. The cache is therefore a few
-//! tables of falling powers of two, each taking the share of keys its size
-//! calls for.
+//! A miss is dear (bloom probes through a dozen level-0 tables and a block
+//! read, on the shard's thread; see docs/performance-history.md), so the
+//! cache uses all of its budget and never more: it is one array of
+//! [`WAYS`]-way sets, as a CPU cache is. A key has two sets (one from each
+//! half of it) and may sit in any way of either: a new key goes to the
+//! emptier one, so sets overflow only once the whole cache is nearly full
+//! (with one set a key, a cache 85% full lost one key in eight to a full
+//! set). A put into two full sets evicts one of their ways in turn. A hash
+//! table evicting a tenth at a time could not do this: its tombstones made
+//! hashbrown double the table, and the cache took 2.5 times its budget.
+//! Keys crafted to share sets only evict each other.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 
 use crate::record::Record;
-use crate::FastHasher;
 
 /// The sequence marking a cached absence (real sequences never reach it).
 const ABSENT: u64 = u64::MAX;
 
-/// Bytes per hash-table slot: key, record, control byte.
-const SLOT_BYTES: u64 = 16 + 16 + 1;
+/// Bytes per slot: the key and the record.
+const SLOT_BYTES: u64 = 32;
 
-/// At most this many tables: four powers of two fill a budget to within
-/// 1/16 of it.
-const MAX_TABLES: usize = 4;
+/// Slots per set: four 32-byte slots are two cache lines.
+const WAYS: usize = 4;
 
-/// hashbrown fills a table to 7/8 of its slots before doubling it.
-const fn records_in(slots: u64) -> u64 {
-    slots / 8 * 7
-}
+/// One slot: key high and low halves, score, sequence. Plain words, so a
+/// new cache is a zeroed allocation the OS hands out lazily; key 0 marks an
+/// empty slot (a real key of 0 is simply never cached).
+type Slot = [u64; 4];
 
-/// How many records a cache of `bytes` holds without any table outgrowing
-/// its share: the slots that fit, as a sum of at most `MAX_TABLES` powers
-/// of two (each at least 8 slots, hashbrown's smallest), filled to 7/8.
+/// How many records a cache of `bytes` holds.
 pub fn cached_players_for(bytes: u64) -> usize {
-    let mut slots_left = bytes / SLOT_BYTES;
-    let mut records = 0;
-    for _ in 0..MAX_TABLES {
-        if slots_left < 8 {
-            break;
-        }
-        let slots = 1u64 << slots_left.ilog2();
-        records += records_in(slots);
-        slots_left -= slots;
-    }
-    usize::try_from(records).unwrap_or(usize::MAX)
-}
-
-/// The table capacities a cache of `players` records is split into: the
-/// inverse of [`cached_players_for`], so each table's slot count is a power
-/// of two filled to exactly 7/8. Fewer than 7 records left make one last
-/// small table (tests use tiny caches to force evictions); what is left
-/// beyond [`MAX_TABLES`] is not cached.
-fn table_capacities(players: usize) -> Vec<usize> {
-    let mut left = players as u64;
-    let mut capacities = Vec::new();
-    while capacities.len() < MAX_TABLES && left > 0 {
-        // The largest power of two whose 7/8 fits in what is left.
-        let records = if left >= records_in(8) { records_in(1 << (left / 7 * 8).ilog2()) } else { left };
-        capacities.push(usize::try_from(records).unwrap_or(usize::MAX));
-        left -= records;
-    }
-    capacities
-}
-
-/// One hash table of the cache, never holding more than `capacity`.
-#[derive(Debug)]
-struct Table {
-    /// Keys are xxh3 of names clients choose; the seeded hasher keeps names
-    /// made to collide in xxh3 from colliding in buckets.
-    records: HashMap<u128, Record, FastHasher>,
-    /// Records it may hold: its share of the budget, sized so hashbrown
-    /// never grows the table past it.
-    capacity: usize,
-}
-
-impl Table {
-    fn put(&mut self, key: u128, record: Record) {
-        if self.records.len() >= self.capacity && !self.records.contains_key(&key) {
-            let mut evict = self.capacity / 10 + 1;
-            self.records.retain(|_, _| {
-                let keep = evict == 0;
-                evict = evict.saturating_sub(1);
-                keep
-            });
-        }
-        self.records.insert(key, record);
-    }
+    usize::try_from(bytes / SLOT_BYTES / WAYS as u64 * WAYS as u64).unwrap_or(usize::MAX)
 }
 
 /// The exact record cache: see the module docs.
 #[derive(Debug)]
 pub(crate) struct RecordCache {
-    /// Tables of falling powers of two (see the module docs), largest first.
-    tables: Vec<Table>,
-    /// `tables` capacities summed, the range keys are spread over.
-    capacity: u64,
+    /// `sets × ways` slots, set by set. Allocated at the first put.
+    slots: Vec<Slot>,
+    /// Number of sets.
+    sets: usize,
+    /// Slots per set: [`WAYS`], fewer only for caches smaller than one set.
+    ways: usize,
+    /// Which way of a full set the next put evicts.
+    next_victim: usize,
     /// Lookups since [`RecordCache::take_lookups`] last took them (cells:
     /// lookups take `&self`).
     lookups: Cell<Lookups>,
@@ -124,12 +74,8 @@ impl RecordCache {
     /// A cache holding up to `players` records (see [`cached_players_for`]);
     /// 0 disables it.
     pub(crate) fn new(players: usize) -> Self {
-        let tables: Vec<Table> = table_capacities(players)
-            .into_iter()
-            .map(|capacity| Table { records: HashMap::default(), capacity })
-            .collect();
-        let capacity = tables.iter().map(|table| table.capacity as u64).sum();
-        Self { tables, capacity, lookups: Cell::default() }
+        let ways = WAYS.min(players).max(1);
+        Self { slots: Vec::new(), sets: players / ways, ways, next_victim: 0, lookups: Cell::default() }
     }
 
     /// The cache key of a player's storage key.
@@ -137,21 +83,14 @@ impl RecordCache {
         xxhash_rust::xxh3::xxh3_128(storage_key)
     }
 
-    /// Which table `key` belongs to: the key's high half, uniform, scaled
-    /// onto the summed capacity, so each table gets keys in proportion to
-    /// its size. The tables' hasher reads the whole key, so sharing bits
-    /// with the choice costs them nothing.
-    fn table_of(&self, key: u128) -> Option<usize> {
-        let high = (key >> 64) as u64;
-        let mut point = ((u128::from(high) * u128::from(self.capacity)) >> 64) as u64;
-        for (i, table) in self.tables.iter().enumerate() {
-            let capacity = table.capacity as u64;
-            if point < capacity {
-                return Some(i);
-            }
-            point -= capacity;
-        }
-        None
+    /// The slots of `key`'s two sets (empty before the first put): each
+    /// half of the key, uniform, scaled onto the sets.
+    fn sets_of(&self, key: u128) -> [std::ops::Range<usize>; 2] {
+        [(key >> 64) as u64, key as u64].map(|half| {
+            let set = ((u128::from(half) * self.sets as u128) >> 64) as usize;
+            let start = (set * self.ways).min(self.slots.len());
+            start..(start + self.ways).min(self.slots.len())
+        })
     }
 
     /// `Some(record)` if cached (`Some(None)`: known absent), counted as a
@@ -169,8 +108,12 @@ impl RecordCache {
 
     /// Like [`RecordCache::get`], uncounted: a look ahead, not a lookup.
     pub(crate) fn peek(&self, key: u128) -> Option<Option<Record>> {
-        let found = self.table_of(key).and_then(|i| self.tables[i].records.get(&key));
-        found.map(|r| (r.seq != ABSENT).then_some(*r))
+        if key == 0 {
+            return None;
+        }
+        let slot = self.sets_of(key).into_iter().find_map(|set| self.slots[set].iter().find(|s| key_of(s) == key))?;
+        let record = Record { score: slot[2] as i64, seq: slot[3] };
+        Some((record.seq != ABSENT).then_some(record))
     }
 
     /// The lookups counted since the last call, and starts counting anew.
@@ -180,23 +123,76 @@ impl RecordCache {
 
     /// Caches `record` (`None`: absent) as the player's current state.
     pub(crate) fn put(&mut self, key: u128, record: Option<Record>) {
-        if let Some(i) = self.table_of(key) {
-            self.tables[i].put(key, record.unwrap_or(Record { score: 0, seq: ABSENT }));
+        if key == 0 || self.sets == 0 {
+            return;
         }
+        if self.slots.is_empty() {
+            self.slots = vec![[0; 4]; self.sets * self.ways];
+        }
+        let record = record.unwrap_or(Record { score: 0, seq: ABSENT });
+        let slot = [(key >> 64) as u64, key as u64, record.score as u64, record.seq];
+        let sets = self.sets_of(key);
+        let slots = &mut self.slots;
+        // Held already: replaced where it is (a set fills from its start,
+        // and nothing is ever removed alone, so a key precedes any empty
+        // slot of its set).
+        for set in &sets {
+            if let Some(way) = slots[set.clone()].iter().position(|s| key_of(s) == key) {
+                slots[set.start + way] = slot;
+                return;
+            }
+        }
+        let held = |set: &std::ops::Range<usize>| slots[set.clone()].iter().take_while(|s| key_of(s) != 0).count();
+        let [first, second] = sets;
+        let (held_first, held_second) = (held(&first), held(&second));
+        let index = if held_first.min(held_second) < self.ways {
+            if held_first <= held_second {
+                first.start + held_first
+            } else {
+                second.start + held_second
+            }
+        } else if let Some(index) = self.make_room(&first, &second) {
+            index
+        } else {
+            self.next_victim = (self.next_victim + 1) % (2 * self.ways);
+            let set = if self.next_victim < self.ways { first } else { second };
+            set.start + self.next_victim % self.ways
+        };
+        self.slots[index] = slot;
     }
 
-    /// Forgets everything, keeping the capacity.
-    pub(crate) fn clear(&mut self) {
-        for table in &mut self.tables {
-            table.records = HashMap::default();
+    /// With both of a new key's sets full: moves a key of one of them to
+    /// its other set, if that has room, and returns the slot it freed. One
+    /// step of cuckoo hashing: at 85% full it keeps all but ~1 key in 1000,
+    /// where choosing between two sets alone lost 1 in 40.
+    fn make_room(&mut self, first: &std::ops::Range<usize>, second: &std::ops::Range<usize>) -> Option<usize> {
+        for index in first.clone().chain(second.clone()) {
+            let held = key_of(&self.slots[index]);
+            let Some(other) = self.sets_of(held).into_iter().find(|set| !set.contains(&index)) else { continue };
+            let free = self.slots[other.clone()].iter().position(|s| key_of(s) == 0);
+            if let Some(way) = free {
+                self.slots[other.start + way] = self.slots[index];
+                return Some(index);
+            }
         }
+        None
+    }
+
+    /// Forgets everything (the memory goes back until the next put).
+    pub(crate) fn clear(&mut self) {
+        self.slots = Vec::new();
     }
 
     /// Records held now.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.tables.iter().map(|table| table.records.len()).sum()
+        self.slots.iter().filter(|slot| key_of(slot) != 0).count()
     }
+}
+
+/// The key a slot holds (0: empty).
+fn key_of(slot: &Slot) -> u128 {
+    (u128::from(slot[0]) << 64) | u128::from(slot[1])
 }
 
 #[cfg(test)]
@@ -204,60 +200,44 @@ mod tests {
     use super::*;
 
     fn record(i: u64) -> Record {
-        Record { score: i as i64, seq: i }
+        Record { score: i as i64 - 50, seq: i }
     }
 
     #[test]
-    fn budget_is_used_by_tables_of_falling_powers_of_two() {
-        // 48 MiB: one table would take 2^20 slots (917,504 records).
-        let players = cached_players_for(48 << 20);
-        assert_eq!(players, records_in((1 << 20) + (1 << 18) + (1 << 17) + (1 << 16)) as usize);
-        let capacities = table_capacities(players);
-        assert_eq!(capacities, [917_504, 229_376, 114_688, 57_344]);
-        let slots: u64 = capacities.iter().map(|c| *c as u64 / 7 * 8).sum();
-        assert!(slots * SLOT_BYTES <= 48 << 20);
-        assert_eq!(cached_players_for(7 * SLOT_BYTES), 0);
-        assert_eq!(cached_players_for(8 * SLOT_BYTES), 7);
-        assert!(table_capacities(0).is_empty());
-        assert_eq!(table_capacities(3), [3]);
-        assert_eq!(table_capacities(7 + 3), [7, 3]);
-    }
-
-    #[test]
-    fn capacities_round_trip_for_any_budget() {
-        for bytes in [0u64, 300, 1 << 10, 100_000, 3 << 20, 48 << 20, 1 << 32] {
+    fn a_budget_buys_whole_sets_and_never_more() {
+        for bytes in [0u64, 100, 128, 300, 1 << 20, 48 << 20, 1 << 32] {
             let players = cached_players_for(bytes);
-            let capacities = table_capacities(players);
-            assert_eq!(capacities.iter().sum::<usize>(), players, "{bytes} bytes");
-            for capacity in capacities {
-                assert!((capacity as u64 / 7 * 8).is_power_of_two(), "{capacity}");
-            }
+            assert!(players as u64 * SLOT_BYTES <= bytes, "{bytes} bytes");
+            assert!(bytes - players as u64 * SLOT_BYTES < WAYS as u64 * SLOT_BYTES, "{bytes} bytes: a set unused");
+            let mut cache = RecordCache::new(players);
+            cache.put(RecordCache::key(b"p"), Some(record(1)));
+            assert_eq!(cache.slots.len(), players, "{bytes} bytes");
         }
     }
 
     #[test]
-    fn holds_its_capacity_without_evicting_and_answers_exactly() {
+    fn holds_what_fits_and_answers_exactly() {
         let players = cached_players_for(1 << 20);
         let mut cache = RecordCache::new(players);
-        assert!(cache.tables.len() > 1);
-        // Keys as a shard makes them, so the tables share them by size (by
-        // hash, so not exactly: fill to 90%).
-        let keys: Vec<u128> = (0..players as u64 / 10 * 9).map(|i| RecordCache::key(&i.to_be_bytes())).collect();
+        // Keys as a shard makes them, spread over the sets by hash: with two
+        // sets a key, 85% of the capacity fits with (almost) no set full.
+        let keys: Vec<u128> = (0..players as u64 / 100 * 85).map(|i| RecordCache::key(&i.to_be_bytes())).collect();
         for (i, key) in keys.iter().enumerate() {
             cache.put(*key, Some(record(i as u64)));
         }
-        assert_eq!(cache.len(), keys.len(), "evicted below capacity");
+        let held = keys.iter().filter(|key| cache.peek(**key).is_some()).count();
+        assert!(held * 1000 >= keys.len() * 999, "{held} of {} held", keys.len());
         for (i, key) in keys.iter().enumerate() {
-            assert_eq!(cache.get(*key), Some(Some(record(i as u64))));
+            let got = cache.get(*key);
+            assert!(got.is_none() || got == Some(Some(record(i as u64))), "a wrong record");
         }
-        for table in &cache.tables {
-            assert!(table.records.len() <= table.capacity);
-            assert!(table.records.capacity() <= table.capacity, "a table grew past its share");
-        }
-        assert_eq!(cache.take_lookups(), Lookups { hits: keys.len() as u64, misses: 0 });
+        let lookups = cache.take_lookups();
+        assert_eq!((lookups.hits, lookups.hits + lookups.misses), (held as u64, keys.len() as u64));
+        // Overwritten in place; absence cached too.
+        cache.put(keys[0], Some(record(7)));
+        assert_eq!(cache.get(keys[0]), Some(Some(record(7))));
         let absent = RecordCache::key(b"nobody");
         assert_eq!(cache.get(absent), None);
-        assert_eq!(cache.take_lookups(), Lookups { hits: 0, misses: 1 });
         cache.put(absent, None);
         assert_eq!(cache.get(absent), Some(None));
         cache.clear();
@@ -266,18 +246,53 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_evicts_instead_of_growing() {
-        for capacity in [3, 7, 10] {
+    fn a_full_set_evicts_and_the_cache_never_grows() {
+        for capacity in [1, 3, 7, 10, 64] {
             let mut cache = RecordCache::new(capacity);
-            for i in 0..100u64 {
+            for i in 0..1000u64 {
                 let key = RecordCache::key(&i.to_be_bytes());
                 cache.put(key, Some(record(i)));
-                assert_eq!(cache.get(key), Some(Some(record(i))));
+                assert_eq!(cache.get(key), Some(Some(record(i))), "the last put is held");
                 assert!(cache.len() <= capacity);
+                assert!(cache.slots.len() <= capacity);
             }
         }
         let mut disabled = RecordCache::new(0);
         disabled.put(1, Some(record(1)));
         assert_eq!(disabled.get(1), None);
+    }
+
+    /// Against a map of everything put: whatever the cache answers is the
+    /// last record put for the key, through evictions and clears.
+    #[test]
+    fn answers_only_the_last_record_put() {
+        use std::collections::HashMap;
+        let mut cache = RecordCache::new(24);
+        let mut truth: HashMap<u128, Option<Record>> = HashMap::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..20_000u64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let key = RecordCache::key(&(state % 100).to_be_bytes());
+            match state % 7 {
+                0 => {
+                    cache.put(key, None);
+                    truth.insert(key, None);
+                }
+                1 if step % 1000 == 0 => {
+                    cache.clear();
+                }
+                _ => {
+                    cache.put(key, Some(record(step)));
+                    truth.insert(key, Some(record(step)));
+                }
+            }
+            for (key, want) in &truth {
+                if let Some(got) = cache.peek(*key) {
+                    assert_eq!(got, *want, "step {step}");
+                }
+            }
+        }
     }
 }
