@@ -3,6 +3,7 @@
 //! which [`Shard::seal`] takes out.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::apply::{apply_change, count_tree, DenseChange, TreeCounts};
 use super::reads::PlayerKey;
@@ -45,7 +46,12 @@ impl Shard {
 
     /// Persists `board`'s config in this shard if it is not there yet.
     pub fn ensure_board(&mut self, board: &Board) {
-        if self.boards.get(&board.id).is_some_and(|config| *config == board.config) {
+        if let Some(held) = self.boards.get_mut(&board.id).filter(|held| **held == board.config) {
+            // The router's copy from now on (a shard interns its own at open):
+            // one config in memory, and the next compare is a pointer's.
+            if !Arc::ptr_eq(held, &board.config) {
+                *held = board.config.clone();
+            }
             return;
         }
         self.hold_board(board.id, board.config.clone());
@@ -214,5 +220,32 @@ fn better(order: Order, a: i64, b: i64) -> i64 {
     match order {
         Order::Desc => a.max(b),
         Order::Asc => a.min(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::{all_time_board, Shard, ShardOptions};
+    use crate::board::Mode;
+
+    /// A shard interns its own configs when it opens; the first write after
+    /// takes the router's copy instead, and stores nothing again.
+    #[test]
+    fn a_reopened_shard_takes_the_routers_config_without_storing_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (board, _) = all_time_board();
+        {
+            let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+            shard.write(&board, "p", 1, Mode::Set, 1).unwrap();
+            shard.commit().unwrap();
+        }
+        let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        let own = shard.boards[&board.id].clone();
+        assert!(!Arc::ptr_eq(&own, &board.config) && own == board.config);
+        shard.ensure_board(&board);
+        assert!(Arc::ptr_eq(&shard.boards[&board.id], &board.config));
+        assert!(!shard.has_staged(), "nothing to store");
     }
 }
