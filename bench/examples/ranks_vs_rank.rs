@@ -10,6 +10,7 @@ use std::time::Instant;
 use clap::Parser;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use rankd_bench::process_cpu_seconds;
 use rankd_client::{Call, Client, Mode, OpKind};
 
 #[derive(Parser)]
@@ -29,11 +30,6 @@ struct Args {
     /// Lists per way.
     #[arg(long, default_value_t = 300)]
     rounds: usize,
-}
-
-/// The server's CPU seconds so far, if its pid was given.
-fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    rankd_bench::process_cpu_seconds(pid?)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -60,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("board of {} players, lists of {} names, {} lists per way", args.players, args.friends, args.rounds);
     for way in ["ranks", "rank x N, one at a time", "rank x N, pipelined"] {
         let mut times = Vec::with_capacity(lists.len());
-        let cpu_before = cpu_seconds(args.pid);
+        let cpu_before = args.pid.and_then(process_cpu_seconds);
         for list in &lists {
             let started = Instant::now();
             match way {
@@ -82,7 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             times.push(started.elapsed());
         }
-        let cpu = cpu_before.zip(cpu_seconds(args.pid)).map(|(a, b)| (b - a) / lists.len() as f64);
+        let cpu = cpu_before.zip(args.pid.and_then(process_cpu_seconds)).map(|(a, b)| (b - a) / lists.len() as f64);
         times.sort();
         println!(
             "{way:>26}: median {:>8.2?}  p99 {:>8.2?}  server CPU per list {}",

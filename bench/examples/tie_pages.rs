@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use rankd_bench::process_cpu_seconds;
 use rankd_client::{Client, Mode, Order, Ties};
 
 #[derive(Parser)]
@@ -33,11 +34,6 @@ struct Args {
     rounds: usize,
 }
 
-/// The server's CPU seconds so far, if its pid was given.
-fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    rankd_bench::process_cpu_seconds(pid?)
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -58,11 +54,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cpu: Vec<f64> = vec![0.0; offsets.len()];
     for _ in 0..args.rounds {
         for (i, &offset) in offsets.iter().enumerate() {
-            let cpu_before = cpu_seconds(args.pid);
+            let cpu_before = args.pid.and_then(process_cpu_seconds);
             let started = Instant::now();
             let page = client.top(board, args.limit, offset).await?;
             times[i].push(started.elapsed());
-            if let (Some(before), Some(after)) = (cpu_before, cpu_seconds(args.pid)) {
+            if let (Some(before), Some(after)) = (cpu_before, args.pid.and_then(process_cpu_seconds)) {
                 cpu[i] += after - before;
             }
             let first = page.first().ok_or("an empty page")?;

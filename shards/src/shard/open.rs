@@ -71,7 +71,8 @@ impl Shard {
             images: std::sync::Arc::default(),
         };
         let opened = started.elapsed();
-        let phases = shard.load()?;
+        let (phases, boards) = shard.load()?;
+        shard.opened_boards = boards;
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             path = %path.display(),
@@ -91,8 +92,9 @@ impl Shard {
     }
 
     /// (Re)builds the in-memory state from what is on disk, and says how
-    /// long each part took.
-    pub(super) fn load(&mut self) -> Result<LoadPhases, ShardError> {
+    /// long each part took; returns the boards read (names and all, in id
+    /// order), which only an opening shard hands on.
+    pub(super) fn load(&mut self) -> Result<(LoadPhases, Vec<Board>), ShardError> {
         let mut phases = LoadPhases::default();
         let mut phase_start = Instant::now();
         let mut lap = || std::mem::replace(&mut phase_start, Instant::now()).elapsed();
@@ -119,7 +121,6 @@ impl Shard {
         }
         self.boards = HashMap::with_capacity_and_hasher(boards.len(), FastHasher::default());
         self.boards.extend(boards.iter().map(|board| (board.id, board.config.clone())));
-        self.opened_boards = boards;
         // Most boards have players here, one tree each (all-time boards).
         self.trees.reserve(self.boards.len());
         self.windowed_boards = self.boards.values().filter(|config| config.is_windowed()).count();
@@ -167,7 +168,7 @@ impl Shard {
             let (key, value) = item.into_inner()?;
             self.dedup.load(&key, &value).ok_or(ShardError::Corrupt("wid records"))?;
         }
-        Ok(phases)
+        Ok((phases, boards))
     }
 
     /// Applies the change log on top of the checkpointed leaves (numbers from

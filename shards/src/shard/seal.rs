@@ -183,7 +183,6 @@ impl Shard {
         if let Err(reload) = self.load() {
             tracing::error!(error = %reload, "reloading shard state after a failed commit failed");
         }
-        self.opened_boards = Vec::new(); // the router knows them
         err
     }
 
