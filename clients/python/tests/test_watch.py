@@ -242,6 +242,9 @@ def test_many_watches_on_one_connection(kind: str) -> None:
         with open_client(kind, **server.address) as db:
             watches = [db.watch(f"b{i}", top=1) for i in range(10)]
             assert [w.id for w in watches] == list(range(1, 11))
+            # The stand-in pushes each first event after its reply: a ping
+            # answered means all ten are sent before this thread pushes.
+            assert db.ping() == "pong"
             conn = server.connections[0]
             for i, w in reversed(list(enumerate(watches, 1))):
                 conn.push(i, [entry(w.board, i)])
@@ -439,6 +442,9 @@ def test_async_several_tasks_wait_on_several_watches() -> None:
 
                 waiting = asyncio.gather(*(two(w) for w in watches))
                 await asyncio.sleep(0.05)
+                # Each first event is pushed after its reply: once a ping is
+                # answered, none can come after the pushes below.
+                assert await db.ping() == "pong"
                 for w in watches:
                     assert w.id is not None
                     server.connections[0].push(w.id, [entry(w.board, w.id)])
