@@ -45,23 +45,55 @@ use std::collections::HashSet;
 /// Leaves changed since the last checkpoint; every `add` inserts here.
 type LeafSet = HashSet<LeafId, crate::FastHasher>;
 
-/// A tree's [`LeafSet`], allocated once a leaf changes: 8 bytes in a tree
-/// where a set takes 40, and a shard holds a tree per board, most of them
-/// small and unchanged since the last checkpoint.
+/// A tree's changed leaves, allocated only when one besides the root
+/// changed: a shard holds a tree per board, most of them one leaf (the
+/// root) and all of them changed after a load, and a set of one id took
+/// ~80 bytes a tree where this takes none.
 #[derive(Debug, Default)]
-struct DirtyLeaves(Option<Box<LeafSet>>);
+enum DirtyLeaves {
+    /// No leaf changed.
+    #[default]
+    None,
+    /// Only the root leaf changed.
+    Root,
+    /// Any other leaves changed (the root too, if it is among them).
+    Many(Box<LeafSet>),
+}
+
+/// The root leaf's id: the whole key range at depth 0.
+const ROOT_LEAF: LeafId = LeafId { prefix: 0, depth: 0 };
 
 impl DirtyLeaves {
     fn insert(&mut self, id: LeafId) {
-        self.0.get_or_insert_default().insert(id);
+        match self {
+            Self::None if id == ROOT_LEAF => *self = Self::Root,
+            Self::Root if id == ROOT_LEAF => {}
+            Self::None | Self::Root => {
+                let mut set = LeafSet::default();
+                if matches!(self, Self::Root) {
+                    set.insert(ROOT_LEAF);
+                }
+                set.insert(id);
+                *self = Self::Many(Box::new(set));
+            }
+            Self::Many(set) => {
+                set.insert(id);
+            }
+        }
     }
 
     fn extend(&mut self, ids: impl IntoIterator<Item = LeafId>) {
-        self.0.get_or_insert_default().extend(ids);
+        for id in ids {
+            self.insert(id);
+        }
     }
 
     fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |set| set.len())
+        match self {
+            Self::None => 0,
+            Self::Root => 1,
+            Self::Many(set) => set.len(),
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -71,21 +103,27 @@ impl DirtyLeaves {
     /// Takes the set out; a large one leaves room for as many again, so the
     /// next grows without rehashing, a small one leaves nothing allocated.
     fn take(&mut self) -> LeafSet {
-        let taken = self.0.take().map(|set| *set).unwrap_or_default();
-        if taken.len() > 16 {
-            self.0 = Some(Box::new(LeafSet::with_capacity_and_hasher(taken.len(), Default::default())));
+        match std::mem::take(self) {
+            Self::None => LeafSet::default(),
+            Self::Root => LeafSet::from_iter([ROOT_LEAF]),
+            Self::Many(taken) => {
+                if taken.len() > 16 {
+                    *self = Self::Many(Box::new(LeafSet::with_capacity_and_hasher(taken.len(), Default::default())));
+                }
+                *taken
+            }
         }
-        taken
     }
 
     fn clear(&mut self) {
-        if let Some(set) = &mut self.0 {
-            set.clear();
+        match self {
+            Self::Many(set) => set.clear(),
+            _ => *self = Self::None,
         }
     }
 
     fn forget(&mut self) {
-        self.0 = None;
+        *self = Self::None;
     }
 }
 
@@ -333,6 +371,33 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_compact_tree_marks_its_root_without_a_set() {
+        let mut tree = CountTree::new(16).expect("branching");
+        tree.add(7, 1);
+        tree.add(9, 1);
+        assert!(matches!(tree.dirty, DirtyLeaves::Root), "{:?}", tree.dirty);
+        assert_eq!(tree.dirty.take(), LeafSet::from_iter([ROOT_LEAF]));
+        assert!(matches!(tree.dirty, DirtyLeaves::None));
+    }
+
+    #[test]
+    fn dirty_leaves_keep_the_root_when_another_leaf_joins() {
+        let other = LeafId { prefix: 1 << 124, depth: 1 };
+        let mut dirty = DirtyLeaves::default();
+        dirty.insert(ROOT_LEAF);
+        dirty.insert(ROOT_LEAF);
+        assert_eq!(dirty.len(), 1);
+        dirty.insert(other);
+        assert_eq!(dirty.take(), LeafSet::from_iter([ROOT_LEAF, other]));
+        dirty.extend([other, other]);
+        assert_eq!(dirty.take(), LeafSet::from_iter([other]));
+        assert!(dirty.is_empty());
+        dirty.insert(ROOT_LEAF);
+        dirty.clear();
+        assert!(dirty.is_empty());
+    }
 
     /// Writes the leaves changed since the last reload to `disk` and loads
     /// a fresh tree from it.
