@@ -1,8 +1,10 @@
 //! The board registry and the global arrival sequence: what the router
 //! decides alone, before any shard is asked.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashSet};
+use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -11,12 +13,53 @@ use rankd_shards::{window, Board, BoardConfig, ConfigInterner, Ties, TreeId, Win
 use crate::error::Error;
 use crate::protocol::View;
 
+/// A board keyed by its name. The registry's hash set and ordered set both
+/// hold these, so a board costs a pointer in each: a map from a shared name
+/// to a shared board took three words a bucket, and a million boards'
+/// table has two million buckets.
+#[derive(Clone)]
+struct ByName(Arc<Board>);
+
+impl Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+/// Hashes as the name does, as [`Borrow<str>`] requires.
+impl Hash for ByName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        str::hash(&self.0.name, state);
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+/// Byte order of the names, as `str`'s.
+impl Ord for ByName {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.name.cmp(&other.0.name)
+    }
+}
+
+impl PartialOrd for ByName {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// What the router recovered from the shards at start-up.
 pub struct RouterState {
     /// Every live board, by name.
-    boards: HashMap<Arc<str>, Arc<Board>>,
-    /// Their names in byte order.
-    names: BTreeSet<Arc<str>>,
+    boards: HashSet<ByName>,
+    /// The same boards in name order.
+    names: BTreeSet<ByName>,
     /// Highest board id ever used.
     max_board_id: u64,
     /// Highest arrival sequence ever stored.
@@ -27,52 +70,55 @@ impl RouterState {
     /// The live boards among `held` (every board the shards hold, once, in
     /// id order), and the highest board id and arrival sequence stored. A
     /// half-finished drop can leave an older board of a name in some shard:
-    /// the newest id is the live one. Names are read in id order, the order
-    /// they were allocated in: a million of them sort in a fraction of the
-    /// time they take in hash order.
+    /// the newest id is the live one. The ordered set is built on a second
+    /// thread from the boards in id order, the order their names were
+    /// allocated in: a million of them sort in a fraction of the time they
+    /// take in hash order.
     pub fn from_held(held: &[Board], max_board_id: u64, max_seq: u64) -> Self {
+        let held: Vec<Arc<Board>> = held.iter().cloned().map(Arc::new).collect();
         std::thread::scope(|scope| {
-            let names = scope.spawn(|| held.iter().map(|board| board.name.clone()).collect());
-            let boards = Self::by_name(held);
-            let names = names.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let names = scope.spawn(|| held.iter().cloned().map(ByName).collect::<BTreeSet<_>>());
+            let (boards, successors) = Self::by_name(&held);
+            let mut names = names.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            // Of a name held twice, the ordered set kept either board.
+            for board in successors {
+                names.replace(ByName(board));
+            }
             Self { boards, names, max_board_id, max_seq }
         })
     }
 
-    /// The live boards of `held` by name (see [`RouterState::from_held`]).
-    fn by_name(held: &[Board]) -> HashMap<Arc<str>, Arc<Board>> {
-        let mut boards: HashMap<Arc<str>, Arc<Board>> = HashMap::with_capacity(held.len());
+    /// The live boards of `held` by name (see [`RouterState::from_held`]),
+    /// and the boards that replaced an older one of their name, in id order.
+    fn by_name(held: &[Arc<Board>]) -> (HashSet<ByName>, Vec<Arc<Board>>) {
+        let mut boards = HashSet::with_capacity(held.len());
+        let mut successors = Vec::new();
         for board in held {
-            match boards.entry(board.name.clone()) {
-                Entry::Occupied(mut older) => {
-                    debug_assert!(older.get().id < board.id, "boards come in id order");
-                    let name = older.key().clone(); // the map's one copy
-                    older.insert(Arc::new(Board { name, ..board.clone() }));
-                }
-                Entry::Vacant(entry) => {
-                    entry.insert(Arc::new(board.clone()));
-                }
+            if let Some(older) = boards.replace(ByName(board.clone())) {
+                debug_assert!(older.0.id < board.id, "boards come in id order");
+                successors.push(board.clone());
             }
         }
-        boards
+        (boards, successors)
     }
 
     /// Ids of the live boards that rank `dense`.
     pub fn dense_board_ids(&self) -> HashSet<u64> {
-        self.boards.values().filter(|b| b.config.ties == Ties::Dense).map(|b| b.id).collect()
+        self.boards.iter().filter(|b| b.0.config.ties == Ties::Dense).map(|b| b.0.id).collect()
     }
 }
 
 /// Boards by name, the next board id and the next arrival sequence (the
 /// reach order of `ordinal` ties, global across shards).
 ///
-/// A name is stored once, shared by the map's key, the ordered set, the
-/// board and every shard's copy of it; boards of one config share it.
+/// A board is stored once, shared by the hash set, the ordered set and
+/// every request that names it; boards of one config share it.
 pub struct Boards {
-    by_name: HashMap<Arc<str>, Arc<Board>>,
-    /// The names in byte order, for `boards` pages: kept beside the map so a
-    /// write's lookup stays a hash, and a page is a range, not a sort.
-    names: BTreeSet<Arc<str>>,
+    by_name: HashSet<ByName>,
+    /// The boards in name order, for `boards` pages: kept beside the hash
+    /// set so a write's lookup stays a hash, and a page is a range, not a
+    /// sort.
+    names: BTreeSet<ByName>,
     configs: ConfigInterner,
     /// Where the number of boards is published, once given.
     gauge: Option<prometheus::IntGauge>,
@@ -118,7 +164,7 @@ impl Boards {
     /// Creates `name` with `config`; a board of that name with another
     /// config is a conflict.
     pub fn create(&mut self, name: &str, config: BoardConfig) -> Result<Created, Error> {
-        match self.by_name.get(name) {
+        match self.get(name) {
             Some(existing) if *existing.config == config => Ok(Created::Exists),
             Some(_) => Err(Error::Conflict(format!("board `{name}` exists with another config"))),
             None => Ok(Created::New(self.insert(name, config))),
@@ -128,32 +174,31 @@ impl Boards {
     /// The board a write goes to, created with the default config if new
     /// (the shards store it with the write).
     pub fn for_write(&mut self, name: &str) -> Arc<Board> {
-        match self.by_name.get(name) {
+        match self.get(name) {
             Some(board) => board.clone(),
             None => self.insert(name, BoardConfig::default()),
         }
     }
 
     fn insert(&mut self, name: &str, config: BoardConfig) -> Arc<Board> {
-        let name: Arc<str> = name.into();
         let config = self.configs.intern(config);
-        let board = Arc::new(Board { id: self.next_board_id, name: name.clone(), config });
+        let board = Arc::new(Board { id: self.next_board_id, name: name.into(), config });
         self.next_board_id += 1;
-        self.by_name.insert(name.clone(), board.clone());
-        self.names.insert(name);
+        self.by_name.insert(ByName(board.clone()));
+        self.names.insert(ByName(board.clone()));
         self.count_changed();
         board
     }
 
     /// The board called `name`, if any.
     pub fn get(&self, name: &str) -> Option<&Arc<Board>> {
-        self.by_name.get(name)
+        self.by_name.get(name).map(|board| &board.0)
     }
 
     /// Forgets `name`; the name may be reused at once (with a new id).
     pub fn remove(&mut self, name: &str) -> Option<Arc<Board>> {
         self.names.remove(name);
-        let removed = self.by_name.remove(name);
+        let removed = self.by_name.take(name).map(|board| board.0);
         self.count_changed();
         removed
     }
@@ -172,9 +217,9 @@ impl Boards {
         };
         self.names
             .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|name| name.starts_with(prefix))
+            .take_while(|board| board.0.name.starts_with(prefix))
             .take(limit)
-            .filter_map(|name| self.by_name.get(name).cloned())
+            .map(|board| board.0.clone())
             .collect()
     }
 
@@ -190,7 +235,7 @@ impl Boards {
     /// (it reads as empty, but the view must still be one some board could
     /// have).
     pub fn view(&self, name: &str, view: View, now: i64) -> Result<Option<(Arc<Board>, TreeId)>, Error> {
-        let Some(board) = self.by_name.get(name) else {
+        let Some(board) = self.get(name) else {
             if view.window == Some(Window::All) && view.period != 0 {
                 return Err(Error::BadRequest("the `all` window has only period 0".into()));
             }
@@ -226,13 +271,15 @@ mod tests {
     #[test]
     fn the_newest_board_of_a_name_is_the_live_one() {
         let board = |id, name: &str| Board { id, name: name.into(), config: BoardConfig::default().into() };
-        // A drop of `a` (id 1) left it in some shard; id 3 is its successor.
-        let held = [board(1, "a"), board(2, "b"), board(3, "a"), board(4, "c")];
-        let boards = Boards::new(RouterState::from_held(&held, 4, 0));
+        // Drops of `a` (ids 1 and 3) left them in some shard; id 5 is live.
+        let held = [board(1, "a"), board(2, "b"), board(3, "a"), board(4, "c"), board(5, "a")];
+        let boards = Boards::new(RouterState::from_held(&held, 5, 0));
         let ids: Vec<(String, u64)> = boards.sorted().iter().map(|b| (b.name.to_string(), b.id)).collect();
-        assert_eq!(ids, [("a".into(), 3), ("b".into(), 2), ("c".into(), 4)]);
-        assert!(boards.by_name.iter().all(|(name, b)| Arc::ptr_eq(name, &b.name)), "one copy of each name");
-        assert_eq!(boards.next_board_id, 5);
+        assert_eq!(ids, [("a".into(), 5), ("b".into(), 2), ("c".into(), 4)]);
+        assert_eq!(boards.get("a").map(|b| b.id), Some(5));
+        let same = |b: &ByName| boards.names.get(&*b.0.name).is_some_and(|n| Arc::ptr_eq(&n.0, &b.0));
+        assert!(boards.by_name.iter().all(same), "one copy of each board");
+        assert_eq!(boards.next_board_id, 6);
     }
 
     fn asc() -> BoardConfig {
