@@ -1,7 +1,7 @@
 //! A score change applied to the in-memory state: the one path live writes
 //! and replay share, so a restart rebuilds exactly what the writes built.
 
-use super::Trees;
+use super::holdings::Holdings;
 use crate::board::BoardConfig;
 use crate::key::{self, TreeId};
 use crate::log;
@@ -19,11 +19,6 @@ pub struct DenseChange {
     pub removed: Option<u64>,
     /// Score key that gained a player.
     pub added: Option<u64>,
-}
-
-/// The count tree of `tree`, made empty if it has none yet.
-pub(super) fn count_tree(trees: &mut Trees, tree: TreeId, branching: u32) -> &mut CountTree {
-    trees.entry(tree).or_insert_with(|| Box::new(CountTree::new(branching).expect("branching validated at open")))
 }
 
 /// Where [`apply_change`] puts a change's count-tree changes.
@@ -63,14 +58,14 @@ impl GatheredCounts {
     /// Applies every gathered change to `trees`, in tree and key order. A
     /// tree the changes touch exists afterwards even where they cancel out,
     /// as it does when they are applied in log order.
-    pub(super) fn apply(&mut self, trees: &mut Trees, branching: u32) {
+    pub(super) fn apply(&mut self, trees: &mut Holdings, branching: u32) {
         self.changes.sort_unstable_by_key(|&(tree, key, _)| (tree, key));
         let mut changes = self.changes.drain(..).peekable();
         while let Some((tree, key, mut delta)) = changes.next() {
             while let Some((_, _, more)) = changes.next_if(|&(t, k, _)| (t, k) == (tree, key)) {
                 delta += more;
             }
-            let counts = count_tree(trees, tree, branching);
+            let counts = trees.tree_or_new(tree, branching);
             if delta != 0 {
                 counts.add(key, delta);
             }
@@ -154,8 +149,8 @@ mod tests {
         fn gathered_counts_make_the_trees_the_log_order_makes(
             ops in proptest::collection::vec((0u64..2, 0u128..40, proptest::bool::ANY), 1..400),
         ) {
-            let mut in_order = Trees::default();
-            let mut sorted = Trees::default();
+            let mut in_order = Holdings::default();
+            let mut sorted = Holdings::default();
             let mut gathered = GatheredCounts::default();
             let mut held: std::collections::HashMap<(TreeId, u128), u64> = Default::default();
             for (board, key, add) in ops {
@@ -164,14 +159,14 @@ mod tests {
                 // The log only removes what it added before.
                 let delta = if add || *count == 0 { 1 } else { -1 };
                 *count = count.saturating_add_signed(delta);
-                count_tree(&mut in_order, tree, 4).add(key, delta);
+                in_order.tree_or_new(tree, 4).add(key, delta);
                 gathered.push(tree, key, delta);
             }
             gathered.apply(&mut sorted, 4);
-            for (tree, expected) in &in_order {
-                proptest::prop_assert_eq!(sorted.get(tree).map(|t| t.entries()), Some(expected.entries()));
+            for (tree, expected) in in_order.trees() {
+                proptest::prop_assert_eq!(sorted.tree(&tree).map(|t| t.entries()), Some(expected.entries()));
             }
-            proptest::prop_assert_eq!(sorted.len(), in_order.len());
+            proptest::prop_assert_eq!(sorted.tree_count(), in_order.tree_count());
         }
     }
 }

@@ -14,28 +14,28 @@ impl Shard {
             return Err(ShardError::NeedsCommit);
         }
         let inconsistent = |id: &TreeId, what: String| ShardError::Inconsistent(format!("{id:?}: {what}"));
-        let summed: u64 = self.trees.values().map(|t| t.total()).sum();
+        let summed: u64 = self.held.trees().map(|(_, t)| t.total()).sum();
         if summed != self.players {
             return Err(ShardError::Inconsistent(format!("{} players counted, the trees hold {summed}", self.players)));
         }
-        for (id, tree) in &self.trees {
-            tree.check().map_err(|e| inconsistent(id, e))?;
-            let Some(config) = self.boards.get(&id.board) else {
-                return Err(inconsistent(id, "tree of a board this shard has no config for".into()));
+        for (id, tree) in self.held.trees() {
+            tree.check().map_err(|e| inconsistent(&id, e))?;
+            let Some(config) = self.held.config(id.board) else {
+                return Err(inconsistent(&id, "tree of a board this shard has no config for".into()));
             };
             let (order, ties) = (config.order, config.ties);
             // Every index entry matches its player's record, and the tree
             // holds exactly the keys the index implies.
             let mut keys = Vec::with_capacity(tree.total() as usize);
-            for position in self.index_positions(*id, &[], &POSITIONS_END, Direction::Forward) {
+            for position in self.index_positions(id, &[], &POSITIONS_END, Direction::Forward) {
                 let position = position?;
                 let (sk, seq, player) =
                     key::parse_list_position(ties, &position).ok_or(ShardError::Corrupt("index key"))?;
                 let record = self
-                    .unwritten_or_stored(&player_key(*id, player))?
-                    .ok_or_else(|| inconsistent(id, format!("index lists {player:?} but no record exists")))?;
+                    .unwritten_or_stored(&player_key(id, player))?
+                    .ok_or_else(|| inconsistent(&id, format!("index lists {player:?} but no record exists")))?;
                 if key::score_key(record.score, order) != sk || (ties == Ties::Ordinal && record.seq != seq) {
-                    return Err(inconsistent(id, format!("index and record of {player:?} disagree")));
+                    return Err(inconsistent(&id, format!("index and record of {player:?} disagree")));
                 }
                 keys.push(record.tree_key(player, ties, order));
             }
@@ -46,7 +46,7 @@ impl Shard {
             }
             players += self.overlay.records_under(&id.prefix()).filter(|(_, record)| record.is_some()).count();
             if players != keys.len() {
-                return Err(inconsistent(id, format!("{players} player records but {} index entries", keys.len())));
+                return Err(inconsistent(&id, format!("{players} player records but {} index entries", keys.len())));
             }
             keys.sort_unstable();
             let mut expected: Vec<(u128, u64)> = Vec::new();
@@ -58,7 +58,7 @@ impl Shard {
             }
             if tree.entries() != expected {
                 return Err(inconsistent(
-                    id,
+                    &id,
                     format!("count tree ({} players) disagrees with the score index", tree.total()),
                 ));
             }

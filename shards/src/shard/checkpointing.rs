@@ -110,11 +110,11 @@ impl Shard {
     pub(super) fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
         self.abandon_checkpoint();
         let leaves = &self.storage.leaves;
-        for (id, tree) in &mut self.trees {
+        for (id, tree) in self.held.trees_mut() {
             let written = SlicePicker::default().pick(tree.take_dirty(), self.leaf_encoding, |leaf, bytes| {
                 match bytes {
-                    Some(bytes) => batch.insert(leaves, leaf_key(*id, leaf), bytes),
-                    None => batch.remove(leaves, leaf_key(*id, leaf)),
+                    Some(bytes) => batch.insert(leaves, leaf_key(id, leaf), bytes),
+                    None => batch.remove(leaves, leaf_key(id, leaf)),
                 }
                 Ok::<(), std::convert::Infallible>(())
             });
@@ -130,9 +130,9 @@ impl Shard {
     /// read.
     pub(super) fn abandon_checkpoint(&mut self) {
         let handed_out = self.checkpoints.copying.take().map(|c| c.writer.abandon()).unwrap_or_default();
-        self.trees.values_mut().for_each(|tree| tree.abandon_snapshot());
+        self.held.trees_mut().for_each(|(_, tree)| tree.abandon_snapshot());
         for (id, leaves) in handed_out {
-            if let Some(tree) = self.trees.get_mut(&id) {
+            if let Some(tree) = self.held.tree_mut(&id) {
                 tree.mark_changed(leaves);
             }
         }
@@ -159,11 +159,11 @@ impl Shard {
                 return;
             }
         };
-        self.trees.values_mut().for_each(|tree| tree.begin_snapshot());
-        self.burst_trees = self.trees.values().filter(|t| !t.is_compact()).count();
+        self.held.trees_mut().for_each(|(_, tree)| tree.begin_snapshot());
+        self.burst_trees = self.held.trees().filter(|(_, t)| !t.is_compact()).count();
         // Only trees that changed have leaves to copy: with a million small
         // boards, most have not.
-        let mut trees: Vec<TreeId> = self.trees.iter().filter(|(_, t)| t.has_snapshot()).map(|(&id, _)| id).collect();
+        let mut trees: Vec<TreeId> = self.held.trees().filter(|(_, t)| t.has_snapshot()).map(|(id, _)| id).collect();
         trees.sort_unstable_by_key(TreeId::prefix);
         self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer });
         self.checkpoints.begun = true;
@@ -185,7 +185,7 @@ impl Shard {
         }
         let mut budget = self.options.checkpoint_slice_leaves.max(writes).max(1);
         while let Some(&id) = checkpoint.trees.front() {
-            if let Some(tree) = self.trees.get_mut(&id) {
+            if let Some(tree) = self.held.tree_mut(&id) {
                 budget = tree.continue_snapshot(budget);
                 if let Some(slice) = tree.take_slice().filter(|slice| !slice.is_idle()) {
                     checkpoint.writer.send(id, slice);

@@ -8,7 +8,6 @@ use fjall::PersistMode;
 
 use super::storage::{board_meta_key, expiring_key};
 use super::Shard;
-use crate::board::Window;
 use crate::error::ShardError;
 use crate::key::TreeId;
 use crate::window;
@@ -36,15 +35,12 @@ impl Shard {
     }
 
     /// Readable trees whose period fell out of their board's `keep`. Asked
-    /// once a second over every tree: all-time trees, never expiring, are
-    /// passed over without a look at their board.
+    /// once a second: only periodic trees are looked at, all-time trees
+    /// (never expiring) are held apart.
     fn newly_expired(&self) -> impl Iterator<Item = TreeId> + '_ {
-        let (now, boards, all_time) = (self.now, &self.boards, Window::All.code());
-        self.trees
-            .keys()
-            .filter(move |tree| tree.window != all_time)
-            .copied()
-            .filter(move |tree| boards.get(&tree.board).is_some_and(|config| window::expired(config, *tree, now)))
+        let (now, held) = (self.now, &self.held);
+        held.periodic_tree_ids()
+            .filter(move |tree| held.config(tree.board).is_some_and(|config| window::expired(config, *tree, now)))
     }
 
     /// Moves periods that fell out of their board's `keep` out of the readable
@@ -132,7 +128,7 @@ impl Shard {
             return Err(ShardError::NeedsCommit);
         }
         let existed = self.release_board(board_id);
-        let dropped: Vec<TreeId> = self.trees.keys().filter(|tree| tree.board == board_id).copied().collect();
+        let dropped = self.held.trees_of(board_id);
         // Cache keys are hashes: the board's entries cannot be picked out.
         self.cache.get_mut().clear();
         self.overlay.forget(&board_id.to_be_bytes());

@@ -68,6 +68,7 @@ mod check;
 mod checkpointing;
 mod dedup;
 mod expiry;
+mod holdings;
 mod image;
 mod open;
 mod options;
@@ -80,12 +81,13 @@ mod storage;
 mod ties;
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use self::apply::DenseChange;
 use self::checkpointing::Checkpoints;
+use self::holdings::Holdings;
 pub use self::image::{ImageWriter, ShardImage, IMAGE_KEYSPACES};
 pub use self::options::{Durability, ShardOptions, CHECKPOINT_EVERY, CHECKPOINT_SLICE_LEAVES, RUN_EVERY};
 pub use self::prefetch::{Upcoming, UpcomingWrite};
@@ -102,13 +104,7 @@ use crate::key::TreeId;
 use crate::overlay::Overlay;
 pub use crate::record::Record;
 use crate::ties::TieGroups;
-use crate::tree::{CountTree, LeafEncoding};
-use crate::FastHasher;
-
-/// A shard's count trees by id. Boxed: a map of a million small boards'
-/// trees has twice as many buckets as trees, and a bucket holding the tree
-/// itself took 88 bytes instead of 24.
-pub(super) type Trees = HashMap<TreeId, Box<CountTree>, FastHasher>;
+use crate::tree::LeafEncoding;
 
 /// One shard: see the module docs.
 pub struct Shard {
@@ -118,8 +114,12 @@ pub struct Shard {
     options: ShardOptions,
     /// Where the shard lives, to reopen it after a storage failure.
     path: PathBuf,
-    /// Each tree's counts, in memory: what ranks are answered from.
-    trees: Trees,
+    /// The configs of the boards this shard holds, by id (their order and
+    /// tie rule key every change, live or replayed), and each tree's
+    /// counts, in memory: what ranks are answered from. Names are the
+    /// router's business: a shard reads them only when it opens
+    /// ([`Shard::take_opened_boards`]).
+    held: Holdings,
     /// Order statistics inside the trees' crowded keys (large ties).
     ties: TieGroups,
     /// Players held in all trees: kept as they change, not summed over the
@@ -128,10 +128,6 @@ pub struct Shard {
     /// Trees burst past one leaf, counted when a checkpoint walks them all
     /// (a gauge's worth of accuracy without a walk per write).
     burst_trees: usize,
-    /// Configs of the boards this shard holds, by id: their order and tie
-    /// rule key every change, live or replayed. Names are the router's
-    /// business: a shard reads them only when it opens ([`Shard::take_opened_boards`]).
-    boards: HashMap<u64, Arc<BoardConfig>, FastHasher>,
     /// The boards read when the shard opened, names and all, until the
     /// router takes them.
     opened_boards: Vec<Board>,
@@ -212,7 +208,7 @@ impl Shard {
 
     /// The configs of the boards this shard holds, by id.
     pub fn board_configs(&self) -> impl ExactSizeIterator<Item = (u64, &BoardConfig)> {
-        self.boards.iter().map(|(&id, config)| (id, &**config))
+        self.held.configs().map(|(id, config)| (id, &**config))
     }
 
     /// Highest reach sequence this shard has stored.
@@ -229,7 +225,8 @@ impl Shard {
     /// of them had burst past the compact form of one sorted leaf at the
     /// last checkpoint.
     pub fn tree_forms(&self) -> (usize, usize) {
-        (self.trees.len(), self.burst_trees.min(self.trees.len()))
+        let trees = self.held.tree_count();
+        (trees, self.burst_trees.min(trees))
     }
 
     /// Players held in all trees of this shard.
@@ -241,21 +238,21 @@ impl Shard {
     /// same board's).
     fn hold_board(&mut self, board_id: u64, config: Arc<BoardConfig>) {
         self.windowed_boards += usize::from(config.is_windowed());
-        if let Some(old) = self.boards.insert(board_id, config) {
+        if let Some(old) = self.held.insert_config(board_id, config) {
             self.windowed_boards -= usize::from(old.is_windowed());
         }
     }
 
     /// Stops holding the config of the board with `board_id`; true if held.
     fn release_board(&mut self, board_id: u64) -> bool {
-        let Some(old) = self.boards.remove(&board_id) else { return false };
+        let Some(old) = self.held.remove_config(board_id) else { return false };
         self.windowed_boards -= usize::from(old.is_windowed());
         true
     }
 
     /// Removes `tree` from the readable trees (dropped or expired).
     fn forget_tree(&mut self, tree: &TreeId) {
-        if let Some(gone) = self.trees.remove(tree) {
+        if let Some(gone) = self.held.remove_tree(tree) {
             self.players -= gone.total();
         }
         self.ties.forget(*tree);

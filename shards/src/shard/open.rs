@@ -4,15 +4,15 @@
 //! current one, and reopening after a storage failure.
 
 use std::cell::RefCell;
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use fjall::{Database, Keyspace, PersistMode};
 
-use super::apply::{apply_change, count_tree, GatheredCounts, TreeCounts};
+use super::apply::{apply_change, GatheredCounts, TreeCounts};
 use super::checkpointing::Checkpoints;
+use super::holdings::Holdings;
 use super::options::ShardOptions;
 use super::reads::player_key;
 use super::staging::Staged;
@@ -30,7 +30,6 @@ use crate::log::{self, LogFormat};
 use crate::overlay::Overlay;
 use crate::ties::TieGroups;
 use crate::tree::{self, CountTree, LeafEncoding, LeafId};
-use crate::FastHasher;
 
 impl Shard {
     /// Opens (or creates) the shard stored at `path` and loads its count trees
@@ -47,11 +46,10 @@ impl Shard {
             storage,
             options,
             path: path.to_path_buf(),
-            trees: HashMap::default(),
+            held: Holdings::default(),
             ties: TieGroups::default(),
             players: 0,
             burst_trees: 0,
-            boards: HashMap::default(),
             opened_boards: Vec::new(),
             windowed_boards: 0,
             max_seq: 0,
@@ -77,8 +75,8 @@ impl Shard {
         tracing::info!(
             path = %path.display(),
             players = shard.players(),
-            trees = shard.trees.len(),
-            boards = shard.boards.len(),
+            trees = shard.held.tree_count(),
+            boards = shard.held.configs().len(),
             replayed = shard.log.logged,
             storage_ms = ms(opened),
             boards_ms = ms(phases.boards),
@@ -99,8 +97,7 @@ impl Shard {
         let mut phase_start = Instant::now();
         let mut lap = || std::mem::replace(&mut phase_start, Instant::now()).elapsed();
         self.cache.get_mut().clear();
-        self.trees.clear();
-        self.boards.clear();
+        self.held = Holdings::default();
         self.staged = Staged::default();
         self.overlay = self.empty_overlay();
         self.in_flight.clear();
@@ -119,13 +116,17 @@ impl Shard {
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
             boards.push(Board { id, name: name.into(), config: configs.intern(config) });
         }
-        self.boards = HashMap::with_capacity_and_hasher(boards.len(), FastHasher::default());
-        self.boards.extend(boards.iter().map(|board| (board.id, board.config.clone())));
-        // Most boards have players here, one tree each (all-time boards).
-        self.trees.reserve(self.boards.len());
-        self.windowed_boards = self.boards.values().filter(|config| config.is_windowed()).count();
+        // Most boards have players here, one tree each (all-time boards),
+        // held in the board's entry.
+        self.held = Holdings::with_capacity(boards.len());
+        for board in &boards {
+            self.held.insert_config(board.id, board.config.clone());
+        }
+        self.windowed_boards = self.held.configs().filter(|(_, config)| config.is_windowed()).count();
         phases.boards = lap();
         let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
+        let branching = self.options.branching;
+        CountTree::new(branching)?; // validates it for the trees made below
         for item in stored_leaves(leaves) {
             let (key, value) = item.into_inner()?;
             let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
@@ -133,11 +134,7 @@ impl Shard {
             let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
             let &[depth] = depth else { return Err(ShardError::Corrupt("leaf key")) };
             let id = LeafId { prefix: u128::from_be_bytes(*prefix), depth };
-            let tree = match self.trees.entry(tree_id) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(e) => e.insert(Box::new(CountTree::new(self.options.branching)?)),
-            };
-            tree.install_leaf(id, &value, self.leaf_encoding)?;
+            self.held.tree_or_new(tree_id, branching).install_leaf(id, &value, self.leaf_encoding)?;
         }
         phases.leaves = lap();
         let format = log_format(meta)?;
@@ -149,17 +146,17 @@ impl Shard {
         for item in self.storage.meta.prefix(META_EXPIRING) {
             let key = item.key()?;
             let tree = TreeId::from_prefix(&key[META_EXPIRING.len()..]).ok_or(ShardError::Corrupt("expiring key"))?;
-            self.trees.remove(&tree);
+            self.held.remove_tree(&tree);
             self.overlay.forget(&tree.prefix());
             self.expiring.insert(tree);
         }
         if format == LogFormat::TreeKeys {
             self.migrate_log()?;
         }
-        (self.players, self.burst_trees) = self
-            .trees
-            .values()
-            .fold((0, 0), |(players, burst), tree| (players + tree.total(), burst + usize::from(!tree.is_compact())));
+        (self.players, self.burst_trees) =
+            self.held.trees().map(|(_, tree)| tree).fold((0, 0), |(players, burst), tree| {
+                (players + tree.total(), burst + usize::from(!tree.is_compact()))
+            });
         phases.replay = lap();
         self.rebuild_ties()?;
         phases.ties = lap();
@@ -198,10 +195,10 @@ impl Shard {
             match format {
                 LogFormat::TreeKeys => {
                     for change in log::tree_key_changes(&value)? {
-                        if !self.boards.contains_key(&change.tree.board) {
+                        if self.held.config(change.tree.board).is_none() {
                             continue;
                         }
-                        let tree = count_tree(&mut self.trees, change.tree, branching);
+                        let tree = self.held.tree_or_new(change.tree, branching);
                         if let Some(key) = change.removed {
                             tree.add(key, -1);
                         }
@@ -215,18 +212,18 @@ impl Shard {
                     let rebuild = number >= runs_through;
                     for change in log::changes(&value) {
                         let change = change?;
-                        let Some(config) = self.boards.get(&change.tree.board) else { continue };
+                        let Some(config) = self.held.config(change.tree.board) else { continue };
                         let overlay = rebuild.then(|| (&mut self.overlay, player_key(change.tree, change.player)));
                         apply_change(TreeCounts::Gather(&mut gathered), overlay, config, &change);
                         self.log.logged += 1;
                     }
                     if gathered.is_full() {
-                        gathered.apply(&mut self.trees, branching);
+                        gathered.apply(&mut self.held, branching);
                     }
                 }
             }
         }
-        gathered.apply(&mut self.trees, branching);
+        gathered.apply(&mut self.held, branching);
         // Record numbers never go back: the marker may name a number past an
         // emptied log, and what it covers must stay covered.
         self.log.next = self.log.next.max(runs_through);

@@ -112,7 +112,7 @@ impl Shard {
             }
         }
         for (tree, keys) in paths {
-            if let Some(count_tree) = self.trees.get(&tree) {
+            if let Some(count_tree) = self.held.tree(&tree) {
                 count_tree.prefetch_many(&keys);
             }
         }

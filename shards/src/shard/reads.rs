@@ -114,12 +114,12 @@ impl Shard {
 
     /// Players in `tree`.
     pub fn count(&self, tree: TreeId) -> u64 {
-        self.trees.get(&tree).map_or(0, |t| t.total())
+        self.held.tree(&tree).map_or(0, |t| t.total())
     }
 
     /// For each key, how many players of `tree` sort strictly before it.
     pub fn count_before(&self, tree: TreeId, keys: &[u128]) -> Vec<u64> {
-        match self.trees.get(&tree) {
+        match self.held.tree(&tree) {
             Some(t) => keys.iter().map(|&k| t.count_before(k)).collect(),
             None => vec![0; keys.len()],
         }
@@ -128,13 +128,13 @@ impl Shard {
     /// How many players of `tree` sort strictly before `key`: one rank's
     /// count, without the vector [`Shard::count_before`] returns.
     pub fn count_before_key(&self, tree: TreeId, key: u128) -> u64 {
-        self.trees.get(&tree).map_or(0, |t| t.count_before(key))
+        self.held.tree(&tree).map_or(0, |t| t.count_before(key))
     }
 
     /// For each of `keys` (ascending), how many players of `tree` sort
     /// strictly before it, in one walk of the tree.
     pub fn count_before_sorted(&self, tree: TreeId, keys: &[u128]) -> Vec<u64> {
-        match self.trees.get(&tree) {
+        match self.held.tree(&tree) {
             Some(t) => t.count_before_sorted(keys),
             None => vec![0; keys.len()],
         }
@@ -143,14 +143,14 @@ impl Shard {
     /// The bucket boundaries of `tree` for approximate ranks, shaped by
     /// `shape` (see [`CountTree::bucket_bounds`](crate::CountTree::bucket_bounds)); empty for an empty tree.
     pub fn bucket_bounds(&self, tree: TreeId, shape: BucketShape) -> Vec<u128> {
-        self.trees.get(&tree).map_or_else(Vec::new, |t| t.bucket_bounds(shape))
+        self.held.tree(&tree).map_or_else(Vec::new, |t| t.bucket_bounds(shape))
     }
 
     /// Distinct score keys of `tree` with their player counts (for dense
     /// ranks), read from the count tree, not from the players.
     pub fn score_counts(&self, tree: TreeId) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
-        if let Some(t) = self.trees.get(&tree) {
+        if let Some(t) = self.held.tree(&tree) {
             for (key, count) in t.entries() {
                 let sk = (key >> 64) as u64;
                 match out.last_mut() {
@@ -166,16 +166,16 @@ impl Shard {
     /// share of the engine-wide [`crate::DenseIndex`]es.
     pub fn dense_score_counts(&self) -> HashMap<TreeId, Vec<(u64, u64)>> {
         let dense: std::collections::HashSet<u64> =
-            self.boards.iter().filter(|(_, config)| config.ties == Ties::Dense).map(|(&id, _)| id).collect();
+            self.held.configs().filter(|(_, config)| config.ties == Ties::Dense).map(|(id, _)| id).collect();
         if dense.is_empty() {
             return HashMap::new(); // no look at a million trees of other boards
         }
-        self.trees.keys().filter(|t| dense.contains(&t.board)).map(|&t| (t, self.score_counts(t))).collect()
+        self.held.tree_ids().filter(|t| dense.contains(&t.board)).map(|t| (t, self.score_counts(t))).collect()
     }
 
     /// Trees this shard holds players for.
     pub fn tree_ids(&self) -> impl Iterator<Item = TreeId> + '_ {
-        self.trees.keys().copied()
+        self.held.tree_ids()
     }
 
     /// Up to `limit` entries of `tree` in list order from `position`, seeing

@@ -9,7 +9,7 @@ impl Shard {
     /// tree's worth of changes, and with them a tree's worth of leaf
     /// reallocations.
     pub(super) fn begin_repacking(&mut self) {
-        self.repacking = self.trees.keys().map(|tree| (*tree, 0)).collect();
+        self.repacking = self.held.tree_ids().map(|tree| (tree, 0)).collect();
     }
 
     /// Whether a leaf-repacking pass is under way (one starts at every
@@ -35,7 +35,7 @@ impl Shard {
     pub fn repack_step(&mut self, budget: usize, mut should_move: impl FnMut(*const u8) -> bool) -> Repacked {
         let mut done = Repacked::default();
         while let Some((tree, from)) = self.repacking.last_mut() {
-            let Some(count_tree) = self.trees.get_mut(tree) else {
+            let Some(count_tree) = self.held.tree_mut(tree) else {
                 self.repacking.pop(); // expired since the pass began
                 continue;
             };

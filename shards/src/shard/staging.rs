@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::apply::{apply_change, count_tree, DenseChange, TreeCounts};
+use super::apply::{apply_change, DenseChange, TreeCounts};
 use super::reads::PlayerKey;
 use super::storage::{board_meta_key, META_MAX_BOARD};
 use super::Shard;
@@ -46,7 +46,7 @@ impl Shard {
 
     /// Persists `board`'s config in this shard if it is not there yet.
     pub fn ensure_board(&mut self, board: &Board) {
-        if let Some(held) = self.boards.get_mut(&board.id).filter(|held| **held == board.config) {
+        if let Some(held) = self.held.config_mut(board.id).filter(|held| **held == board.config) {
             // The router's copy from now on (a shard interns its own at open):
             // one config in memory, and the next compare is a pointer's.
             if !Arc::ptr_eq(held, &board.config) {
@@ -177,7 +177,7 @@ impl Shard {
         self.staged.changes += 1;
         self.cache.get_mut().put(key.cached, new);
         let overlay = Some((&mut self.overlay, key.stored));
-        let counts = TreeCounts::Apply(count_tree(&mut self.trees, change.tree, self.options.branching));
+        let counts = TreeCounts::Apply(self.held.tree_or_new(change.tree, self.options.branching));
         let applied = apply_change(counts, overlay, &board.config, &change);
         if board.config.ties == Ties::Dense {
             self.staged.dense.push(applied.dense);
@@ -242,10 +242,10 @@ mod tests {
             shard.commit().unwrap();
         }
         let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
-        let own = shard.boards[&board.id].clone();
+        let own = shard.held.config(board.id).cloned().expect("held");
         assert!(!Arc::ptr_eq(&own, &board.config) && own == board.config);
         shard.ensure_board(&board);
-        assert!(Arc::ptr_eq(&shard.boards[&board.id], &board.config));
+        assert!(Arc::ptr_eq(shard.held.config(board.id).expect("held"), &board.config));
         assert!(!shard.has_staged(), "nothing to store");
     }
 }

@@ -69,8 +69,8 @@ impl Shard {
         let mut crowded = Vec::new();
         // Most trees are far too small to crowd a key: passed over without
         // a look at their board.
-        for (&tree, counts) in self.trees.iter().filter(|(_, counts)| counts.total() >= GROUP_AT) {
-            let ties = self.boards.get(&tree.board).map(|config| config.ties);
+        for (tree, counts) in self.held.trees().filter(|(_, counts)| counts.total() >= GROUP_AT) {
+            let ties = self.held.config(tree.board).map(|config| config.ties);
             if ties.is_some_and(|t| t != Ties::Ordinal) {
                 crowded.extend(counts.crowded_keys(GROUP_AT).into_iter().map(|key| Crowded {
                     tree,
