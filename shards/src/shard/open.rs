@@ -116,17 +116,12 @@ impl Shard {
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
             boards.push(Board { id, name: name.into(), config: configs.intern(config) });
         }
-        // Most boards have players here, one tree each (all-time boards),
-        // held in the board's entry.
-        self.held = Holdings::with_capacity(boards.len());
-        for board in &boards {
-            self.held.insert_config(board.id, board.config.clone());
-        }
-        self.windowed_boards = self.held.configs().filter(|(_, config)| config.is_windowed()).count();
+        self.windowed_boards = boards.iter().filter(|board| board.config.is_windowed()).count();
         phases.boards = lap();
+        // Leaves come in tree order, a tree's together. Most boards have
+        // players here, one tree each (all-time boards).
         let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
-        let branching = self.options.branching;
-        CountTree::new(branching)?; // validates it for the trees made below
+        let mut trees: Vec<(TreeId, Box<CountTree>)> = Vec::with_capacity(boards.len());
         for item in stored_leaves(leaves) {
             let (key, value) = item.into_inner()?;
             let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
@@ -134,8 +129,15 @@ impl Shard {
             let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
             let &[depth] = depth else { return Err(ShardError::Corrupt("leaf key")) };
             let id = LeafId { prefix: u128::from_be_bytes(*prefix), depth };
-            self.held.tree_or_new(tree_id, branching).install_leaf(id, &value, self.leaf_encoding)?;
+            if trees.last().is_none_or(|(last, _)| *last != tree_id) {
+                trees.push((tree_id, Box::new(CountTree::new(self.options.branching)?)));
+            }
+            if let Some((_, tree)) = trees.last_mut() {
+                tree.install_leaf(id, &value, self.leaf_encoding)?;
+            }
         }
+        let configs = boards.iter().map(|board| (board.id, board.config.clone())).collect();
+        self.held = Holdings::from_sorted(configs, trees);
         phases.leaves = lap();
         let format = log_format(meta)?;
         let runs_through = read_u64(meta, META_RUNS_THROUGH)?;
