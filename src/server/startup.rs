@@ -74,8 +74,7 @@ pub fn recover(shards: &mut [Shard], branching: u32) -> (RouterState, DenseRegis
     let held = held_boards(shards);
     let max_board_id = shards.iter().map(Shard::max_board_id).max().unwrap_or(0);
     let max_seq = shards.iter().map(Shard::max_seq).max().unwrap_or(0);
-    let state = RouterState::from_held(&held, max_board_id, max_seq);
-    drop(held);
+    let state = RouterState::from_held(held, max_board_id, max_seq);
     // Each shard adds its share of every live dense board's indexes, the way
     // a recovering shard replaces its share (a half-finished drop's
     // leftovers are not indexed).

@@ -74,8 +74,8 @@ impl RouterState {
     /// thread from the boards in id order, the order their names were
     /// allocated in: a million of them sort in a fraction of the time they
     /// take in hash order.
-    pub fn from_held(held: &[Board], max_board_id: u64, max_seq: u64) -> Self {
-        let held: Vec<Arc<Board>> = held.iter().cloned().map(Arc::new).collect();
+    pub fn from_held(held: Vec<Board>, max_board_id: u64, max_seq: u64) -> Self {
+        let held: Vec<Arc<Board>> = held.into_iter().map(Arc::new).collect();
         std::thread::scope(|scope| {
             let names = scope.spawn(|| held.iter().cloned().map(ByName).collect::<BTreeSet<_>>());
             let (boards, successors) = Self::by_name(&held);
@@ -265,7 +265,7 @@ mod tests {
 
     fn boards() -> Boards {
         let old = Board { id: 7, name: "old".into(), config: BoardConfig::default().into() };
-        Boards::new(RouterState::from_held(&[old], 9, 41))
+        Boards::new(RouterState::from_held(vec![old], 9, 41))
     }
 
     #[test]
@@ -273,7 +273,7 @@ mod tests {
         let board = |id, name: &str| Board { id, name: name.into(), config: BoardConfig::default().into() };
         // Drops of `a` (ids 1 and 3) left them in some shard; id 5 is live.
         let held = [board(1, "a"), board(2, "b"), board(3, "a"), board(4, "c"), board(5, "a")];
-        let boards = Boards::new(RouterState::from_held(&held, 5, 0));
+        let boards = Boards::new(RouterState::from_held(held.into(), 5, 0));
         let ids: Vec<(String, u64)> = boards.sorted().iter().map(|b| (b.name.to_string(), b.id)).collect();
         assert_eq!(ids, [("a".into(), 5), ("b".into(), 2), ("c".into(), 4)]);
         assert_eq!(boards.get("a").map(|b| b.id), Some(5));
