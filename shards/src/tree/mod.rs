@@ -45,87 +45,21 @@ use std::collections::HashSet;
 /// Leaves changed since the last checkpoint; every `add` inserts here.
 type LeafSet = HashSet<LeafId, crate::FastHasher>;
 
-/// A tree's changed leaves, allocated only when one besides the root
-/// changed: a shard holds a tree per board, most of them one leaf (the
-/// root) and all of them changed after a load, and a set of one id took
-/// ~80 bytes a tree where this takes none.
+/// What a tree keeps for its next checkpoint besides its leaves' marks.
+/// Boxed, and absent from most trees: a compact tree's changed root is
+/// known by its mark alone (see [`CountTree::root_changed`]), and a
+/// snapshot is seldom under way. A shard holds a tree per board; kept
+/// inline these took a tree from jemalloc's 64-byte class to its 80.
 #[derive(Debug, Default)]
-enum DirtyLeaves {
-    /// No leaf changed.
-    #[default]
-    None,
-    /// Only the root leaf changed.
-    Root,
-    /// Any other leaves changed (the root too, if it is among them).
-    Many(Box<LeafSet>),
+struct Pending {
+    /// Leaves changed since the last checkpoint, but a compact root.
+    dirty: LeafSet,
+    /// The changed leaves of a checkpoint being taken, if one is.
+    snapshot: Option<Snapshot>,
 }
 
 /// The root leaf's id: the whole key range at depth 0.
 const ROOT_LEAF: LeafId = LeafId { prefix: 0, depth: 0 };
-
-impl DirtyLeaves {
-    fn insert(&mut self, id: LeafId) {
-        match self {
-            Self::None if id == ROOT_LEAF => *self = Self::Root,
-            Self::Root if id == ROOT_LEAF => {}
-            Self::None | Self::Root => {
-                let mut set = LeafSet::default();
-                if matches!(self, Self::Root) {
-                    set.insert(ROOT_LEAF);
-                }
-                set.insert(id);
-                *self = Self::Many(Box::new(set));
-            }
-            Self::Many(set) => {
-                set.insert(id);
-            }
-        }
-    }
-
-    fn extend(&mut self, ids: impl IntoIterator<Item = LeafId>) {
-        for id in ids {
-            self.insert(id);
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Self::None => 0,
-            Self::Root => 1,
-            Self::Many(set) => set.len(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Takes the set out; a large one leaves room for as many again, so the
-    /// next grows without rehashing, a small one leaves nothing allocated.
-    fn take(&mut self) -> LeafSet {
-        match std::mem::take(self) {
-            Self::None => LeafSet::default(),
-            Self::Root => LeafSet::from_iter([ROOT_LEAF]),
-            Self::Many(taken) => {
-                if taken.len() > 16 {
-                    *self = Self::Many(Box::new(LeafSet::with_capacity_and_hasher(taken.len(), Default::default())));
-                }
-                *taken
-            }
-        }
-    }
-
-    fn clear(&mut self) {
-        match self {
-            Self::Many(set) => set.clear(),
-            _ => *self = Self::None,
-        }
-    }
-
-    fn forget(&mut self) {
-        *self = Self::None;
-    }
-}
 
 /// A leaf bursts into an inner node once it holds more distinct keys than
 /// this. Small enough that the linear sum inside a leaf stays cheap, large
@@ -150,18 +84,17 @@ pub struct CountTree {
     root: Node,
     /// Players held, so a count of all needs no walk.
     total: u64,
-    /// Leaves changed since the last checkpoint, the ones it must write.
-    dirty: DirtyLeaves,
-    /// Bumped whenever `dirty` is emptied, which unmarks every leaf at once;
-    /// see [`Leaf::marked`]. Never 0, the mark of a leaf never put there.
+    /// The changed leaves the marks do not record, and a snapshot.
+    pending: Option<Box<Pending>>,
+    /// Bumped whenever the changed leaves are taken, which unmarks every
+    /// leaf at once; see [`Leaf::marked`]. Never 0, the mark of a leaf
+    /// never changed.
     round: u32,
     /// Bumped when a snapshot starts copying; see [`Leaf::epoch`].
     epoch: u32,
-    /// The changed leaves of a checkpoint being taken, if one is. Boxed: a
-    /// shard holds a tree per board, most of them small and seldom in a
-    /// snapshot.
-    snapshot: Option<Box<Snapshot>>,
 }
+
+const _: () = assert!(std::mem::size_of::<CountTree>() == 64);
 
 /// Rejected branching factor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -184,10 +117,9 @@ impl CountTree {
             bits: branching_bits(branching)?,
             root: Node::Leaf(Leaf::default()),
             total: 0,
-            dirty: DirtyLeaves::default(),
+            pending: None,
             round: 1,
             epoch: 0,
-            snapshot: None,
         })
     }
 
@@ -211,13 +143,9 @@ impl CountTree {
             return through - self.count_before(key);
         }
         self.total = self.total.saturating_add_signed(delta);
-        let mut changes = Changes {
-            dirty: &mut self.dirty,
-            round: self.round,
-            epoch: self.epoch,
-            snapshot: self.snapshot.as_mut().filter(|s| s.walk.is_some()).map(|s| &mut s.ahead),
-        };
-        add_at(&mut self.root, self.bits, 0, key, delta, &mut changes)
+        let Self { root, bits, pending, round, epoch, .. } = self;
+        let mut changes = Changes { pending, round: *round, epoch: *epoch };
+        add_at(root, *bits, 0, key, delta, &mut changes)
     }
 
     /// Starts loading the leaf that holds `key` into the CPU cache, so a
@@ -377,26 +305,27 @@ mod tests {
         let mut tree = CountTree::new(16).expect("branching");
         tree.add(7, 1);
         tree.add(9, 1);
-        assert!(matches!(tree.dirty, DirtyLeaves::Root), "{:?}", tree.dirty);
-        assert_eq!(tree.dirty.take(), LeafSet::from_iter([ROOT_LEAF]));
-        assert!(matches!(tree.dirty, DirtyLeaves::None));
+        assert!(tree.pending.is_none() && tree.root_changed());
+        assert_eq!(tree.take_dirty_set(), LeafSet::from_iter([ROOT_LEAF]));
+        assert!(tree.pending.is_none() && !tree.root_changed());
+        tree.mark_dirty([ROOT_LEAF]);
+        assert!(tree.pending.is_none() && tree.root_changed(), "given back: marked again");
     }
 
     #[test]
-    fn dirty_leaves_keep_the_root_when_another_leaf_joins() {
-        let other = LeafId { prefix: 1 << 124, depth: 1 };
-        let mut dirty = DirtyLeaves::default();
-        dirty.insert(ROOT_LEAF);
-        dirty.insert(ROOT_LEAF);
-        assert_eq!(dirty.len(), 1);
-        dirty.insert(other);
-        assert_eq!(dirty.take(), LeafSet::from_iter([ROOT_LEAF, other]));
-        dirty.extend([other, other]);
-        assert_eq!(dirty.take(), LeafSet::from_iter([other]));
-        assert!(dirty.is_empty());
-        dirty.insert(ROOT_LEAF);
-        dirty.clear();
-        assert!(dirty.is_empty());
+    fn a_bursting_root_joins_the_changed_leaves() {
+        let mut tree = CountTree::new(16).expect("branching");
+        tree.add(1, 1);
+        tree.take_dirty_set();
+        for key in 0..=LEAF_CAPACITY as u128 {
+            tree.add(key << 120, 1);
+        }
+        assert!(!tree.is_compact());
+        let changed = tree.take_dirty_set();
+        assert!(changed.contains(&ROOT_LEAF), "the stored root leaf must be deleted");
+        assert!(changed.len() > 1);
+        tree.mark_dirty([ROOT_LEAF]);
+        assert_eq!(tree.take_dirty_set(), LeafSet::from_iter([ROOT_LEAF]), "kept in the set once burst");
     }
 
     /// Writes the leaves changed since the last reload to `disk` and loads

@@ -4,7 +4,7 @@
 use super::snapshot::CopiesOnWrite;
 #[cfg(doc)]
 use super::CountTree; // for doc links
-use super::{DirtyLeaves, LEAF_CAPACITY};
+use super::{Pending, LEAF_CAPACITY};
 
 pub(super) const KEY_BITS: u32 = 128;
 
@@ -171,16 +171,28 @@ pub(super) fn prefetch_entries(entries: &[Entry]) {
 
 /// What an [`add_at`] records besides the counts.
 pub(super) struct Changes<'a> {
-    /// The tree's changed leaves, which every changed leaf joins.
-    pub(super) dirty: &'a mut DirtyLeaves,
-    /// The tree's [`CountTree::round`]: a leaf marked with it is in `dirty`.
+    /// The tree's changed leaves, which every changed leaf but a compact
+    /// root joins, and its snapshot.
+    pub(super) pending: &'a mut Option<Box<Pending>>,
+    /// The tree's [`CountTree::round`]: a leaf marked with it changed.
     pub(super) round: u32,
     /// The tree's [`CountTree::epoch`]: a leaf of another is copied before
     /// it changes, while a snapshot is being copied.
     pub(super) epoch: u32,
+}
+
+impl Changes<'_> {
+    /// Counts leaf `id` as changed.
+    fn changed(&mut self, id: LeafId) {
+        self.pending.get_or_insert_default().dirty.insert(id);
+    }
+
     /// Where a leaf goes, as it was, before its first change while a
     /// snapshot is being copied.
-    pub(super) snapshot: Option<&'a mut CopiesOnWrite>,
+    fn copies_on_write(&mut self) -> Option<&mut CopiesOnWrite> {
+        let snapshot = self.pending.as_mut()?.snapshot.as_mut()?;
+        snapshot.walk.is_some().then_some(&mut snapshot.ahead)
+    }
 }
 
 /// Returns the key's count after the change.
@@ -191,7 +203,7 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
             let id = leaf_id_of(key, depth as u8, bits);
             if leaf.epoch != changes.epoch {
                 leaf.epoch = changes.epoch;
-                if let Some(snapshot) = changes.snapshot.as_deref_mut() {
+                if let Some(snapshot) = changes.copies_on_write() {
                     if !leaf.entries.is_empty() {
                         snapshot.insert(id, leaf.entries.as_slice().into());
                     }
@@ -199,7 +211,9 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
             }
             if leaf.marked != changes.round {
                 leaf.marked = changes.round;
-                changes.dirty.insert(id);
+                if depth > 0 {
+                    changes.changed(id); // a compact root's mark is its record
+                }
             }
             let count = match leaf.entries.binary_search_by(|e| e.key().cmp(&key)) {
                 Ok(i) => {
@@ -219,6 +233,9 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
                 Err(_) => 0,
             };
             if leaf.entries.len() > LEAF_CAPACITY && depth < max_depth(bits) {
+                if depth == 0 {
+                    changes.changed(id); // the stored root leaf is to be deleted
+                }
                 let entries = std::mem::take(&mut leaf.entries);
                 *node = burst(entries, bits, depth, changes);
             }
@@ -262,7 +279,7 @@ fn burst(entries: Vec<Entry>, bits: u32, depth: u32, changes: &mut Changes<'_>) 
             let child = if group.len() > LEAF_CAPACITY && child_depth < max_depth(bits) {
                 burst(group, bits, child_depth, changes)
             } else {
-                changes.dirty.insert(leaf_id_of(first, child_depth as u8, bits));
+                changes.changed(leaf_id_of(first, child_depth as u8, bits));
                 Node::Leaf(Leaf { entries: group, epoch: changes.epoch, marked: changes.round })
             };
             slots[d].child = Some(child);

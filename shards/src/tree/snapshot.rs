@@ -3,8 +3,8 @@
 //! checkpoint writes.
 
 use super::encoding::{encode_entries, LeafEncoding};
-use super::node::{leaves_from, level_bits, prefetch_entries, unmark_all, Entry, LeafId, Node, KEY_BITS};
-use super::{CountTree, LeafSet};
+use super::node::{leaves_from, level_bits, prefetch_entries, unmark_all, Entry, LeafId, KEY_BITS};
+use super::{CountTree, LeafSet, Node, Pending, ROOT_LEAF};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A snapshot's copies of leaves made as they were about to change (copy on
@@ -41,21 +41,79 @@ impl CountTree {
     /// leaves picking out the changed ones, the encoding and the keys to the
     /// writing thread.
     pub fn take_dirty(&mut self) -> LeafSlice {
-        debug_assert!(self.snapshot.is_none(), "a snapshot is being taken: abandon it first");
+        debug_assert!(self.snapshot().is_none(), "a snapshot is being taken: abandon it first");
         self.take_dirty_by(self.mostly_changed())
     }
 
     /// Whether so many leaves changed that copying every leaf in one walk
     /// beats looking the changed ones up (see [`MOSTLY_CHANGED_PLAYERS_PER_LEAF`]).
     fn mostly_changed(&self) -> bool {
-        self.dirty.len() as u64 >= self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF
+        self.dirty_len() as u64 >= self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF
     }
 
-    /// Moves the set of changed leaves out (see [`DirtyLeaves::take`]).
-    fn take_dirty_set(&mut self) -> LeafSet {
-        let dirty = self.dirty.take();
+    /// Whether the root is a leaf changed since the last checkpoint: the
+    /// one leaf of a compact tree is marked, never put in the set.
+    pub(super) fn root_changed(&self) -> bool {
+        matches!(&self.root, Node::Leaf(leaf) if leaf.marked == self.round)
+    }
+
+    /// How many leaves changed since the last checkpoint.
+    fn dirty_len(&self) -> usize {
+        self.pending.as_ref().map_or(0, |p| p.dirty.len()) + usize::from(self.root_changed())
+    }
+
+    /// Counts `leaves` as changed: a compact root by its mark.
+    pub(super) fn mark_dirty(&mut self, leaves: impl IntoIterator<Item = LeafId>) {
+        for id in leaves {
+            match &mut self.root {
+                Node::Leaf(root) if id == ROOT_LEAF => root.marked = self.round,
+                _ => {
+                    self.pending.get_or_insert_default().dirty.insert(id);
+                }
+            }
+        }
+    }
+
+    /// Moves the set of changed leaves out, the marked root among them, and
+    /// starts a new round. A large set leaves room for as many again, so
+    /// the next grows without rehashing; a small one leaves nothing.
+    pub(super) fn take_dirty_set(&mut self) -> LeafSet {
+        let root = self.root_changed();
+        let mut dirty = match self.pending.as_deref_mut() {
+            Some(Pending { dirty, .. }) if dirty.len() > 16 => {
+                let room = LeafSet::with_capacity_and_hasher(dirty.len(), Default::default());
+                std::mem::replace(dirty, room)
+            }
+            Some(Pending { dirty, .. }) => std::mem::take(dirty),
+            None => LeafSet::default(),
+        };
+        if root {
+            dirty.insert(ROOT_LEAF);
+        }
         self.next_round();
+        self.drop_idle_pending();
         dirty
+    }
+
+    /// Frees the [`Pending`] box once it holds nothing.
+    fn drop_idle_pending(&mut self) {
+        if self.pending.as_ref().is_some_and(|p| p.dirty.capacity() == 0 && p.snapshot.is_none()) {
+            self.pending = None;
+        }
+    }
+
+    fn snapshot(&self) -> Option<&Snapshot> {
+        self.pending.as_ref()?.snapshot.as_ref()
+    }
+
+    fn set_snapshot(&mut self, snapshot: Snapshot) {
+        self.pending.get_or_insert_default().snapshot = Some(snapshot);
+    }
+
+    fn take_snapshot(&mut self) -> Option<Snapshot> {
+        let snapshot = self.pending.as_mut()?.snapshot.take();
+        self.drop_idle_pending();
+        snapshot
     }
 
     /// Starts a new [`CountTree::round`] after `dirty` was emptied. When the
@@ -124,31 +182,32 @@ impl CountTree {
     ///
     /// Changes from now on count towards the next snapshot.
     pub fn begin_snapshot(&mut self) {
-        debug_assert!(self.snapshot.is_none(), "one snapshot at a time");
-        if self.dirty.is_empty() {
+        debug_assert!(self.snapshot().is_none(), "one snapshot at a time");
+        if self.dirty_len() == 0 {
             return;
         }
         if !self.mostly_changed() {
             let LeafSlice { changed, walked, .. } = self.take_dirty_by(false);
-            self.snapshot = Some(Box::new(Snapshot { changed, walked, ahead: CopiesOnWrite::new(), walk: None }));
+            self.set_snapshot(Snapshot { changed, walked, ahead: CopiesOnWrite::new(), walk: None });
             return;
         }
         let changed = Some(self.take_dirty_set());
         // Every leaf is now of an older epoch: not yet copied.
         self.epoch = self.epoch.wrapping_add(1);
-        self.snapshot = Some(Box::new(Snapshot {
+        self.set_snapshot(Snapshot {
             changed,
             walked: LeafCopies::default(),
             ahead: CopiesOnWrite::new(),
             walk: Some(0),
-        }));
+        });
     }
 
     /// Copies up to `budget` more leaves into the snapshot being taken;
     /// returns what is left of the budget (all of it when there is no copy
     /// under way).
     pub fn continue_snapshot(&mut self, budget: usize) -> usize {
-        let Self { root, bits, epoch, snapshot: Some(snapshot), .. } = self else { return budget };
+        let Self { root, bits, epoch, pending: Some(pending), .. } = self else { return budget };
+        let Some(snapshot) = &mut pending.snapshot else { return budget };
         let Some(from) = snapshot.walk else { return budget };
         let (mut left, out, epoch) = (budget, &mut snapshot.walked, *epoch);
         snapshot.walk = leaves_from(root, *bits, 0, 0, from, &mut |id, leaf| {
@@ -169,12 +228,12 @@ impl CountTree {
 
     /// Whether a snapshot has begun and not yet been handed out whole.
     pub fn has_snapshot(&self) -> bool {
-        self.snapshot.is_some()
+        self.snapshot().is_some()
     }
 
     /// Whether a snapshot has begun and is not yet fully copied.
     pub fn is_copying_snapshot(&self) -> bool {
-        self.snapshot.as_ref().is_some_and(|s| s.walk.is_some())
+        self.snapshot().is_some_and(|s| s.walk.is_some())
     }
 
     /// Hands out the snapshot's copies the walk has passed, in key order
@@ -182,7 +241,7 @@ impl CountTree {
     /// done, ends the snapshot); `None` without a snapshot. A
     /// [`SlicePicker`] turns the slices into the leaves to write.
     pub fn take_slice(&mut self) -> Option<LeafSlice> {
-        let snapshot = self.snapshot.as_mut()?;
+        let snapshot = self.pending.as_mut()?.snapshot.as_mut()?;
         let ahead = match snapshot.walk {
             Some(walk) => {
                 let later = snapshot.ahead.split_off(&LeafId { prefix: walk, depth: 0 });
@@ -198,7 +257,7 @@ impl CountTree {
             upto: snapshot.walk,
         };
         if slice.upto.is_none() {
-            self.snapshot = None;
+            self.take_snapshot();
         }
         Some(slice)
     }
@@ -208,29 +267,34 @@ impl CountTree {
     /// at once supersedes it). Those it handed out with a slice must be
     /// given back with [`CountTree::mark_changed`].
     pub fn abandon_snapshot(&mut self) {
-        if let Some(Snapshot { changed: Some(changed), .. }) = self.snapshot.take().map(|s| *s) {
-            self.dirty.extend(changed);
+        if let Some(Snapshot { changed: Some(changed), .. }) = self.take_snapshot() {
+            self.mark_dirty(changed);
         }
     }
 
     /// Counts `leaves` as changed since the last checkpoint: those of an
     /// abandoned snapshot that were handed out.
     pub fn mark_changed(&mut self, leaves: impl IntoIterator<Item = LeafId>) {
-        self.dirty.extend(leaves);
+        self.mark_dirty(leaves);
     }
 
     /// Forgets which leaves changed, for trees that are never persisted
     /// (benchmarks, scratch trees), so the dirty set does not grow.
     pub fn clear_dirty(&mut self) {
-        self.dirty.clear();
+        if let Some(pending) = &mut self.pending {
+            pending.dirty.clear();
+        }
         self.next_round();
     }
 
     /// [`CountTree::clear_dirty`], freeing the set's memory too: for trees
     /// kept in memory only (tie groups), which never take their changes.
     pub fn forget_dirty(&mut self) {
-        self.dirty.forget();
+        if let Some(pending) = &mut self.pending {
+            pending.dirty = LeafSet::default();
+        }
         self.next_round();
+        self.drop_idle_pending();
     }
 }
 
