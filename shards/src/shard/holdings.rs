@@ -109,11 +109,7 @@ impl Holdings {
 
     /// Stops holding board `board`'s config (its trees stay); returns it.
     pub(super) fn remove_config(&mut self, board: u64) -> Option<Arc<BoardConfig>> {
-        let holding = self.boards.get_mut(&board)?;
-        let old = holding.config.take()?;
-        if holding.is_empty() {
-            self.boards.remove(&board);
-        }
+        let old = self.take_from(board, |holding| holding.config.take())?;
         self.configs -= 1;
         Some(old)
     }
@@ -158,13 +154,20 @@ impl Holdings {
     /// Stops holding `tree`; returns it.
     pub(super) fn remove_tree(&mut self, tree: &TreeId) -> Option<Box<CountTree>> {
         let Some(board) = all_time_board(tree) else { return self.periodic.remove(tree) };
+        let gone = self.take_from(board, |holding| holding.all_time.take())?;
+        self.all_time_trees -= 1;
+        Some(gone)
+    }
+
+    /// What `take` takes out of board `board`'s entry; the entry goes once
+    /// it holds nothing.
+    fn take_from<T>(&mut self, board: u64, take: impl FnOnce(&mut Holding) -> Option<T>) -> Option<T> {
         let holding = self.boards.get_mut(&board)?;
-        let gone = holding.all_time.take()?;
+        let taken = take(holding)?;
         if holding.is_empty() {
             self.boards.remove(&board);
         }
-        self.all_time_trees -= 1;
-        Some(gone)
+        Some(taken)
     }
 
     /// Trees held.

@@ -42,7 +42,8 @@ use node::{
 use snapshot::Snapshot;
 use std::collections::HashSet;
 
-/// Leaves changed since the last checkpoint; every `add` inserts here.
+/// Leaves changed since the last checkpoint: every change to a leaf but a
+/// compact root (whose mark records it) inserts here.
 type LeafSet = HashSet<LeafId, crate::FastHasher>;
 
 /// What a tree keeps for its next checkpoint besides its leaves' marks.
