@@ -189,11 +189,6 @@ pub fn valid_player_name(player: &str) -> bool {
 }
 
 impl BoardConfig {
-    /// Whether any of its windows is periodic (has trees that expire).
-    pub fn is_windowed(&self) -> bool {
-        self.windows.iter().any(|w| *w != Window::All)
-    }
-
     /// Whether scores on this board are composite.
     pub fn has_fields(&self) -> bool {
         !self.fields.is_empty()

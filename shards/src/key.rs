@@ -5,7 +5,7 @@
 //! 13-byte [`TreeId`] prefix (board id, window, period), so adding time
 //! windows needs no migration and dropping a board is a prefix range.
 
-use crate::board::{Order, Ties};
+use crate::board::{Order, Ties, Window};
 
 /// One ranked set: a board's window in one period. Each has its own count
 /// tree, players and score index.
@@ -23,6 +23,16 @@ pub struct TreeId {
 pub const TREE_PREFIX_LEN: usize = 13;
 
 impl TreeId {
+    /// The tree of board `board`'s all-time window (its only period).
+    pub fn all_time(board: u64) -> Self {
+        Self { board, window: Window::All.code(), period: 0 }
+    }
+
+    /// Whether this is its board's all-time tree.
+    pub fn is_all_time(&self) -> bool {
+        *self == Self::all_time(self.board)
+    }
+
     /// Key prefix shared by everything stored for this tree.
     pub fn prefix(&self) -> [u8; TREE_PREFIX_LEN] {
         let mut out = [0u8; TREE_PREFIX_LEN];

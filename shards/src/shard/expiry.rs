@@ -31,12 +31,12 @@ impl ExpiryCursor {
 impl Shard {
     /// Whether [`Shard::expire`] has anything to do at the current time.
     pub fn has_expired(&self) -> bool {
-        !self.expiring.is_empty() || (self.windowed_boards > 0 && self.newly_expired().next().is_some())
+        !self.expiring.is_empty() || self.newly_expired().next().is_some()
     }
 
     /// Readable trees whose period fell out of their board's `keep`. Asked
-    /// once a second: only periodic trees are looked at, all-time trees
-    /// (never expiring) are held apart.
+    /// once a second: only periodic trees are looked at (none without a
+    /// windowed board), all-time trees, never expiring, are held apart.
     fn newly_expired(&self) -> impl Iterator<Item = TreeId> + '_ {
         let (now, held) = (self.now, &self.held);
         held.periodic_tree_ids()
@@ -52,7 +52,7 @@ impl Shard {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
-        let newly: Vec<TreeId> = if self.windowed_boards > 0 { self.newly_expired().collect() } else { Vec::new() };
+        let newly: Vec<TreeId> = self.newly_expired().collect();
         for tree in &newly {
             self.forget_tree(tree);
             self.expiring.insert(*tree);
@@ -127,7 +127,7 @@ impl Shard {
         if !self.is_settled() {
             return Err(ShardError::NeedsCommit);
         }
-        let existed = self.release_board(board_id);
+        let existed = self.held.remove_config(board_id).is_some();
         let dropped = self.held.trees_of(board_id);
         // Cache keys are hashes: the board's entries cannot be picked out.
         self.cache.get_mut().clear();

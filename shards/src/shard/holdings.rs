@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::board::{BoardConfig, Window};
+use crate::board::BoardConfig;
 use crate::key::TreeId;
 use crate::tree::CountTree;
 use crate::FastHasher;
@@ -47,11 +47,7 @@ pub(super) struct Holdings {
 /// The board of `tree` if it is a board's all-time tree, the one held in
 /// the board's entry.
 fn all_time_board(tree: &TreeId) -> Option<u64> {
-    (tree.window == Window::All.code() && tree.period == 0).then_some(tree.board)
-}
-
-fn all_time_tree(board: u64) -> TreeId {
-    TreeId { board, window: Window::All.code(), period: 0 }
+    tree.is_all_time().then_some(tree.board)
 }
 
 impl Holdings {
@@ -180,7 +176,7 @@ impl Holdings {
         let all_time = self
             .boards
             .iter()
-            .filter_map(|(&board, holding)| Some((all_time_tree(board), holding.all_time.as_deref()?)));
+            .filter_map(|(&board, holding)| Some((TreeId::all_time(board), holding.all_time.as_deref()?)));
         all_time.chain(self.periodic.iter().map(|(&id, tree)| (id, &**tree)))
     }
 
@@ -189,7 +185,7 @@ impl Holdings {
         let all_time = self
             .boards
             .iter_mut()
-            .filter_map(|(&board, holding)| Some((all_time_tree(board), holding.all_time.as_deref_mut()?)));
+            .filter_map(|(&board, holding)| Some((TreeId::all_time(board), holding.all_time.as_deref_mut()?)));
         all_time.chain(self.periodic.iter_mut().map(|(&id, tree)| (id, &mut **tree)))
     }
 
@@ -205,7 +201,7 @@ impl Holdings {
 
     /// The ids of board `board`'s trees.
     pub(super) fn trees_of(&self, board: u64) -> Vec<TreeId> {
-        let all_time = self.boards.get(&board).and_then(|h| h.all_time.as_ref()).map(|_| all_time_tree(board));
+        let all_time = self.boards.get(&board).and_then(|h| h.all_time.as_ref()).map(|_| TreeId::all_time(board));
         all_time.into_iter().chain(self.periodic.keys().filter(|t| t.board == board).copied()).collect()
     }
 }
@@ -235,7 +231,7 @@ impl ExactSizeIterator for Configs<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::board::Ties;
+    use crate::board::{Ties, Window};
     use std::collections::BTreeMap;
 
     fn daily(board: u64, period: u32) -> TreeId {
@@ -254,22 +250,22 @@ mod tests {
         let dense = Arc::new(BoardConfig { ties: Ties::Dense, ..BoardConfig::default() });
         assert!(held.insert_config(1, BoardConfig::default().into()).is_none());
         assert!(held.insert_config(1, dense.clone()).is_some_and(|old| old.ties == Ties::Competition));
-        held.tree_or_new(all_time_tree(1), 16).add(5, 1);
-        held.tree_or_new(all_time_tree(2), 16).add(6, 2); // a tree before its config (replay)
+        held.tree_or_new(TreeId::all_time(1), 16).add(5, 1);
+        held.tree_or_new(TreeId::all_time(2), 16).add(6, 2); // a tree before its config (replay)
         held.tree_or_new(daily(1, 3), 16).add(7, 1);
         assert_eq!((held.configs().len(), held.tree_count()), (1, 3));
-        assert_eq!(ids(&held), [all_time_tree(1), daily(1, 3), all_time_tree(2)]);
-        assert_eq!(held.tree(&all_time_tree(2)).map(CountTree::total), Some(2));
-        assert_eq!(held.trees_of(1), [all_time_tree(1), daily(1, 3)]);
+        assert_eq!(ids(&held), [TreeId::all_time(1), daily(1, 3), TreeId::all_time(2)]);
+        assert_eq!(held.tree(&TreeId::all_time(2)).map(CountTree::total), Some(2));
+        assert_eq!(held.trees_of(1), [TreeId::all_time(1), daily(1, 3)]);
         assert_eq!(held.periodic_tree_ids().collect::<Vec<_>>(), [daily(1, 3)]);
 
         // Its config goes, its trees stay; then they go too.
         assert!(held.remove_config(1).is_some_and(|c| Arc::ptr_eq(&c, &dense)));
         assert!(held.remove_config(1).is_none());
         assert_eq!(held.configs().len(), 0);
-        assert_eq!(held.tree_mut(&all_time_tree(1)).map(|t| t.add(5, 1)), Some(2));
-        assert!(held.remove_tree(&all_time_tree(1)).is_some());
-        assert!(held.remove_tree(&all_time_tree(1)).is_none());
+        assert_eq!(held.tree_mut(&TreeId::all_time(1)).map(|t| t.add(5, 1)), Some(2));
+        assert!(held.remove_tree(&TreeId::all_time(1)).is_some());
+        assert!(held.remove_tree(&TreeId::all_time(1)).is_none());
         assert!(held.remove_tree(&daily(1, 3)).is_some());
         assert_eq!(held.boards.len(), 1, "board 1's entry went with its last holding");
         assert_eq!(held.tree_count(), 1);
@@ -285,16 +281,17 @@ mod tests {
         };
         let configs = vec![(1, config(1)), (3, config(3)), (4, config(4))];
         let trees = vec![
-            (all_time_tree(1), tree(1)),
+            (TreeId::all_time(1), tree(1)),
             (daily(1, 2), tree(12)),
-            (all_time_tree(2), tree(2)),
-            (all_time_tree(4), tree(4)),
+            (TreeId::all_time(2), tree(2)),
+            (TreeId::all_time(4), tree(4)),
         ];
         let held = Holdings::from_sorted(configs, trees);
         let configs: BTreeMap<u64, u32> = held.configs().map(|(id, c)| (id, c.keep)).collect();
         assert_eq!(configs, BTreeMap::from([(1, 1), (3, 3), (4, 4)]));
         let trees: BTreeMap<TreeId, u64> = held.trees().map(|(id, t)| (id, t.total())).collect();
-        let expected = [(all_time_tree(1), 1), (daily(1, 2), 12), (all_time_tree(2), 2), (all_time_tree(4), 4)];
+        let expected =
+            [(TreeId::all_time(1), 1), (daily(1, 2), 12), (TreeId::all_time(2), 2), (TreeId::all_time(4), 4)];
         assert_eq!(trees, BTreeMap::from(expected));
         assert_eq!((held.configs().len(), held.tree_count(), held.boards.len()), (3, 4, 4));
     }
@@ -311,7 +308,7 @@ mod tests {
             state ^= state >> 7;
             state ^= state << 17;
             let board = state % 17;
-            let tree = if state & 0x100 == 0 { all_time_tree(board) } else { daily(board, (state >> 9) as u32 % 3) };
+            let tree = if state & 0x100 == 0 { TreeId::all_time(board) } else { daily(board, (state >> 9) as u32 % 3) };
             match (state >> 20) % 4 {
                 0 => {
                     let keep = (state >> 30) as u32 % 5;

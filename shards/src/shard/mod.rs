@@ -133,9 +133,6 @@ pub struct Shard {
     /// The boards read when the shard opened, names and all, until the
     /// router takes them.
     opened_boards: Vec<Board>,
-    /// How many of `boards` have a periodic window: with none, the
-    /// once-a-second expiry look passes over every tree without a walk.
-    windowed_boards: usize,
     /// Highest reach sequence stored, so a restarted server's sequences
     /// keep rising.
     max_seq: u64,
@@ -236,22 +233,6 @@ impl Shard {
         self.players
     }
 
-    /// Holds the config of the board with `board_id` (new, or replacing the
-    /// same board's).
-    fn hold_board(&mut self, board_id: u64, config: Arc<BoardConfig>) {
-        self.windowed_boards += usize::from(config.is_windowed());
-        if let Some(old) = self.held.insert_config(board_id, config) {
-            self.windowed_boards -= usize::from(old.is_windowed());
-        }
-    }
-
-    /// Stops holding the config of the board with `board_id`; true if held.
-    fn release_board(&mut self, board_id: u64) -> bool {
-        let Some(old) = self.held.remove_config(board_id) else { return false };
-        self.windowed_boards -= usize::from(old.is_windowed());
-        true
-    }
-
     /// Removes `tree` from the readable trees (dropped or expired).
     fn forget_tree(&mut self, tree: &TreeId) {
         if let Some(gone) = self.held.remove_tree(tree) {
@@ -292,5 +273,5 @@ fn all_time_board_with(ties: crate::board::Ties) -> (Board, TreeId) {
     use crate::board::{BoardConfig, Order, Window};
     let config = BoardConfig { order: Order::Desc, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() };
     let board = Board { id: 1, name: "b".into(), config: config.into() };
-    (board, TreeId { board: 1, window: Window::All.code(), period: 0 })
+    (board, TreeId::all_time(1))
 }

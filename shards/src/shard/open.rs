@@ -51,7 +51,6 @@ impl Shard {
             players: 0,
             burst_trees: 0,
             opened_boards: Vec::new(),
-            windowed_boards: 0,
             max_seq: 0,
             max_board_id: 0,
             log: LogPositions::default(),
@@ -116,7 +115,6 @@ impl Shard {
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
             boards.push(Board { id, name: name.into(), config: configs.intern(config) });
         }
-        self.windowed_boards = boards.iter().filter(|board| board.config.is_windowed()).count();
         phases.boards = lap();
         // Leaves come in tree order, a tree's together. Most boards have
         // players here, one tree each (all-time boards).

@@ -54,7 +54,7 @@ impl Shard {
             }
             return;
         }
-        self.hold_board(board.id, board.config.clone());
+        self.held.insert_config(board.id, board.config.clone());
         self.staged.meta.insert(board_meta_key(board.id), Some(board.config.encode(&board.name)));
         if board.id > self.max_board_id {
             self.max_board_id = board.id;
