@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::id_table::{IdTable, Slot};
 use crate::board::BoardConfig;
 use crate::key::TreeId;
 use crate::tree::CountTree;
@@ -26,8 +27,8 @@ struct Holding {
     all_time: Option<Box<CountTree>>,
 }
 
-impl Holding {
-    fn is_empty(&self) -> bool {
+impl Slot for Holding {
+    fn is_vacant(&self) -> bool {
         self.config.is_none() && self.all_time.is_none()
     }
 }
@@ -35,7 +36,7 @@ impl Holding {
 /// A shard's boards' configs and count trees; see the module docs.
 #[derive(Debug, Default)]
 pub(super) struct Holdings {
-    boards: HashMap<u64, Holding, FastHasher>,
+    boards: IdTable<Holding>,
     /// Trees of any view but the all-time one, by id.
     periodic: HashMap<TreeId, Box<CountTree>, FastHasher>,
     /// Entries of `boards` with a config.
@@ -53,7 +54,7 @@ fn all_time_board(tree: &TreeId) -> Option<u64> {
 impl Holdings {
     /// Room for `boards` boards without growing.
     pub(super) fn with_capacity(boards: usize) -> Self {
-        Self { boards: HashMap::with_capacity_and_hasher(boards, FastHasher::default()), ..Self::default() }
+        Self { boards: IdTable::with_capacity(boards), ..Self::default() }
     }
 
     /// The holdings of `configs` and `trees`, each sorted by id (as a shard
@@ -79,7 +80,7 @@ impl Holdings {
             let all_time = all_time.next_if(|(id, _)| *id == board).map(|(_, tree)| tree);
             held.configs += usize::from(config.is_some());
             held.all_time_trees += usize::from(all_time.is_some());
-            held.boards.insert(board, Holding { config, all_time });
+            *held.boards.get_or_default(board) = Holding { config, all_time };
         }
         held
     }
@@ -88,17 +89,17 @@ impl Holdings {
 
     /// The config of board `board`, if held.
     pub(super) fn config(&self, board: u64) -> Option<&Arc<BoardConfig>> {
-        self.boards.get(&board)?.config.as_ref()
+        self.boards.get(board)?.config.as_ref()
     }
 
     /// The config of board `board`, if held, to be replaced by an equal one.
     pub(super) fn config_mut(&mut self, board: u64) -> Option<&mut Arc<BoardConfig>> {
-        self.boards.get_mut(&board)?.config.as_mut()
+        self.boards.get_mut(board)?.config.as_mut()
     }
 
     /// Holds `config` for board `board`; returns the one it replaces.
     pub(super) fn insert_config(&mut self, board: u64, config: Arc<BoardConfig>) -> Option<Arc<BoardConfig>> {
-        let old = self.boards.entry(board).or_default().config.replace(config);
+        let old = self.boards.get_or_default(board).config.replace(config);
         self.configs += usize::from(old.is_none());
         old
     }
@@ -120,7 +121,7 @@ impl Holdings {
     /// The tree `tree`, if held.
     pub(super) fn tree(&self, tree: &TreeId) -> Option<&CountTree> {
         match all_time_board(tree) {
-            Some(board) => self.boards.get(&board)?.all_time.as_deref(),
+            Some(board) => self.boards.get(board)?.all_time.as_deref(),
             None => self.periodic.get(tree).map(|t| &**t),
         }
     }
@@ -128,7 +129,7 @@ impl Holdings {
     /// The tree `tree`, if held, to change.
     pub(super) fn tree_mut(&mut self, tree: &TreeId) -> Option<&mut CountTree> {
         match all_time_board(tree) {
-            Some(board) => self.boards.get_mut(&board)?.all_time.as_deref_mut(),
+            Some(board) => self.boards.get_mut(board)?.all_time.as_deref_mut(),
             None => self.periodic.get_mut(tree).map(|t| &mut **t),
         }
     }
@@ -139,7 +140,7 @@ impl Holdings {
         let new = || Box::new(CountTree::new(branching).expect("branching validated at open"));
         match all_time_board(&tree) {
             Some(board) => {
-                let holding = self.boards.entry(board).or_default();
+                let holding = self.boards.get_or_default(board);
                 self.all_time_trees += usize::from(holding.all_time.is_none());
                 holding.all_time.get_or_insert_with(new)
             }
@@ -158,11 +159,8 @@ impl Holdings {
     /// What `take` takes out of board `board`'s entry; the entry goes once
     /// it holds nothing.
     fn take_from<T>(&mut self, board: u64, take: impl FnOnce(&mut Holding) -> Option<T>) -> Option<T> {
-        let holding = self.boards.get_mut(&board)?;
-        let taken = take(holding)?;
-        if holding.is_empty() {
-            self.boards.remove(&board);
-        }
+        let taken = take(self.boards.get_mut(board)?)?;
+        self.boards.tidy(board);
         Some(taken)
     }
 
@@ -176,7 +174,7 @@ impl Holdings {
         let all_time = self
             .boards
             .iter()
-            .filter_map(|(&board, holding)| Some((TreeId::all_time(board), holding.all_time.as_deref()?)));
+            .filter_map(|(board, holding)| Some((TreeId::all_time(board), holding.all_time.as_deref()?)));
         all_time.chain(self.periodic.iter().map(|(&id, tree)| (id, &**tree)))
     }
 
@@ -185,7 +183,7 @@ impl Holdings {
         let all_time = self
             .boards
             .iter_mut()
-            .filter_map(|(&board, holding)| Some((TreeId::all_time(board), holding.all_time.as_deref_mut()?)));
+            .filter_map(|(board, holding)| Some((TreeId::all_time(board), holding.all_time.as_deref_mut()?)));
         all_time.chain(self.periodic.iter_mut().map(|(&id, tree)| (id, &mut **tree)))
     }
 
@@ -201,22 +199,22 @@ impl Holdings {
 
     /// The ids of board `board`'s trees.
     pub(super) fn trees_of(&self, board: u64) -> Vec<TreeId> {
-        let all_time = self.boards.get(&board).and_then(|h| h.all_time.as_ref()).map(|_| TreeId::all_time(board));
+        let all_time = self.boards.get(board).and_then(|h| h.all_time.as_ref()).map(|_| TreeId::all_time(board));
         all_time.into_iter().chain(self.periodic.keys().filter(|t| t.board == board).copied()).collect()
     }
 }
 
 /// [`Holdings::configs`]: the entries with a config, counted.
-struct Configs<'a> {
-    boards: std::collections::hash_map::Iter<'a, u64, Holding>,
+struct Configs<I> {
+    boards: I,
     left: usize,
 }
 
-impl<'a> Iterator for Configs<'a> {
+impl<'a, I: Iterator<Item = (u64, &'a Holding)>> Iterator for Configs<I> {
     type Item = (u64, &'a Arc<BoardConfig>);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let found = self.boards.by_ref().find_map(|(&board, holding)| Some((board, holding.config.as_ref()?)));
+        let found = self.boards.by_ref().find_map(|(board, holding)| Some((board, holding.config.as_ref()?)));
         self.left -= usize::from(found.is_some());
         found
     }
@@ -226,7 +224,7 @@ impl<'a> Iterator for Configs<'a> {
     }
 }
 
-impl ExactSizeIterator for Configs<'_> {}
+impl<'a, I: Iterator<Item = (u64, &'a Holding)>> ExactSizeIterator for Configs<I> {}
 
 #[cfg(test)]
 mod tests {
@@ -267,7 +265,7 @@ mod tests {
         assert!(held.remove_tree(&TreeId::all_time(1)).is_some());
         assert!(held.remove_tree(&TreeId::all_time(1)).is_none());
         assert!(held.remove_tree(&daily(1, 3)).is_some());
-        assert_eq!(held.boards.len(), 1, "board 1's entry went with its last holding");
+        assert_eq!(held.boards.iter().count(), 1, "board 1's entry went with its last holding");
         assert_eq!(held.tree_count(), 1);
     }
 
@@ -293,7 +291,7 @@ mod tests {
         let expected =
             [(TreeId::all_time(1), 1), (daily(1, 2), 12), (TreeId::all_time(2), 2), (TreeId::all_time(4), 4)];
         assert_eq!(trees, BTreeMap::from(expected));
-        assert_eq!((held.configs().len(), held.tree_count(), held.boards.len()), (3, 4, 4));
+        assert_eq!((held.configs().len(), held.tree_count(), held.boards.iter().count()), (3, 4, 4));
     }
 
     #[test]
@@ -329,6 +327,12 @@ mod tests {
             assert_eq!(held_trees, trees);
             assert_eq!(held.tree_count(), trees.len());
         }
-        assert!(held.boards.values().all(|h| !h.is_empty()), "no empty entries left");
+        for board in configs.into_keys() {
+            held.remove_config(board);
+        }
+        for tree in trees.into_keys() {
+            held.remove_tree(&tree);
+        }
+        assert_eq!((held.configs().len(), held.tree_count(), held.boards.pages()), (0, 0, 0), "nothing left");
     }
 }

@@ -71,6 +71,7 @@ mod checkpointing;
 mod dedup;
 mod expiry;
 mod holdings;
+mod id_table;
 mod image;
 mod open;
 mod options;
