@@ -71,10 +71,10 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
     if tls.is_none() && tokens.required() && !config.listen.ip().is_loopback() {
         tracing::warn!(listen = %config.listen, "tokens and scores cross the network in clear text: give --tls-cert and --tls-key");
     }
-    let mut shards = startup::open_shards(&config)?;
+    let (shards, state) = startup::open_shards(&config)?;
     priority::make_fjall_workers_background();
     let players: u64 = shards.iter().map(rankd_shards::Shard::players).sum();
-    let (state, dense) = startup::recover(&mut shards, config.branching);
+    let dense = startup::recover_dense(&shards, &state, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");
     #[cfg(feature = "test-hooks")]
     let (metrics, clock) = (

@@ -20,10 +20,48 @@ use crate::request_path::shard::link::Origin;
 use crate::request_path::shard::{BatchLoop, LoopParts, ReplyRelay, ShardActor, ShardLink};
 use crate::settings::{DurabilityArg, ServeSettings};
 
-/// Opens the data dir and every shard, in parallel.
-pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
+/// Opens the data dir and every shard, in parallel, and rebuilds the
+/// router's registry of boards from the boards they read, while they go on
+/// to load their count trees.
+pub fn open_shards(config: &ServeSettings) -> Result<(Vec<Shard>, RouterState), StartError> {
     layout::check_or_create(&config.data_dir, config.shards, config.branching)?;
     layout::create_shard_dirs(&config.data_dir, config.shards)?;
+    let options = shard_options(config);
+    std::thread::scope(|scope| {
+        let (boards_tx, boards_rx) = std::sync::mpsc::channel();
+        let handles: Vec<_> = (0..config.shards)
+            .map(|i| {
+                // Shards take their checkpoints in turn (see `checkpoint_phase`).
+                let options = ShardOptions { checkpoint_phase: i as f64 / config.shards as f64, ..options.clone() };
+                let dir = layout::shard_dir(&config.data_dir, i);
+                let boards_tx = boards_tx.clone();
+                let hand_on = move |boards| boards_tx.send((i, boards)).unwrap_or(());
+                scope
+                    .spawn(move || Shard::open_with_boards(&dir, options, hand_on).map_err(|e| StartError::Shard(i, e)))
+            })
+            .collect();
+        drop(boards_tx);
+        // Each shard's list, or none from a shard that failed first.
+        let mut lists = vec![None; config.shards];
+        for (i, boards) in boards_rx {
+            lists[i] = Some(boards);
+        }
+        let held = lists.into_iter().collect::<Option<Vec<_>>>().map(held_boards);
+        let state = held.map(RouterState::from_held);
+        let shards = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(StartError::Io(std::io::Error::other("shard open panicked")))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let max_board_id = shards.iter().map(Shard::max_board_id).max().unwrap_or(0);
+        let max_seq = shards.iter().map(Shard::max_seq).max().unwrap_or(0);
+        // Every shard opened, so every shard handed its boards on.
+        let state = state.ok_or(StartError::Io(std::io::Error::other("a shard opened without its boards")))?;
+        Ok((shards, state.with_stored_maxima(max_board_id, max_seq)))
+    })
+}
+
+/// How every shard is opened, from the settings.
+fn shard_options(config: &ServeSettings) -> ShardOptions {
     let options = ShardOptions {
         branching: config.branching,
         durability: match config.durability {
@@ -53,34 +91,18 @@ pub fn open_shards(config: &ServeSettings) -> Result<Vec<Shard>, StartError> {
             ..options
         }
     };
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..config.shards)
-            .map(|i| {
-                // Shards take their checkpoints in turn (see `checkpoint_phase`).
-                let options = ShardOptions { checkpoint_phase: i as f64 / config.shards as f64, ..options.clone() };
-                let dir = layout::shard_dir(&config.data_dir, i);
-                scope.spawn(move || Shard::open(&dir, options).map_err(|e| StartError::Shard(i, e)))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(StartError::Io(std::io::Error::other("shard open panicked")))))
-            .collect()
-    })
+    options
 }
 
-/// Boards, sequence and dense indexes recovered from the shards.
-pub fn recover(shards: &mut [Shard], branching: u32) -> (RouterState, DenseRegistry) {
-    let held = held_boards(shards);
-    let max_board_id = shards.iter().map(Shard::max_board_id).max().unwrap_or(0);
-    let max_seq = shards.iter().map(Shard::max_seq).max().unwrap_or(0);
-    let state = RouterState::from_held(held, max_board_id, max_seq);
+/// The dense indexes recovered from the shards, for the live boards of
+/// `state`.
+pub fn recover_dense(shards: &[Shard], state: &RouterState, branching: u32) -> DenseRegistry {
     // Each shard adds its share of every live dense board's indexes, the way
     // a recovering shard replaces its share (a half-finished drop's
     // leftovers are not indexed).
     let dense = DenseRegistry::new(branching);
     let mut live_dense: Option<HashSet<u64>> = None;
-    for shard in shards.iter() {
+    for shard in shards {
         let mut share = shard.dense_score_counts();
         if share.is_empty() {
             continue;
@@ -89,14 +111,14 @@ pub fn recover(shards: &mut [Shard], branching: u32) -> (RouterState, DenseRegis
         share.retain(|tree, _| live.contains(&tree.board));
         dense.replace_share(&HashMap::new(), &share);
     }
-    (state, dense)
+    dense
 }
 
 /// Every board some shard held when it opened, once, in id order: the
-/// shards' lists merged (a board's name and config are the same in every
-/// shard holding it; the first shard's copy is kept).
-fn held_boards(shards: &mut [Shard]) -> Vec<Board> {
-    let mut lists: Vec<_> = shards.iter_mut().map(|s| s.take_opened_boards().into_iter().peekable()).collect();
+/// shards' lists (each in id order) merged (a board's name and config are
+/// the same in every shard holding it; the first shard's copy is kept).
+fn held_boards(lists: Vec<Vec<Board>>) -> Vec<Board> {
+    let mut lists: Vec<_> = lists.into_iter().map(|list| list.into_iter().peekable()).collect();
     let mut held = Vec::with_capacity(lists.iter().map(|l| l.len()).max().unwrap_or(0));
     while let Some(next) = lists.iter_mut().filter_map(|l| l.peek().map(|b| b.id)).min() {
         let mut first = None;

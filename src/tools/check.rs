@@ -44,11 +44,12 @@ pub fn check(dir: &Path) -> Result<CheckReport, CheckError> {
     let mut boards = std::collections::HashMap::new();
     for index in 0..layout.shards {
         let options = ShardOptions { branching: layout.branching, ..ShardOptions::default() };
-        let mut shard =
-            Shard::open(&layout::shard_dir(dir, index), options).map_err(|e| CheckError::Shard(index, e))?;
+        let mut opened = Vec::new();
+        let shard = Shard::open_with_boards(&layout::shard_dir(dir, index), options, |boards| opened = boards)
+            .map_err(|e| CheckError::Shard(index, e))?;
         shard.check().map_err(|e| CheckError::Shard(index, e))?;
         report.players += shard.players();
-        for board in shard.take_opened_boards() {
+        for board in opened {
             if let Some(other) = boards.insert(board.id, board.clone()) {
                 if other != board {
                     return Err(CheckError::Boards(board.name.to_string()));

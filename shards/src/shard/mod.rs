@@ -99,7 +99,7 @@ pub use self::seal::{Committed, DurabilityHandle, SealedBatch, WrittenBatch};
 use self::staging::Staged;
 use self::storage::Storage;
 pub use self::storage::{StorageStats, MEMTABLE_OVERRUN};
-use crate::board::{Board, BoardConfig};
+use crate::board::BoardConfig;
 use crate::cache::RecordCache;
 pub use crate::cache::{cached_players_for, Lookups};
 use crate::dedup::DedupTable;
@@ -121,7 +121,7 @@ pub struct Shard {
     /// tie rule key every change, live or replayed), and each tree's
     /// counts, in memory: what ranks are answered from. Names are the
     /// router's business: a shard reads them only when it opens
-    /// ([`Shard::take_opened_boards`]).
+    /// ([`Shard::open_with_boards`]).
     held: Holdings,
     /// Order statistics inside the trees' crowded keys (large ties).
     ties: TieGroups,
@@ -131,9 +131,6 @@ pub struct Shard {
     /// Trees burst past one leaf, counted when a checkpoint walks them all
     /// (a gauge's worth of accuracy without a walk per write).
     burst_trees: usize,
-    /// The boards read when the shard opened, names and all, until the
-    /// router takes them.
-    opened_boards: Vec<Board>,
     /// Highest reach sequence stored, so a restarted server's sequences
     /// keep rising.
     max_seq: u64,
@@ -198,14 +195,6 @@ impl Shard {
         self.options.branching
     }
 
-    /// The boards whose config this shard held when it opened (it had seen
-    /// a write or a create of each), with their names, in id order: what
-    /// the router's registry is rebuilt from. Taken once; the shard keeps
-    /// only the configs.
-    pub fn take_opened_boards(&mut self) -> Vec<Board> {
-        std::mem::take(&mut self.opened_boards)
-    }
-
     /// The configs of the boards this shard holds, by id.
     pub fn board_configs(&self) -> impl ExactSizeIterator<Item = (u64, &BoardConfig)> {
         self.held.configs().map(|(id, config)| (id, &**config))
@@ -264,14 +253,14 @@ impl Shard {
 /// Board 1 (descending, ordinal ties, all-time only) and its one tree: what
 /// the tests of this module write to.
 #[cfg(test)]
-fn all_time_board() -> (Board, TreeId) {
+fn all_time_board() -> (crate::board::Board, TreeId) {
     all_time_board_with(crate::board::Ties::Ordinal)
 }
 
 /// [`all_time_board`] with another tie rule.
 #[cfg(test)]
-fn all_time_board_with(ties: crate::board::Ties) -> (Board, TreeId) {
-    use crate::board::{BoardConfig, Order, Window};
+fn all_time_board_with(ties: crate::board::Ties) -> (crate::board::Board, TreeId) {
+    use crate::board::{Board, BoardConfig, Order, Window};
     let config = BoardConfig { order: Order::Desc, ties, windows: vec![Window::All], keep: 1, fields: Vec::new() };
     let board = Board { id: 1, name: "b".into(), config: config.into() };
     (board, TreeId::all_time(1))

@@ -35,6 +35,18 @@ impl Shard {
     /// Opens (or creates) the shard stored at `path` and loads its count trees
     /// from their stored leaves (not from the players).
     pub fn open(path: &Path, options: ShardOptions) -> Result<Self, ShardError> {
+        Self::open_with_boards(path, options, drop)
+    }
+
+    /// Opens the shard as [`Shard::open`] does, handing `boards_read` the
+    /// boards whose config it holds, names and all, in id order, as soon as
+    /// they are read: before its count trees load, so that what the router
+    /// rebuilds from them is built meanwhile. The shard keeps only configs.
+    pub fn open_with_boards(
+        path: &Path,
+        options: ShardOptions,
+        boards_read: impl FnOnce(Vec<Board>),
+    ) -> Result<Self, ShardError> {
         tree::branching_bits(options.branching)?;
         let started = Instant::now();
         let storage = Storage::open(path, &options)?;
@@ -50,7 +62,6 @@ impl Shard {
             ties: TieGroups::default(),
             players: 0,
             burst_trees: 0,
-            opened_boards: Vec::new(),
             max_seq: 0,
             max_board_id: 0,
             log: LogPositions::default(),
@@ -68,8 +79,7 @@ impl Shard {
             images: std::sync::Arc::default(),
         };
         let opened = started.elapsed();
-        let (phases, boards) = shard.load()?;
-        shard.opened_boards = boards;
+        let phases = shard.load(boards_read)?;
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             path = %path.display(),
@@ -89,9 +99,10 @@ impl Shard {
     }
 
     /// (Re)builds the in-memory state from what is on disk, and says how
-    /// long each part took; returns the boards read (names and all, in id
-    /// order), which only an opening shard hands on.
-    pub(super) fn load(&mut self) -> Result<(LoadPhases, Vec<Board>), ShardError> {
+    /// long each part took. The boards read (names and all, in id order) go
+    /// to `boards_read` before the trees load: only an opening shard hands
+    /// them on.
+    pub(super) fn load(&mut self, boards_read: impl FnOnce(Vec<Board>)) -> Result<LoadPhases, ShardError> {
         let mut phases = LoadPhases::default();
         let mut phase_start = Instant::now();
         let mut lap = || std::mem::replace(&mut phase_start, Instant::now()).elapsed();
@@ -115,11 +126,13 @@ impl Shard {
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
             boards.push(Board { id, name: name.into(), config: configs.intern(config) });
         }
+        let configs: Vec<_> = boards.iter().map(|board| (board.id, board.config.clone())).collect();
+        boards_read(boards);
         phases.boards = lap();
         // Leaves come in tree order, a tree's together. Most boards have
         // players here, one tree each (all-time boards).
         let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
-        let mut trees: Vec<(TreeId, Box<CountTree>)> = Vec::with_capacity(boards.len());
+        let mut trees: Vec<(TreeId, Box<CountTree>)> = Vec::with_capacity(configs.len());
         for item in stored_leaves(leaves) {
             let (key, value) = item.into_inner()?;
             let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
@@ -134,7 +147,6 @@ impl Shard {
                 tree.install_leaf(id, &value, self.leaf_encoding)?;
             }
         }
-        let configs = boards.iter().map(|board| (board.id, board.config.clone())).collect();
         self.held = Holdings::from_sorted(configs, trees);
         phases.leaves = lap();
         let format = log_format(meta)?;
@@ -165,7 +177,7 @@ impl Shard {
             let (key, value) = item.into_inner()?;
             self.dedup.load(&key, &value).ok_or(ShardError::Corrupt("wid records"))?;
         }
-        Ok((phases, boards))
+        Ok(phases)
     }
 
     /// Applies the change log on top of the checkpointed leaves (numbers from

@@ -180,7 +180,7 @@ impl Shard {
     /// so it never runs ahead of what is stored, and hands back the error.
     pub(super) fn rolled_back(&mut self, err: ShardError) -> ShardError {
         // Best effort: if even reading fails, later requests fail too.
-        if let Err(reload) = self.load() {
+        if let Err(reload) = self.load(drop) {
             tracing::error!(error = %reload, "reloading shard state after a failed commit failed");
         }
         err

@@ -68,13 +68,13 @@ pub struct RouterState {
 
 impl RouterState {
     /// The live boards among `held` (every board the shards hold, once, in
-    /// id order), and the highest board id and arrival sequence stored. A
-    /// half-finished drop can leave an older board of a name in some shard:
-    /// the newest id is the live one. The ordered set is built on a second
-    /// thread from the boards in id order, the order their names were
-    /// allocated in: a million of them sort in a fraction of the time they
-    /// take in hash order.
-    pub fn from_held(held: Vec<Board>, max_board_id: u64, max_seq: u64) -> Self {
+    /// id order). A half-finished drop can leave an older board of a name
+    /// in some shard: the newest id is the live one. The ordered set is
+    /// built on a second thread from the boards in id order, the order
+    /// their names were allocated in: a million of them sort in a fraction
+    /// of the time they take in hash order. The highest board id and
+    /// arrival sequence stored come with [`RouterState::with_stored_maxima`].
+    pub fn from_held(held: Vec<Board>) -> Self {
         let held: Vec<Arc<Board>> = held.into_iter().map(Arc::new).collect();
         std::thread::scope(|scope| {
             let names = scope.spawn(|| held.iter().cloned().map(ByName).collect::<BTreeSet<_>>());
@@ -84,8 +84,14 @@ impl RouterState {
             for board in successors {
                 names.replace(ByName(board));
             }
-            Self { boards, names, max_board_id, max_seq }
+            Self { boards, names, max_board_id: 0, max_seq: 0 }
         })
+    }
+
+    /// The state with the highest board id and arrival sequence the shards
+    /// stored: new ids and sequences start past them.
+    pub fn with_stored_maxima(self, max_board_id: u64, max_seq: u64) -> Self {
+        Self { max_board_id, max_seq, ..self }
     }
 
     /// The live boards of `held` by name (see [`RouterState::from_held`]),
@@ -265,7 +271,7 @@ mod tests {
 
     fn boards() -> Boards {
         let old = Board { id: 7, name: "old".into(), config: BoardConfig::default().into() };
-        Boards::new(RouterState::from_held(vec![old], 9, 41))
+        Boards::new(RouterState::from_held(vec![old]).with_stored_maxima(9, 41))
     }
 
     #[test]
@@ -273,7 +279,7 @@ mod tests {
         let board = |id, name: &str| Board { id, name: name.into(), config: BoardConfig::default().into() };
         // Drops of `a` (ids 1 and 3) left them in some shard; id 5 is live.
         let held = [board(1, "a"), board(2, "b"), board(3, "a"), board(4, "c"), board(5, "a")];
-        let boards = Boards::new(RouterState::from_held(held.into(), 5, 0));
+        let boards = Boards::new(RouterState::from_held(held.into()).with_stored_maxima(5, 0));
         let ids: Vec<(String, u64)> = boards.sorted().iter().map(|b| (b.name.to_string(), b.id)).collect();
         assert_eq!(ids, [("a".into(), 5), ("b".into(), 2), ("c".into(), 4)]);
         assert_eq!(boards.get("a").map(|b| b.id), Some(5));
