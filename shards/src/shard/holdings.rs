@@ -1,11 +1,12 @@
 //! What a shard holds of each board: its config and its count trees.
 //!
 //! A board's config and its all-time tree (the one tree most boards have)
-//! share one map entry; periodic windows' trees are in a second map. A
-//! million small boards held a config map and a tree map of a million
-//! entries each: two tables of two million buckets a shard, where one
-//! suffices. It also makes a board's trees and the periodic trees (the
-//! only ones that expire) found without a look at every tree.
+//! share one entry, kept by board id in an [`IdTable`]; periodic windows'
+//! trees are in a map of their own. A million small boards held a config
+//! map and a tree map of a million entries each: two tables of two million
+//! buckets a shard, where one entry a board suffices. It also makes a
+//! board's trees and the periodic trees (the only ones that expire) found
+//! without a look at every tree.
 //!
 //! A config and a tree are held independently, as before they shared an
 //! entry: a dropped board's config goes at once and its trees as they are
@@ -52,7 +53,7 @@ fn all_time_board(tree: &TreeId) -> Option<u64> {
 }
 
 impl Holdings {
-    /// Room for `boards` boards without growing.
+    /// Room for `boards` boards of consecutive ids without growing.
     pub(super) fn with_capacity(boards: usize) -> Self {
         Self { boards: IdTable::with_capacity(boards), ..Self::default() }
     }
