@@ -58,34 +58,6 @@ impl Holdings {
         Self { boards: IdTable::with_capacity(boards), ..Self::default() }
     }
 
-    /// The holdings of `configs` and `trees`, each sorted by id (as a shard
-    /// reads them from storage), built in one pass: each board's entry is
-    /// written once, where adding trees to a map of configs looked every
-    /// board up again, a wait for memory each in a table of millions.
-    pub(super) fn from_sorted(configs: Vec<(u64, Arc<BoardConfig>)>, trees: Vec<(TreeId, Box<CountTree>)>) -> Self {
-        debug_assert!(configs.windows(2).all(|w| w[0].0 < w[1].0), "configs by id");
-        debug_assert!(trees.windows(2).all(|w| w[0].0 < w[1].0), "trees by id");
-        let (all_time, periodic): (Vec<_>, Vec<_>) =
-            trees.into_iter().partition(|(id, _)| all_time_board(id).is_some());
-        let mut held = Self::with_capacity(configs.len().max(all_time.len()));
-        held.periodic.extend(periodic);
-        let mut configs = configs.into_iter().peekable();
-        let mut all_time = all_time.into_iter().map(|(id, tree)| (id.board, tree)).peekable();
-        loop {
-            let board = match (configs.peek(), all_time.peek()) {
-                (Some((config, _)), Some((tree, _))) => *config.min(tree),
-                (Some((board, _)), None) | (None, Some((board, _))) => *board,
-                (None, None) => break,
-            };
-            let config = configs.next_if(|(id, _)| *id == board).map(|(_, config)| config);
-            let all_time = all_time.next_if(|(id, _)| *id == board).map(|(_, tree)| tree);
-            held.configs += usize::from(config.is_some());
-            held.all_time_trees += usize::from(all_time.is_some());
-            *held.boards.get_or_default(board) = Holding { config, all_time };
-        }
-        held
-    }
-
     // Configs.
 
     /// The config of board `board`, if held.
@@ -271,21 +243,19 @@ mod tests {
     }
 
     #[test]
-    fn built_from_sorted_lists_as_by_inserts() {
+    fn filled_as_a_shard_opens() {
+        // Configs in id order, then trees in id order, a periodic one among
+        // them and one without a config (a dropped board's, until replay).
         let config = |keep| Arc::new(BoardConfig { keep, ..BoardConfig::default() });
-        let tree = |total: i64| {
-            let mut tree = Box::new(CountTree::new(4).expect("branching"));
-            tree.add(1, total);
-            tree
-        };
-        let configs = vec![(1, config(1)), (3, config(3)), (4, config(4))];
-        let trees = vec![
-            (TreeId::all_time(1), tree(1)),
-            (daily(1, 2), tree(12)),
-            (TreeId::all_time(2), tree(2)),
-            (TreeId::all_time(4), tree(4)),
-        ];
-        let held = Holdings::from_sorted(configs, trees);
+        let mut held = Holdings::with_capacity(3);
+        for (id, keep) in [(1, 1), (3, 3), (4, 4)] {
+            held.insert_config(id, config(keep));
+        }
+        for (tree, total) in
+            [(TreeId::all_time(1), 1), (daily(1, 2), 12), (TreeId::all_time(2), 2), (TreeId::all_time(4), 4)]
+        {
+            held.tree_or_new(tree, 4).add(1, total);
+        }
         let configs: BTreeMap<u64, u32> = held.configs().map(|(id, c)| (id, c.keep)).collect();
         assert_eq!(configs, BTreeMap::from([(1, 1), (3, 3), (4, 4)]));
         let trees: BTreeMap<TreeId, u64> = held.trees().map(|(id, t)| (id, t.total())).collect();

@@ -29,7 +29,7 @@ use crate::key::{TreeId, TREE_PREFIX_LEN};
 use crate::log::{self, LogFormat};
 use crate::overlay::Overlay;
 use crate::ties::TieGroups;
-use crate::tree::{self, CountTree, LeafEncoding, LeafId};
+use crate::tree::{self, LeafEncoding, LeafId};
 
 impl Shard {
     /// Opens (or creates) the shard stored at `path` and loads its count trees
@@ -115,8 +115,6 @@ impl Shard {
         self.max_seq = read_u64(meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(meta, META_MAX_BOARD)?;
         let mut configs = ConfigInterner::default();
-        // Read whole before the map is made, so it is made at its size: a
-        // million boards grew it twenty times over.
         let mut boards: Vec<Board> = Vec::new();
         for item in meta.prefix(META_BOARD) {
             let (key, value) = item.into_inner()?;
@@ -126,13 +124,15 @@ impl Shard {
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
             boards.push(Board { id, name: name.into(), config: configs.intern(config) });
         }
-        let configs: Vec<_> = boards.iter().map(|board| (board.id, board.config.clone())).collect();
+        self.held = Holdings::with_capacity(boards.len());
+        for board in &boards {
+            self.held.insert_config(board.id, board.config.clone());
+        }
         boards_read(boards);
         phases.boards = lap();
         // Leaves come in tree order, a tree's together. Most boards have
         // players here, one tree each (all-time boards).
         let leaves_through = read_u64(leaves, LEAVES_THROUGH)?;
-        let mut trees: Vec<(TreeId, Box<CountTree>)> = Vec::with_capacity(configs.len());
         for item in stored_leaves(leaves) {
             let (key, value) = item.into_inner()?;
             let tree_id = TreeId::from_prefix(&key).ok_or(ShardError::Corrupt("leaf key"))?;
@@ -140,14 +140,9 @@ impl Shard {
             let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
             let &[depth] = depth else { return Err(ShardError::Corrupt("leaf key")) };
             let id = LeafId { prefix: u128::from_be_bytes(*prefix), depth };
-            if trees.last().is_none_or(|(last, _)| *last != tree_id) {
-                trees.push((tree_id, Box::new(CountTree::new(self.options.branching)?)));
-            }
-            if let Some((_, tree)) = trees.last_mut() {
-                tree.install_leaf(id, &value, self.leaf_encoding)?;
-            }
+            let tree = self.held.tree_or_new(tree_id, self.options.branching);
+            tree.install_leaf(id, &value, self.leaf_encoding)?;
         }
-        self.held = Holdings::from_sorted(configs, trees);
         phases.leaves = lap();
         let format = log_format(meta)?;
         let runs_through = read_u64(meta, META_RUNS_THROUGH)?;
