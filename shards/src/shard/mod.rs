@@ -44,6 +44,7 @@
 //! - `options`: [`ShardOptions`] and its defaults;
 //! - `holdings`: the boards' configs and count trees held in memory, a
 //!   board's config and all-time tree in one entry;
+//! - `id_table`: the pages of consecutive board ids those entries live in;
 //! - `storage`: the fjall database, its keyspaces and their tuning, the
 //!   memtables the shard seals itself, the metadata keys;
 //! - `open`: opening, loading the leaves, replaying the log, moving an older
