@@ -58,7 +58,7 @@ fn run(threads: bool, batches: u32) -> (Arc<Recorder>, tempfile::TempDir) {
     let recorder = Arc::new(Recorder::default());
     let mut pipeline = Pipeline::new(recorder.clone());
     if threads {
-        pipeline.spawn("test", Arc::new(|| {})).unwrap();
+        pipeline.spawn("test", Arc::new(|_| {})).unwrap();
     }
     let board = board();
     shard.ensure_board(&board);

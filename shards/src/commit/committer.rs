@@ -27,7 +27,7 @@ pub(super) fn run<A: Send + 'static>(
     jobs: mpsc::Receiver<Job<A>>,
     hooks: Arc<dyn CommitHooks<A>>,
     progress: Arc<Progress>,
-    on_progress: Arc<dyn Fn() + Send + Sync>,
+    on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
     runs_name: String,
     slow_disk: SlowDisk,
 ) {
@@ -60,7 +60,7 @@ pub(super) fn run<A: Send + 'static>(
                 write_runs(answered, &*hooks, &progress, &mut failed_generation);
             }
         }
-        on_progress();
+        on_progress(PipelineThread::Committer);
     }
     drop(to_runs);
     if let Some(thread) = runs_thread {

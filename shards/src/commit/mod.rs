@@ -26,6 +26,7 @@ mod hooks;
 mod progress;
 mod runs;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -83,22 +84,61 @@ pub struct Pipeline<A> {
     progress: Arc<Progress>,
     /// The committer's queue, once its thread runs; without it jobs are
     /// committed on the owner's thread (slower, still correct).
-    jobs: Option<mpsc::Sender<Job<A>>>,
+    jobs: Option<Submitter<A>>,
     /// The committer thread (which owns the runs thread), joined on stop.
     committer: Option<JoinHandle<()>>,
     /// The storage opening new jobs belong to; see [`Pipeline::reopened`].
-    generation: u64,
-    /// Jobs submitted, ever.
-    sent: u64,
-    /// Of those, how many the owner knows are finished.
+    generation: Arc<AtomicU64>,
+    /// Of the jobs submitted, how many the owner knows are finished.
     finished: u64,
-    /// Submitted and not yet answered, as of the last [`Pipeline::absorb`].
-    syncs_in_flight: u64,
     /// Committing inline: the opening whose run failed, whose later runs
     /// must not be written (the threads keep their own).
     inline_failed_generation: Option<u64>,
     /// Test sleeps for the threads; nothing without `test-hooks`.
     slow_disk: SlowDisk,
+}
+
+/// Submits jobs to a running committer from any thread, alongside the
+/// owner: whoever holds the storage's staged writes (and a lock that orders
+/// seals) may seal and submit them. Jobs keep the order they were sent in.
+pub struct Submitter<A> {
+    jobs: mpsc::Sender<Job<A>>,
+    progress: Arc<Progress>,
+    generation: Arc<AtomicU64>,
+    hooks: Arc<dyn CommitHooks<A>>,
+}
+
+impl<A> Clone for Submitter<A> {
+    fn clone(&self) -> Self {
+        let (progress, generation, hooks) = (self.progress.clone(), self.generation.clone(), self.hooks.clone());
+        Self { jobs: self.jobs.clone(), progress, generation, hooks }
+    }
+}
+
+impl<A: Send + 'static> Submitter<A> {
+    /// Hands a sealed batch to the committer; `acks` go to the hooks once it
+    /// is durable. If the committer is gone, they are answered failed.
+    pub fn submit(&self, batch: SealedBatch, handle: DurabilityHandle, acks: A) {
+        if let Some(job) = self.send(batch, handle, acks) {
+            let failure = CommitError::Panicked;
+            self.hooks.acknowledge(vec![job.acks], Some(&failure));
+            self.progress.answered(1, Some(failure.clone()));
+            self.progress.finished(1, Some(failure));
+        }
+    }
+
+    /// Counts and sends a job; gives it back if the committer is gone.
+    fn send(&self, batch: SealedBatch, handle: DurabilityHandle, acks: A) -> Option<Job<A>> {
+        let job = Job { batch, handle, generation: self.generation.load(Ordering::Acquire), acks };
+        self.progress.sent();
+        self.jobs.send(job).err().map(|mpsc::SendError(job)| job)
+    }
+
+    /// Batches handed over and not yet answered: while one is, a seal may
+    /// wait, so that everything staged meanwhile joins the next group.
+    pub fn syncs_in_flight(&self) -> u64 {
+        self.progress.in_flight().1
+    }
 }
 
 /// What the threads did since the owner last looked.
@@ -120,10 +160,8 @@ impl<A: Send + 'static> Pipeline<A> {
             progress: Arc::default(),
             jobs: None,
             committer: None,
-            generation: 0,
-            sent: 0,
+            generation: Arc::default(),
             finished: 0,
-            syncs_in_flight: 0,
             inline_failed_generation: None,
             slow_disk: SlowDisk::default(),
         }
@@ -132,35 +170,50 @@ impl<A: Send + 'static> Pipeline<A> {
     /// Makes the threads sleep first, as a slow disk would.
     #[cfg(feature = "test-hooks")]
     pub fn with_slow_disk(mut self, slow_disk: SlowDisk) -> Self {
-        self.slow_disk = slow_disk;
+        self.set_slow_disk(slow_disk);
         self
     }
 
+    /// Makes the threads (started after) sleep first, as a slow disk would.
+    #[cfg(feature = "test-hooks")]
+    pub fn set_slow_disk(&mut self, slow_disk: SlowDisk) {
+        self.slow_disk = slow_disk;
+    }
+
     /// Starts the committer and runs threads (`name` goes in their names);
-    /// `on_progress` is called on them whenever jobs are answered or
-    /// finished. If a thread cannot start, its work is done inline.
-    pub fn spawn(&mut self, name: &str, on_progress: Arc<dyn Fn() + Send + Sync>) -> std::io::Result<()> {
+    /// `on_progress` is called on them, with the thread's name, whenever
+    /// jobs are answered or finished. If a thread cannot start, its work is
+    /// done inline.
+    pub fn spawn(&mut self, name: &str, on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>) -> std::io::Result<()> {
         let (jobs, queue) = mpsc::channel();
         let (hooks, progress, slow_disk) = (self.hooks.clone(), self.progress.clone(), self.slow_disk);
         let runs_name = format!("rankd-runs-{name}");
         let committer = std::thread::Builder::new().name(format!("rankd-commit-{name}")).spawn(move || {
             committer::run(queue, hooks, progress, on_progress, runs_name, slow_disk);
         })?;
-        self.jobs = Some(jobs);
+        let (progress, generation, hooks) = (self.progress.clone(), self.generation.clone(), self.hooks.clone());
+        self.jobs = Some(Submitter { jobs, progress, generation, hooks });
         self.committer = Some(committer);
         Ok(())
+    }
+
+    /// A handle that submits to the committer from other threads, once its
+    /// thread runs. Every handle must be dropped before [`Pipeline::stop`]
+    /// returns: the committer runs until its queue has no sender left.
+    pub fn submitter(&self) -> Option<Submitter<A>> {
+        self.jobs.clone()
     }
 
     /// Hands a sealed batch to the committer; `acks` go to the hooks once it
     /// is durable. Without a committer, commits it here and returns `true`:
     /// the owner should then [`absorb`](Self::absorb) before sealing more.
     pub fn submit(&mut self, batch: SealedBatch, handle: DurabilityHandle, acks: A) -> bool {
-        let job = Job { batch, handle, generation: self.generation, acks };
-        self.sent += 1;
-        self.syncs_in_flight += 1;
         let unsent = match &self.jobs {
-            Some(jobs) => jobs.send(job).err().map(|mpsc::SendError(job)| job),
-            None => Some(job),
+            Some(jobs) => jobs.send(batch, handle, acks),
+            None => {
+                self.progress.sent();
+                Some(Job { batch, handle, generation: self.generation.load(Ordering::Acquire), acks })
+            }
         };
         let Some(job) = unsent else { return false };
         let answered = commit_group(vec![job], &*self.hooks, &self.progress, self.slow_disk);
@@ -168,34 +221,34 @@ impl<A: Send + 'static> Pipeline<A> {
         true
     }
 
-    /// Batches handed over and not yet answered, as of the last
-    /// [`Pipeline::absorb`]: while one is, the next seal waits, so that
-    /// everything staged meanwhile joins the next group.
+    /// Batches handed over (by the owner or a [`Submitter`]) and not yet
+    /// answered: while one is, the next seal waits, so that everything
+    /// staged meanwhile joins the next group.
     pub fn syncs_in_flight(&self) -> u64 {
-        self.syncs_in_flight
+        self.progress.in_flight().1
     }
 
     /// Batches handed over and not yet finished (runs written): while any
     /// is, the threads hold the storage open.
     pub fn unfinished(&self) -> u64 {
-        self.sent - self.finished
+        self.progress.in_flight().0.saturating_sub(self.finished)
     }
 
     /// Catches up with the threads: how many jobs finished since the last
     /// call, and the failure they met, if any.
     pub fn absorb(&mut self) -> Absorbed {
-        let (answered, finished, failure) = self.progress.take();
+        let (_, finished, failure) = self.progress.take();
         let newly = finished.saturating_sub(self.finished);
         self.finished = finished.max(self.finished);
-        self.syncs_in_flight = self.sent.saturating_sub(answered);
         Absorbed { finished: usize::try_from(newly).unwrap_or(usize::MAX), failure }
     }
 
-    /// Waits until every job submitted is finished (or the committer is
-    /// gone), then absorbs.
+    /// Waits until every job submitted so far is finished (or the committer
+    /// is gone), then absorbs.
     pub fn settle(&mut self) -> Absorbed {
         let gone = || self.committer.as_ref().is_some_and(JoinHandle::is_finished);
-        if !self.progress.wait_finished(self.sent, Duration::from_secs(1), gone) {
+        let (sent, _) = self.progress.in_flight();
+        if !self.progress.wait_finished(sent, Duration::from_secs(1), gone) {
             tracing::error!("the committer thread is gone; not waiting for it");
         }
         self.absorb()
@@ -204,7 +257,7 @@ impl<A: Send + 'static> Pipeline<A> {
     /// Storage was reopened after a failure: later jobs belong to the new
     /// opening, and are committed even though earlier ones failed.
     pub fn reopened(&mut self) {
-        self.generation += 1;
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 

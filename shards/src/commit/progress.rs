@@ -17,6 +17,8 @@ pub(super) struct Progress {
 
 #[derive(Default)]
 struct Counts {
+    /// Jobs submitted, ever, by the owner or a [`super::Submitter`].
+    sent: u64,
     /// Jobs answered (durable and acknowledged, or failed), ever.
     answered: u64,
     /// Jobs over, ever: answered, and their runs written (or failed), in
@@ -31,6 +33,17 @@ impl Progress {
     fn lock(&self) -> MutexGuard<'_, Counts> {
         // The counts stay consistent whatever panicked while holding them.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a job submitted.
+    pub fn sent(&self) {
+        self.lock().sent += 1;
+    }
+
+    /// Jobs submitted so far, and how many of them are not answered yet.
+    pub fn in_flight(&self) -> (u64, u64) {
+        let counts = self.lock();
+        (counts.sent, counts.sent.saturating_sub(counts.answered))
     }
 
     /// Counts `jobs` answered, keeping `failure` for the owner.

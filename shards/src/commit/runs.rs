@@ -11,7 +11,7 @@ pub(super) fn run<A: 'static>(
     queue: mpsc::Receiver<Answered>,
     hooks: Arc<dyn CommitHooks<A>>,
     progress: Arc<Progress>,
-    on_progress: Arc<dyn Fn() + Send + Sync>,
+    on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
     slow_disk: SlowDisk,
 ) {
     hooks.thread_started(PipelineThread::Runs);
@@ -19,7 +19,7 @@ pub(super) fn run<A: 'static>(
     for answered in queue {
         slow_disk.before_runs();
         write_runs(answered, &*hooks, &progress, &mut failed_generation);
-        on_progress();
+        on_progress(PipelineThread::Runs);
     }
 }
 
