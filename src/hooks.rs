@@ -32,10 +32,10 @@ pub struct TestHooks {
     /// and compactions.
     #[arg(long = "debug-memtable-kib")]
     pub memtable_kib: Option<u64>,
-    /// Queue every rank for the shards, never answering one in place, so
-    /// tests cover the queued paths with lone ranks too.
-    #[arg(long = "debug-queue-ranks")]
-    pub queue_ranks: bool,
+    /// Queue every lone rank and write for the shards, never handling one
+    /// in place, so tests cover the queued paths with lone requests too.
+    #[arg(long = "debug-queue-lone")]
+    pub queue_lone: bool,
     /// Do not update per-request and per-batch metrics (to measure their cost).
     #[arg(long = "debug-no-request-metrics")]
     pub no_request_metrics: bool,

@@ -75,17 +75,30 @@ async fn counters_rise_by_the_requests_served() {
     assert_eq!(sample(&after, "rankd_build_info", &[]), 1.0);
 }
 
-/// A rank its client waits for alone is answered in place; a pipeline of
-/// ranks, and every rank under `--debug-queue-ranks`, is queued for the
-/// shards. (A lone rank meeting a shard mid-command is queued too, hence
-/// "most".)
+/// A rank or `set` its client waits for alone is handled in place; a
+/// pipeline, and every request under `--debug-queue-lone`, is queued for
+/// the shards. (A lone request meeting a shard mid-command is queued too,
+/// hence "most".)
 #[tokio::test]
-async fn lone_ranks_are_answered_in_place_and_pipelines_queued() {
-    for (flags, lone_in_place) in [(&[][..], true), (&["--debug-queue-ranks"][..], false)] {
+async fn lone_ranks_and_writes_are_handled_in_place_and_pipelines_queued() {
+    for (flags, lone_in_place) in [(&[][..], true), (&["--debug-queue-lone"][..], false)] {
         let server = common::Server::start_with(2, flags);
         let mut client = server.client().await;
         let calls: Vec<_> = (0..100).map(|i| rankd_client::set_call("m", &format!("p{i}"), i, Mode::Set)).collect();
         client.pipeline::<Value>(&calls).await.expect("sets");
+        let writes = || sample(&http_get(&server.metrics_addr, "/metrics").1, "rankd_writes_in_place_total", &[]);
+        let pipelined_writes = writes();
+        assert!(pipelined_writes <= 4.0, "{pipelined_writes} of 100 pipelined sets staged in place ({flags:?})");
+        for i in 100..120 {
+            client.set("m", &format!("p{i}"), -i, Mode::Set).await.expect("set");
+            // below the first 100
+        }
+        let lone_writes = writes() - pipelined_writes;
+        if lone_in_place {
+            assert!(lone_writes >= 15.0, "{lone_writes} of 20 lone sets staged in place");
+        } else {
+            assert_eq!(lone_writes, 0.0, "{flags:?}");
+        }
         let in_place = || sample(&http_get(&server.metrics_addr, "/metrics").1, "rankd_ranks_in_place_total", &[]);
         for i in 0..20 {
             let rank = client.rank("m", &format!("p{i}")).await.expect("rank").expect("ranked");

@@ -197,7 +197,7 @@ async fn check_board(client: &mut Client, name: &str, board: &OracleBoard, rng: 
         assert_eq!(value_entries(&next()), expected, "{context}: around {p:?} -{before} +{after}");
     }
     // Ranks sent one at a time: answered in place from the shards' engines
-    // or, with `--debug-queue-ranks` (or a shard busy), queued to the owner
+    // or, with `--debug-queue-lone` (or a shard busy), queued to the owner
     // shard, which asks the others itself (the pipelined ones above follow
     // a count that went to every shard, so the router asks them).
     for _ in 0..4 {
@@ -332,11 +332,12 @@ async fn seven_shards_match_oracle() {
     run_against_oracle(7, 7, &[]).await;
 }
 
-/// With no rank answered in place, lone ranks take the queued paths: the
-/// owner shard forwarding to the others, or the router asking them.
+/// With nothing handled in place, lone ranks and writes take the queued
+/// paths: a rank's owner shard forwarding to the others, or the router
+/// asking them.
 #[tokio::test]
 async fn queued_ranks_match_oracle() {
-    run_against_oracle(3, 3, &["--debug-queue-ranks"]).await;
+    run_against_oracle(3, 3, &["--debug-queue-lone"]).await;
 }
 
 /// The dense trap: one score held in several shards must count once.

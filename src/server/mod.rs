@@ -92,7 +92,7 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         let (links, arbiters) = startup::start_shards(shards, &config, &dense, &metrics, clock, relays);
         let boards = Arc::new(parking_lot::Mutex::new(Boards::new(state).publish_count(metrics.boards.clone())));
         #[cfg(feature = "test-hooks")]
-        let configure = |router: Router| if config.hooks.queue_ranks { router.queue_all_ranks() } else { router };
+        let configure = |router: Router| if config.hooks.queue_lone { router.queue_lone_requests() } else { router };
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
         let watches = WatchHub::new(metrics.clone());

@@ -64,6 +64,9 @@ pub struct Metrics {
     /// Ranks answered in place from the shards' engines, without queueing
     /// for a shard (see `router::IN_PLACE_MAX_BATCH`).
     pub ranks_in_place: IntCounter,
+    /// Writes staged in place on the I/O threads, without queueing for a
+    /// shard (see `EngineCell::try_write`).
+    pub writes_in_place: IntCounter,
     /// Boards in the registry.
     pub boards: IntGauge,
     /// Bytes read from clients.
@@ -131,6 +134,12 @@ impl Metrics {
              a shard's round: those a client waits for alone (nothing else of its connection in flight, at most 4 \
              in its batch, none after a write in it), when every shard's lock is free. The others are queued.",
         )?;
+        let writes_in_place = IntCounter::new(
+            "rankd_writes_in_place_total",
+            "`set`s staged in place on the I/O threads and handed to the committer directly, without queueing \
+             for a shard's round: those a client waits for alone (as for ranks in place), when nothing sent to \
+             the shard is still unapplied and its lock is free. The others are queued.",
+        )?;
         let boards = IntGauge::new(
             "rankd_boards",
             "Boards the server holds (created, or made by a first write, and not dropped). With \
@@ -164,6 +173,7 @@ impl Metrics {
             Box::new(connections_accepted.clone()),
             Box::new(connections_refused.clone()),
             Box::new(ranks_in_place.clone()),
+            Box::new(writes_in_place.clone()),
             Box::new(boards.clone()),
             Box::new(received_bytes.clone()),
             Box::new(sent_bytes.clone()),
@@ -196,6 +206,7 @@ impl Metrics {
             connections_accepted,
             connections_refused,
             ranks_in_place,
+            writes_in_place,
             boards,
             received_bytes,
             sent_bytes,

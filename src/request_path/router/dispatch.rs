@@ -169,15 +169,16 @@ impl Router {
                 let board = boards.for_write(&board);
                 let seq = boards.next_seq();
                 let owner = self.owner(&player);
-                Routed::Score(outbox.ask(owner, |reply| Command::Write {
-                    board,
-                    player,
-                    amount,
-                    mode,
-                    seq,
-                    wid,
-                    reply,
-                }))
+                let (reply, pending) = reply();
+                let write = Command::Write { board, player, amount, mode, seq, wid, reply };
+                // Nothing of the batch is queued before it: it may go in place.
+                let unqueued = in_place && outbox.is_empty();
+                let staged = if unqueued { self.shards[owner].try_write(write) } else { Err(write) };
+                match staged {
+                    Ok(()) => self.metrics.writes_in_place.inc(),
+                    Err(write) => outbox.push(owner, write),
+                }
+                Routed::Score(pending)
             }
             Op::SetMany { board, entries, mode, wid } => match amounts(scored.config(), entries, mode) {
                 Ok(amounts) => self.set_many(boards, board, amounts, mode, wid, outbox),

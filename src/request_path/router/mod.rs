@@ -55,14 +55,15 @@ pub fn shard_of(player: &str, shards: usize) -> usize {
     (xxhash_rust::xxh3::xxh3_64(player.as_bytes()) % shards as u64) as usize
 }
 
-/// The largest batch whose ranks may be answered in place, from the shards'
-/// engines on this thread (see `EngineCell`). Only a batch that is `alone`
-/// on its connection qualifies: then nothing sent before it can still be
-/// queued for a shard, and its client is waiting on it, so the two thread
-/// wake-ups saved are latency saved. A pipelining client keeps queueing its
-/// ranks: they are spread over the shard threads, which more cores serve.
-/// Within the batch, a rank after a write is queued too: that write is
-/// still in the [`Outbox`].
+/// The largest batch whose ranks may be answered, and whose first `set`
+/// staged, in place, in the shards' engines on this thread (see
+/// `EngineCell`). Only a batch that is `alone` on its connection qualifies:
+/// then nothing of its connection can still be queued for a shard, and its
+/// client is waiting on it, so the thread wake-ups saved are latency saved.
+/// A pipelining client keeps queueing: its requests are spread over the
+/// shard threads, which more cores serve. Within the batch, a `set` goes in
+/// place only while nothing of the batch is queued yet, and nothing after a
+/// write does (a queued write is still in the [`Outbox`]).
 pub const IN_PLACE_MAX_BATCH: usize = 4;
 
 /// A reply still to come.
@@ -103,11 +104,11 @@ impl Message for TakeImages {
     type Result = Result<Vec<ShardImage>, Error>;
 }
 
-/// Which ops of a batch may have their ranks answered in place: with
-/// in-place ranks `enabled`, a batch `alone` on its connection and at most
+/// Which ops of a batch may be handled in place: with in-place requests
+/// `enabled`, a batch `alone` on its connection and at most
 /// [`IN_PLACE_MAX_BATCH`] long, every op up to and including its first
-/// write (nothing of the batch is queued for a shard before then). Asked op
-/// by op, in order.
+/// write (nothing of the batch is queued for a shard before then, unless a
+/// rank before it was). Asked op by op, in order.
 pub struct InPlace(bool);
 
 impl InPlace {
@@ -154,9 +155,9 @@ pub struct Router {
     dense: DenseRegistry,
     /// Decides which period a read of a periodic window targets.
     clock: Clock,
-    /// Whether a lone rank may be answered in place; off only in tests of
-    /// the queued paths.
-    in_place_ranks: bool,
+    /// Whether lone ranks and writes may be handled in place; off only in
+    /// tests of the queued paths.
+    in_place: bool,
     /// Told when acknowledged writes change a watched board.
     watches: Arc<WatchHub>,
     /// The bucket summaries approximate ranks are answered from.
@@ -172,13 +173,14 @@ impl Router {
     /// sharing `parts` with the other routers.
     pub fn new(shards: Vec<ShardLink>, parts: RouterParts) -> Self {
         let RouterParts { boards, dense, clock, metrics, watches, approx } = parts;
-        Self { shards: shards.into(), metrics, boards, dense, clock, in_place_ranks: true, watches, approx }
+        Self { shards: shards.into(), metrics, boards, dense, clock, in_place: true, watches, approx }
     }
 
-    /// Queues every rank for the shards instead (`--debug-queue-ranks`).
+    /// Queues every lone rank and write for the shards instead
+    /// (`--debug-queue-lone`).
     #[cfg(feature = "test-hooks")]
-    pub fn queue_all_ranks(mut self) -> Self {
-        self.in_place_ranks = false;
+    pub fn queue_lone_requests(mut self) -> Self {
+        self.in_place = false;
         self
     }
 }
@@ -188,7 +190,7 @@ impl Handler<Dispatch> for Router {
 
     fn handle(&mut self, Dispatch { ops, alone }: Dispatch, _: &mut Self::Context) -> Self::Result {
         let mut outbox = Outbox::new(self.shards.len());
-        let mut in_place = InPlace::new(self.in_place_ranks, alone, ops.len());
+        let mut in_place = InPlace::new(self.in_place, alone, ops.len());
         let shared = self.boards.clone();
         let mut boards = shared.lock();
         let routed: Vec<Routed> = (ops.into_iter())

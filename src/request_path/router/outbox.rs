@@ -25,6 +25,16 @@ impl Outbox {
         pending
     }
 
+    /// Queues a command already built for `shard`.
+    pub fn push(&mut self, shard: usize, command: Command) {
+        self.per_shard[shard].push(command);
+    }
+
+    /// Whether nothing is queued for any shard yet.
+    pub fn is_empty(&self) -> bool {
+        self.per_shard.iter().all(Vec::is_empty)
+    }
+
     /// The same command for every shard, in shard order.
     pub fn ask_all<T>(&mut self, make: impl Fn(Responder<T>) -> Command) -> Vec<Pending<T>> {
         (0..self.per_shard.len()).map(|shard| self.ask(shard, &make)).collect()

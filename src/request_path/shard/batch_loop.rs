@@ -20,28 +20,22 @@
 //!   pipeline to finish everything, and a loop so far ahead of the runs
 //!   thread that more than `MAX_UNWRITTEN_RUNS` frozen overlays wait.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rankd_shards::commit::{Absorbed, Pipeline};
+use rankd_shards::commit::{Absorbed, Pipeline, PipelineThread};
 use rankd_shards::{Shard, ShardOptions};
 
 use super::apply::apply;
-use super::command::{Command, Held};
+use super::command::Command;
 use super::commit_hooks::ShardCommitHooks;
-use super::engine_cell::EngineCell;
+use super::engine_cell::{Acks, CellParts, EngineCell, Unsubmitted, MAX_UNWRITTEN_RUNS};
 use super::health::Health;
 use super::link::Origin;
-use super::relay::send_all;
 use crate::clock::Clock;
 use crate::operations::metrics::{Metrics, ShardMetrics};
 use crate::request_path::dense_registry::{DenseRegistry, DenseShare};
-
-/// Sealed batches whose runs may wait for the runs thread before the loop
-/// waits for it. Each holds a frozen overlay (up to ~10 MB) in memory until
-/// written, and the runs thread runs at a low priority, so a loop busy
-/// enough to starve it would otherwise grow them without bound.
-const MAX_UNWRITTEN_RUNS: usize = 4;
 
 /// Commands a round looks ahead at a time, prefetching what they will
 /// touch: each write's two leaves are up to ~1.3 KB, so 16 writes' worth
@@ -50,17 +44,15 @@ const LOOK_AHEAD: usize = 16;
 
 /// One shard's batch loop. See the module docs.
 pub struct BatchLoop {
-    /// The engine, shared with the router's in-place ranks.
+    /// The engine and what is staged in it, shared with the committer and
+    /// the routers' in-place requests.
     pub(super) engine: EngineCell,
     /// Group commit on the committer and runs threads.
-    pub(super) pipeline: Pipeline<Vec<(Origin, Held)>>,
+    pub(super) pipeline: Pipeline<Acks>,
     /// Commands of the round being gathered, with the I/O thread each came from.
     queue: Vec<(Origin, Command)>,
     /// A round never holds more commands than this, bounding latency and memory.
     max_batch: usize,
-    /// Answers of staged writes, held until their batch is sealed and
-    /// durable, with the I/O thread each goes back to.
-    held: Vec<(Origin, Held)>,
     /// Whether writes work; the failure and recovery rules.
     pub(super) health: Health,
     pub(super) dense: DenseRegistry,
@@ -78,9 +70,6 @@ pub struct BatchLoop {
     /// While recovering: this shard's share of the dense indexes as its
     /// batches reported it, before the storage was reopened.
     pub(super) reported_dense: Option<DenseShare>,
-    /// Something is staged that no held answer waits for (expired `wid`
-    /// records to delete): the next seal must happen even without one.
-    pub(super) staged_unanswered: bool,
 }
 
 /// What a loop is made of, besides its engine.
@@ -107,13 +96,13 @@ impl BatchLoop {
         let LoopParts { max_batch, dense, metrics, index, clock, relays } = parts;
         metrics.shards[index].players.set(shard.players() as i64);
         let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relays };
+        let cell = CellParts { metrics: metrics.clone(), index, dense: dense.clone(), clock };
         Self {
             location: shard.location(),
-            engine: EngineCell::new(shard),
+            engine: EngineCell::new(shard, cell),
             pipeline: Pipeline::new(Arc::new(hooks)),
             queue: Vec::new(),
             max_batch: max_batch.max(1),
-            held: Vec::new(),
             health: Health::new(Instant::now()),
             dense,
             metrics,
@@ -122,23 +111,33 @@ impl BatchLoop {
             last_tick: i64::MIN,
             compacting_seen: Duration::ZERO,
             reported_dense: None,
-            staged_unanswered: false,
         }
     }
 
     /// Makes the pipeline's threads sleep first, as a slow disk would.
     #[cfg(feature = "test-hooks")]
     pub fn with_slow_disk(mut self, slow_disk: rankd_shards::commit::SlowDisk) -> Self {
-        self.pipeline = self.pipeline.with_slow_disk(slow_disk);
+        self.pipeline.set_slow_disk(slow_disk);
         self
     }
 
     /// Starts the committer and runs threads; `on_progress` is called on
-    /// them as batches are answered and finished.
+    /// them as batches are answered and finished. After each group the
+    /// committer first seals what was staged meanwhile, itself.
     pub fn start_pipeline(&mut self, on_progress: Arc<dyn Fn() + Send + Sync>) {
-        if let Err(e) = self.pipeline.spawn(&self.index.to_string(), on_progress) {
+        let engine = self.engine.clone();
+        let on_progress = Arc::new(move |thread| {
+            if thread == PipelineThread::Committer {
+                engine.seal_staged();
+            }
+            on_progress();
+        });
+        match self.pipeline.spawn(&self.index.to_string(), on_progress) {
+            Ok(()) => self.engine.lock().submitter = self.pipeline.submitter(),
             // Batches are then committed on the loop's thread: slower, still correct.
-            tracing::error!(shard = self.index, error = %e, "starting the committer thread failed; committing inline");
+            Err(e) => {
+                tracing::error!(shard = self.index, error = %e, "starting the committer thread failed; committing inline")
+            }
         }
     }
 
@@ -196,9 +195,7 @@ impl BatchLoop {
                 self.settle();
                 since = observe.then(Instant::now);
             }
-            if let Some(held) = self.execute(command) {
-                self.held.push((origin, held));
-            }
+            self.execute(origin, command);
         }
         if let Some(since) = since {
             applying += since.elapsed();
@@ -215,8 +212,8 @@ impl BatchLoop {
     }
 
     /// Applies one command: a read is answered now, a write's answer is
-    /// returned to be held until its batch is durable.
-    fn execute(&mut self, command: Command) -> Option<Held> {
+    /// held until its batch is durable.
+    fn execute(&mut self, origin: Origin, command: Command) {
         let refusal = if command.is_write() { self.health.refusal() } else { None };
         let (metrics, observe) = (&self.metrics.shards[self.index], self.metrics.hot_path);
         // Counted before a read's reply, so a client that sees it sees its
@@ -227,8 +224,9 @@ impl BatchLoop {
             }
             metrics.mailbox_depth.dec();
         };
-        let mut engine = self.engine.lock();
-        match (engine.as_mut(), refusal) {
+        let mut guard = self.engine.lock();
+        let engine = &mut *guard;
+        let held = match (engine.shard.as_mut(), refusal) {
             (Some(shard), None) => {
                 let held = apply(shard, command, &mut |shard| before_reply(Some(shard)));
                 // Reported now, not at seal: later reads of the round see it.
@@ -245,7 +243,10 @@ impl BatchLoop {
                 command.refuse(refusal);
                 None
             }
-        }
+        };
+        engine.held.extend(held.map(|held| (origin, held)));
+        // Applied, under the lock: a write staged in place may follow it now.
+        let _ = self.engine.unapplied().fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 
     /// Adds the record-cache lookups since the last call to the metrics.
@@ -257,50 +258,35 @@ impl BatchLoop {
 
     /// Seals the staged writes into one batch and submits it with the held
     /// answers. Unless `force`d, waits while a batch is with the committer:
-    /// the loop calls again when it is answered, and everything staged
-    /// meanwhile joins that next batch.
+    /// the committer seals what was staged meanwhile once it is done. Then
+    /// waits for the runs thread if it is too far behind.
     pub(super) fn seal_and_submit(&mut self, force: bool) {
-        let nothing = self.held.is_empty() && !self.staged_unanswered;
-        if nothing || (self.pipeline.syncs_in_flight() > 0 && !force) {
-            return;
-        }
-        self.staged_unanswered = false;
-        let held = std::mem::take(&mut self.held);
-        let (metrics, observe) = (&self.metrics.shards[self.index], self.metrics.hot_path);
-        let mut engine = self.engine.lock();
-        let Some(shard) = engine.as_mut() else {
-            metrics.mailbox_depth.sub(held.len() as i64);
-            send_all(held.into_iter().map(|(_, held)| held), Some("shard storage is closed; retrying"));
-            return;
-        };
-        let started = observe.then(Instant::now);
-        let mut batch = shard.seal();
-        let unwritten_runs = shard.unwritten_runs();
-        metrics.unwritten_runs.set(unwritten_runs as i64);
-        metrics.logged_changes.set(i64::try_from(shard.logged_changes()).unwrap_or(i64::MAX));
-        if let Some(started) = started {
-            metrics.seal_seconds.observe(started.elapsed().as_secs_f64());
-            metrics.players.set(shard.players() as i64);
-            metrics.unwritten_players.set(shard.unwritten_players() as i64);
-        }
-        // Normally empty: each write's changes were reported as it was staged.
-        self.dense.apply(std::mem::take(&mut batch.dense).into_iter());
-        let handle = shard.durability_handle();
-        drop(engine);
-        if self.pipeline.submit(batch, handle, held) {
-            // Committed inline (no committer thread): a failed run degrades
-            // the shard before another batch is sealed.
-            self.catch_up();
-        }
+        self.seal_now(force);
+        let unwritten_runs = self.engine.with(|shard| shard.unwritten_runs()).unwrap_or(0);
         if unwritten_runs > MAX_UNWRITTEN_RUNS {
             self.settle(); // see MAX_UNWRITTEN_RUNS
+        }
+    }
+
+    fn seal_now(&mut self, force: bool) {
+        let mut engine = self.engine.lock();
+        if self.pipeline.syncs_in_flight() > 0 && !force {
+            return;
+        }
+        if let Some(unsubmitted) = self.engine.seal(&mut engine) {
+            drop(engine);
+            let Unsubmitted { batch, handle, held } = *unsubmitted;
+            // Committed inline (no committer thread): a failed run degrades
+            // the shard before another batch is sealed.
+            self.pipeline.submit(batch, handle, held);
+            self.catch_up();
         }
     }
 
     /// Submits the staged writes and waits until the pipeline has finished
     /// everything: for maintenance that scans or rewrites storage.
     pub(super) fn settle(&mut self) {
-        self.seal_and_submit(true);
+        self.seal_now(true);
         let absorbed = self.pipeline.settle();
         self.apply_progress(absorbed);
     }
@@ -329,6 +315,7 @@ impl BatchLoop {
             self.shard_metrics().unwritten_runs.set(unwritten_runs as i64);
         }
         if let Some(failure) = failure {
+            self.engine.lock().healthy = false;
             if self.health.failed(failure.to_string(), Instant::now()) {
                 tracing::error!(
                     shard = self.index,
@@ -344,8 +331,19 @@ impl BatchLoop {
     /// then stops it.
     pub fn stop(&mut self) {
         self.run_round();
-        self.seal_and_submit(true);
+        self.seal_now(true);
+        // The committer runs until no one can submit to it.
+        self.engine.lock().submitter = None;
         self.pipeline.stop();
+    }
+}
+
+impl Drop for BatchLoop {
+    /// The committer holds the engine (to seal after each group), and the
+    /// engine a way to submit to the committer: this ends the cycle, so the
+    /// pipeline's threads can stop.
+    fn drop(&mut self) {
+        self.engine.lock().submitter = None;
     }
 }
 
@@ -397,9 +395,11 @@ mod tests {
             (Command::Get { tree: self.tree, player: player.into(), reply }, pending)
         }
 
-        /// Commands queued: the mailbox depth the link would have raised.
+        /// Commands queued: the mailbox depth and unapplied count the link
+        /// would have raised.
         fn enqueue(&mut self, commands: Vec<Command>) -> bool {
             self.core.shard_metrics().mailbox_depth.add(commands.len() as i64);
+            self.core.engine.unapplied().fetch_add(commands.len(), Ordering::AcqRel);
             self.core.enqueue(Origin(0), commands)
         }
 
@@ -410,6 +410,21 @@ mod tests {
 
     fn score(pending: Pending<Written<i64>>) -> Result<i64, Error> {
         pending.blocking_recv().unwrap_or_else(|_| Err(Error::Internal("dropped".into()))).map(|w| w.value)
+    }
+
+    /// The answer, if it comes within 10 s: a test of who seals fails
+    /// instead of hanging when no one does.
+    fn score_soon(mut pending: Pending<Written<i64>>) -> Result<i64, Error> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match pending.try_recv() {
+                Ok(answer) => return answer.map(|w| w.value),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => panic!("no answer: {e}"),
+            }
+        }
     }
 
     #[test]
@@ -456,6 +471,53 @@ mod tests {
         assert_eq!((score(second_answer), score(third_answer)), (Ok(2), Ok(3)));
         assert_eq!(f.fsyncs(), 2, "two writes shared the second fsync");
         assert_eq!(f.core.shard_metrics().writes_applied.get(), 3);
+    }
+
+    #[test]
+    fn lone_writes_staged_in_place_are_answered_once_durable_and_the_committer_seals_what_came_meanwhile() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), runs: Duration::ZERO };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (first, first_answer) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: sealed and handed over at once");
+        let (second, mut second_answer) = f.write("b", 2, 2);
+        assert!(cell.try_write(Origin(0), second).is_ok(), "staged while the first batch commits");
+        assert!(second_answer.try_recv().is_err(), "held until its own batch is durable");
+        assert_eq!(score_soon(first_answer), Ok(1));
+        // No round ran on the shard's thread: the committer sealed it.
+        assert_eq!(score_soon(second_answer), Ok(2));
+        assert_eq!(f.fsyncs(), 2);
+        let (get, got) = f.get("b");
+        f.enqueue(vec![get]);
+        f.core.run_round();
+        assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(2));
+        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0, "each answer lowered the depth it raised");
+    }
+
+    #[test]
+    fn a_write_goes_in_place_only_behind_nothing_unapplied_on_a_healthy_shard_with_a_committer() {
+        let mut f = fixture();
+        let cell = f.core.engine();
+        let (write, written) = f.write("a", 1, 1);
+        let write = cell.try_write(Origin(0), write).expect_err("no committer: the actor commits inline");
+        f.core.start_pipeline(Arc::new(|| {}));
+        let (get, got) = f.get("a");
+        f.enqueue(vec![get]);
+        let write = cell.try_write(Origin(0), write).expect_err("would overtake a command sent before it");
+        f.core.run_round();
+        assert_eq!(got.blocking_recv().unwrap().unwrap(), None, "the read came first");
+        cell.lock().healthy = false;
+        let write = cell.try_write(Origin(0), write).expect_err("a degraded shard's refusals are the actor's");
+        cell.lock().healthy = true;
+        let held_by_the_actor = cell.lock();
+        let write = cell.try_write(Origin(0), write).expect_err("never waits for the lock");
+        drop(held_by_the_actor);
+        let (get, _) = f.get("a");
+        assert!(cell.try_write(Origin(0), get).is_err(), "reads are not staged");
+        assert!(cell.try_write(Origin(0), write).is_ok());
+        assert_eq!(score_soon(written), Ok(1));
     }
 
     #[test]

@@ -1,59 +1,232 @@
-//! A shard's engine, shared by its actor, which changes it, and the router,
-//! which reads a lone rank from it in place.
+//! A shard's engine and what is staged in it, shared by its actor, the
+//! committer and the I/O threads: whoever holds the lock may stage a write,
+//! read, or seal everything staged into the next batch.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
+use rankd_shards::commit::Submitter;
 use rankd_shards::Shard;
+
+use super::apply::apply;
+use super::command::{Command, Held};
+use super::link::Origin;
+use super::relay::send_all;
+use crate::clock::Clock;
+use crate::operations::metrics::Metrics;
+use crate::request_path::dense_registry::DenseRegistry;
+
+/// Sealed batches whose runs may wait for the runs thread before writes
+/// stop being staged anywhere but on the shard's own thread, which then
+/// waits for it. Each holds a frozen overlay (up to ~10 MB) in memory until
+/// written, and the runs thread runs at a low priority, so writers busy
+/// enough to starve it would otherwise grow them without bound.
+pub const MAX_UNWRITTEN_RUNS: usize = 4;
+
+/// The answers a sealed batch carries to the committer.
+pub type Acks = Vec<(Origin, Held)>;
+
+/// What the cell's lock guards.
+pub struct Engine {
+    /// The storage and its count trees; absent only while the actor reopens
+    /// a failed storage.
+    pub shard: Option<Shard>,
+    /// Answers of staged writes, held until their batch is durable, with
+    /// the I/O thread each goes back to.
+    pub held: Acks,
+    /// Something is staged that no held answer waits for (expired `wid`
+    /// records to delete): the next seal must happen even without one.
+    pub staged_unanswered: bool,
+    /// Hands sealed batches to the committer; present while its thread
+    /// runs. Without it only the actor seals, and commits inline.
+    pub submitter: Option<Submitter<Acks>>,
+    /// Whether the actor takes writes (not degraded): writes are staged in
+    /// place only then, so a refusal is always the actor's.
+    pub healthy: bool,
+}
 
 /// The engine behind one small lock. The contract:
 ///
-/// - the actor is the only writer; it locks per command, not per round, so
-///   the lock is seldom held for long;
-/// - the router only ever [`try_read`](Self::try_read)s: it never waits for
-///   the actor, and when the lock is taken it queues the rank instead;
-/// - the engine is absent only while the actor reopens a failed storage;
-///   every access then sees `None` and answers accordingly.
+/// - every change is made under the lock, and so is every seal, which takes
+///   everything staged and its answers together and submits it before the
+///   lock is released: batches reach the committer in the order they were
+///   sealed, whoever sealed them;
+/// - the actor locks per command, not per round, so the lock is seldom held
+///   for long; the router only ever `try_`locks, and when the lock is taken
+///   it queues the request for the actor instead;
+/// - a write is staged in place only while nothing sent to the shard is
+///   still unapplied ([`EngineCell::unapplied`]), so it never overtakes a
+///   request routed before it.
 ///
-/// Why share at all: a rank queued behind a round costs two thread
-/// wake-ups (to the shard and back); read in place on the connections'
-/// thread it costs a few µs (see docs/performance-history.md).
+/// Why share at all: a request queued for the actor costs two thread
+/// wake-ups (to the shard and back) and a wait behind its round; a lone
+/// rank read in place costs a few µs, and a lone write staged in place goes
+/// from the I/O thread to the committer directly. After each group the
+/// committer seals what was staged meanwhile itself, so the next fsync
+/// does not wait for the actor to wake (see docs/performance-history.md).
 #[derive(Clone)]
-pub struct EngineCell(Arc<Mutex<Option<Shard>>>);
+pub struct EngineCell(Arc<Shared>);
+
+struct Shared {
+    engine: Mutex<Engine>,
+    /// Commands sent to the actor and not yet applied.
+    unapplied: AtomicUsize,
+    /// What a seal reports to, and what a write staged in place needs.
+    metrics: Arc<Metrics>,
+    index: usize,
+    dense: DenseRegistry,
+    clock: Clock,
+}
+
+/// What a cell needs besides its engine.
+pub struct CellParts {
+    /// The server's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The shard's index among the shards.
+    pub index: usize,
+    /// The dense indexes, told of each write as it is staged.
+    pub dense: DenseRegistry,
+    /// Decides which period a write lands in.
+    pub clock: Clock,
+}
+
+/// A sealed batch no committer thread takes: its caller commits it inline.
+pub struct Unsubmitted {
+    /// What goes to the journal.
+    pub batch: rankd_shards::SealedBatch,
+    /// What makes it durable.
+    pub handle: rankd_shards::DurabilityHandle,
+    /// The answers it holds.
+    pub held: Acks,
+}
 
 impl EngineCell {
     /// Holds `shard`.
-    pub fn new(shard: Shard) -> Self {
-        Self(Arc::new(Mutex::new(Some(shard))))
+    pub fn new(shard: Shard, parts: CellParts) -> Self {
+        let CellParts { metrics, index, dense, clock } = parts;
+        let engine =
+            Engine { shard: Some(shard), held: Vec::new(), staged_unanswered: false, submitter: None, healthy: true };
+        Self(Arc::new(Shared {
+            engine: Mutex::new(engine),
+            unapplied: AtomicUsize::new(0),
+            metrics,
+            index,
+            dense,
+            clock,
+        }))
     }
 
     /// Runs `f` on the engine, waiting for the lock; `None` while the
     /// storage is being reopened. For the actor.
     pub fn with<R>(&self, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-        self.0.lock().as_mut().map(f)
+        self.0.engine.lock().shard.as_mut().map(f)
     }
 
     /// Runs `f` on the engine if the lock is free and the engine present;
     /// never waits. For the router. Mutable because a lookup updates the
     /// record cache.
     pub fn try_read<R>(&self, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-        self.0.try_lock()?.as_mut().map(f)
+        self.0.engine.try_lock()?.shard.as_mut().map(f)
     }
 
     /// Takes the engine out to reopen it; readers see `None` until
     /// [`EngineCell::put`].
     pub fn take(&self) -> Option<Shard> {
-        self.0.lock().take()
+        self.0.engine.lock().shard.take()
     }
 
     /// Puts a (re)opened engine back.
     pub fn put(&self, shard: Shard) {
-        *self.0.lock() = Some(shard);
+        self.0.engine.lock().shard = Some(shard);
     }
 
-    /// The lock itself, for a caller that needs the engine and other
-    /// fields of its own at once (applying a command, sealing a batch).
-    pub fn lock(&self) -> MutexGuard<'_, Option<Shard>> {
-        self.0.lock()
+    /// The lock itself, for a caller that needs the engine and what is
+    /// staged at once (applying a command, sealing a batch).
+    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.0.engine.lock()
+    }
+
+    /// Commands sent to the actor and not yet applied: raised by the link
+    /// as it sends, lowered by the actor under the lock once each is applied.
+    pub fn unapplied(&self) -> &AtomicUsize {
+        &self.0.unapplied
+    }
+
+    /// Stages `command`, a write whose client waits for it alone, here on
+    /// the caller's thread, if nothing sent to the shard before it is still
+    /// unapplied, the lock is free, the shard healthy and its committer
+    /// running; its answer comes once durable, as if queued. Seals at once
+    /// unless a batch is with the committer (which seals what is staged
+    /// once it is done). Gives the command back otherwise, to be queued.
+    pub fn try_write(&self, origin: Origin, command: Command) -> Result<(), Command> {
+        if !command.is_write() {
+            return Err(command);
+        }
+        let Some(mut engine) = self.0.engine.try_lock() else { return Err(command) };
+        let engine = &mut *engine;
+        let (Some(shard), Some(_), true) = (&mut engine.shard, &engine.submitter, engine.healthy) else {
+            return Err(command);
+        };
+        if self.0.unapplied.load(Ordering::Acquire) > 0 || shard.unwritten_runs() > MAX_UNWRITTEN_RUNS {
+            return Err(command);
+        }
+        let metrics = &self.0.metrics.shards[self.0.index];
+        metrics.mailbox_depth.inc(); // lowered as the answer is sent, as for a queued write
+        shard.set_time(self.0.clock.now());
+        if let Some(held) = apply(shard, command, &mut |_| ()) {
+            engine.held.push((origin, held));
+        }
+        self.0.dense.apply(shard.drain_dense_changes());
+        if engine.submitter.as_ref().is_some_and(|submitter| submitter.syncs_in_flight() == 0) {
+            self.seal(engine);
+        }
+        Ok(())
+    }
+
+    /// Seals what was staged while the committer worked; for the committer,
+    /// after each group, so the next fsync need not wait for the actor.
+    pub fn seal_staged(&self) {
+        let mut engine = self.0.engine.lock();
+        if engine.submitter.is_some() {
+            self.seal(&mut engine);
+        }
+    }
+
+    /// Seals everything staged into one batch and hands it to the committer
+    /// with the answers it holds; returns it if no committer runs. If the
+    /// storage is closed, the answers are sent failed.
+    pub fn seal(&self, engine: &mut Engine) -> Option<Box<Unsubmitted>> {
+        if engine.held.is_empty() && !engine.staged_unanswered {
+            return None;
+        }
+        engine.staged_unanswered = false;
+        let held = std::mem::take(&mut engine.held);
+        let metrics = &self.0.metrics.shards[self.0.index];
+        let Some(shard) = engine.shard.as_mut() else {
+            metrics.mailbox_depth.sub(held.len() as i64);
+            send_all(held.into_iter().map(|(_, held)| held), Some("shard storage is closed; retrying"));
+            return None;
+        };
+        let started = self.0.metrics.hot_path.then(Instant::now);
+        let mut batch = shard.seal();
+        metrics.unwritten_runs.set(shard.unwritten_runs() as i64);
+        metrics.logged_changes.set(i64::try_from(shard.logged_changes()).unwrap_or(i64::MAX));
+        if let Some(started) = started {
+            metrics.seal_seconds.observe(started.elapsed().as_secs_f64());
+            metrics.players.set(shard.players() as i64);
+            metrics.unwritten_players.set(shard.unwritten_players() as i64);
+        }
+        // Normally empty: each write's changes were reported as it was staged.
+        self.0.dense.apply(std::mem::take(&mut batch.dense).into_iter());
+        let handle = shard.durability_handle();
+        match &engine.submitter {
+            Some(submitter) => {
+                submitter.submit(batch, handle, held);
+                None
+            }
+            None => Some(Box::new(Unsubmitted { batch, handle, held })),
+        }
     }
 }

@@ -41,7 +41,7 @@ pub struct ShardLink {
     pub depth: prometheus::IntGauge,
     /// Most commands that may be queued.
     pub max_queue: usize,
-    /// The actor's engine, read in place by lone ranks.
+    /// The actor's engine, read (lone ranks) and written (lone writes) in place.
     pub engine: EngineCell,
     /// The I/O thread this link's holder runs on.
     pub origin: Origin,
@@ -54,6 +54,12 @@ impl ShardLink {
         let (sender, pending) = reply();
         self.send(vec![make(sender)]);
         pending
+    }
+
+    /// Stages a lone write in place (see [`EngineCell::try_write`]) or, if
+    /// it may not be, gives it back to be queued.
+    pub fn try_write(&self, command: Command) -> Result<(), Command> {
+        self.engine.try_write(self.origin, command)
     }
 
     /// Enqueues several commands as one mailbox message, or answers them all
@@ -76,6 +82,7 @@ impl ShardLink {
     /// that must never be shed.
     pub fn send_unbounded(&self, commands: Vec<Command>) {
         self.depth.add(commands.len() as i64);
+        self.engine.unapplied().fetch_add(commands.len(), std::sync::atomic::Ordering::AcqRel);
         self.addr.do_send(ShardRequest { origin: self.origin, commands });
     }
 

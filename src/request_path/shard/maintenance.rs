@@ -79,7 +79,7 @@ impl BatchLoop {
         }) else {
             return;
         };
-        self.staged_unanswered |= deleted > 0;
+        self.engine.lock().staged_unanswered |= deleted > 0;
         let metrics = &self.metrics.shards[self.index];
         metrics.dedup_records.set(i64::try_from(records).unwrap_or(i64::MAX));
         metrics.dedup_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
@@ -154,6 +154,7 @@ impl BatchLoop {
                 self.dense.replace_share(&reported, &shard.dense_score_counts());
                 self.engine.put(shard);
                 self.health.recovered();
+                self.engine.lock().healthy = true;
                 self.shard_metrics().degraded.set(0);
             }
             Err(e) => {
