@@ -186,10 +186,12 @@ impl EngineCell {
     }
 
     /// Seals what was staged while the committer worked; for the committer,
-    /// after each group, so the next fsync need not wait for the actor.
+    /// after each group, so the next fsync need not wait for the actor. Not
+    /// while the actor has commands to apply: it seals at the end of its
+    /// round, and a batch sealed mid-round would only be smaller.
     pub fn seal_staged(&self) {
         let mut engine = self.0.engine.lock();
-        if engine.submitter.is_some() {
+        if engine.submitter.is_some() && self.0.unapplied.load(Ordering::Acquire) == 0 {
             self.seal(&mut engine);
         }
     }
