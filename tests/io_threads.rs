@@ -97,3 +97,45 @@ async fn a_write_acknowledged_on_one_connection_is_seen_by_the_next_read_of_anot
         assert_eq!(replies[1].as_ref().expect("get"), &Value::from(score), "round {round}: get");
     }
 }
+
+/// Lone writes (staged in place on their connection's I/O thread when the
+/// shard has nothing unapplied, queued otherwise) and pipelined ones
+/// (always queued) reach one `ordinal` board at once: each connection's
+/// writes rank in the order it sent them, and every tie has its own rank.
+#[tokio::test]
+async fn lone_writes_in_place_and_queued_pipelines_keep_each_connections_order() {
+    let server = common::Server::start_with(2, &["--io-threads", &IO_THREADS.to_string()]);
+    let mut conns = clients(&server, 4).await;
+    assert!(conns[0].create_board("o", Order::Desc, Ties::Ordinal).await.expect("create"));
+    let per_conn = 120;
+    let writers = conns.iter_mut().enumerate().map(|(k, client)| async move {
+        if k % 2 == 0 {
+            for chunk in (0..per_conn).collect::<Vec<_>>().chunks(20) {
+                let calls: Vec<Call> =
+                    chunk.iter().map(|i| set_call("o", &format!("c{k}-{i:03}"), 7, Mode::Set)).collect();
+                for reply in client.pipeline::<Value>(&calls).await.expect("pipeline") {
+                    assert_eq!(reply.expect("set"), Value::from(7));
+                }
+            }
+        } else {
+            for i in 0..per_conn {
+                assert_eq!(client.set("o", &format!("c{k}-{i:03}"), 7, Mode::Set).await.expect("set"), 7);
+            }
+        }
+    });
+    futures::future::join_all(writers).await;
+    let listed = top(&mut conns[1], "o").await;
+    assert_eq!(listed.len(), 4 * per_conn);
+    assert!(listed.iter().enumerate().all(|(i, e)| e.rank == i as u64 + 1), "every tie has its own rank");
+    for k in 0..4 {
+        let mine: Vec<&str> =
+            (listed.iter().map(|e| e.player.as_str())).filter(|p| p.starts_with(&format!("c{k}-"))).collect();
+        let sent: Vec<String> = (0..per_conn).map(|i| format!("c{k}-{i:03}")).collect();
+        assert_eq!(mine, sent, "connection {k}'s ties rank in the order it sent them");
+    }
+    let in_place = server.metric("rankd_writes_in_place_total", &[]);
+    assert!(in_place > 0.0, "some lone writes were staged in place ({in_place})");
+    // A pipeline's first read may hold a short batch alone: at most 4 of
+    // each of the 12 pipelines may go in place with it.
+    assert!(in_place <= (2 * per_conn + 48) as f64, "pipelined writes are queued ({in_place})");
+}
