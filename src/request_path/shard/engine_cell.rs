@@ -190,8 +190,12 @@ impl EngineCell {
     /// while the actor has commands to apply: it seals at the end of its
     /// round, and a batch sealed mid-round would only be smaller.
     pub fn seal_staged(&self) {
+        let idle = || self.0.unapplied.load(Ordering::Acquire) == 0;
+        if !idle() {
+            return; // without taking the lock the actor is busy with
+        }
         let mut engine = self.0.engine.lock();
-        if engine.submitter.is_some() && self.0.unapplied.load(Ordering::Acquire) == 0 {
+        if engine.submitter.is_some() && idle() {
             self.seal(&mut engine);
         }
     }
