@@ -516,6 +516,9 @@ mod tests {
         drop(held_by_the_actor);
         let (get, _) = f.get("a");
         assert!(cell.try_write(Origin(0), get).is_err(), "reads are not staged");
+        let (reply, _) = crate::request_path::shard::command::reply();
+        let drop = Command::DropBoard { board_id: f.board.id, reply };
+        assert!(cell.try_write(Origin(0), drop).is_err(), "nor maintenance, which waits for the pipeline");
         assert!(cell.try_write(Origin(0), write).is_ok());
         assert_eq!(score_soon(written), Ok(1));
     }

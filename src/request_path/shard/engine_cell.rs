@@ -161,7 +161,9 @@ impl EngineCell {
     /// unless a batch is with the committer (which seals what is staged
     /// once it is done). Gives the command back otherwise, to be queued.
     pub fn try_write(&self, origin: Origin, command: Command) -> Result<(), Command> {
-        if !command.is_write() {
+        // Only a score write: maintenance (a drop, a shutdown) must wait
+        // for the pipeline first, which only the actor does.
+        if !matches!(command, Command::Write { .. }) {
             return Err(command);
         }
         let Some(mut engine) = self.0.engine.try_lock() else { return Err(command) };
