@@ -1,6 +1,7 @@
 //! How far the pipeline's threads got, shared with the owner so it can wait
 //! for them without a message round trip.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -13,14 +14,15 @@ pub(super) struct Progress {
     state: Mutex<Counts>,
     /// Signalled on every report, for an owner waiting for jobs to finish.
     changed: Condvar,
+    /// Jobs submitted, ever, by the owner or a [`super::Submitter`]. With
+    /// `answered`, read without the lock: every seal asks what is in flight.
+    sent: AtomicU64,
+    /// Jobs answered (durable and acknowledged, or failed), ever.
+    answered: AtomicU64,
 }
 
 #[derive(Default)]
 struct Counts {
-    /// Jobs submitted, ever, by the owner or a [`super::Submitter`].
-    sent: u64,
-    /// Jobs answered (durable and acknowledged, or failed), ever.
-    answered: u64,
     /// Jobs over, ever: answered, and their runs written (or failed), in
     /// the order they were sealed. Only then may the shard stop reading
     /// their runs from memory.
@@ -37,18 +39,19 @@ impl Progress {
 
     /// Counts a job submitted.
     pub fn sent(&self) {
-        self.lock().sent += 1;
+        self.sent.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Jobs submitted so far, and how many of them are not answered yet.
     pub fn in_flight(&self) -> (u64, u64) {
-        let counts = self.lock();
-        (counts.sent, counts.sent.saturating_sub(counts.answered))
+        let sent = self.sent.load(Ordering::Acquire);
+        (sent, sent.saturating_sub(self.answered.load(Ordering::Acquire)))
     }
 
     /// Counts `jobs` answered, keeping `failure` for the owner.
     pub fn answered(&self, jobs: u64, failure: Option<CommitError>) {
-        self.report(|counts| counts.answered += jobs, failure);
+        self.answered.fetch_add(jobs, Ordering::AcqRel);
+        self.report(|_| {}, failure);
     }
 
     /// Counts `jobs` finished, keeping `failure` for the owner.
@@ -75,7 +78,7 @@ impl Progress {
     /// Jobs answered and finished so far, and the failure, taken.
     pub fn take(&self) -> (u64, u64, Option<CommitError>) {
         let mut counts = self.lock();
-        (counts.answered, counts.finished, counts.failure.take())
+        (self.answered.load(Ordering::Acquire), counts.finished, counts.failure.take())
     }
 
     /// Waits until `jobs` are finished; checks `gone` every `poll` so a

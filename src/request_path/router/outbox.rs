@@ -21,7 +21,7 @@ impl Outbox {
     /// `shard`; returns where its answer will arrive.
     pub fn ask<T>(&mut self, shard: usize, make: impl FnOnce(Responder<T>) -> Command) -> Pending<T> {
         let (sender, pending) = reply();
-        self.per_shard[shard].push(make(sender));
+        self.push(shard, make(sender));
         pending
     }
 
