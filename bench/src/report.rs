@@ -126,6 +126,14 @@ impl Report {
         Some(self.server_cpu_seconds? * 1e6 / self.ops.max(1) as f64)
     }
 
+    /// Operations a second each core the server kept busy gave, if known:
+    /// what one more core would add while the server's CPU is the limit
+    /// and its CPU per operation stays flat.
+    pub fn ops_per_server_core(&self) -> Option<f64> {
+        let cores = self.server_cores()?;
+        (cores > 0.0).then(|| self.ops_per_sec / cores)
+    }
+
     /// Cores the load generator kept busy on average, if known.
     pub fn client_cores(&self) -> Option<f64> {
         Some(self.client_cpu_seconds? / self.seconds)

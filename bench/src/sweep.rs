@@ -1,14 +1,20 @@
 //! `rankd-bench sweep`: the same load against a fresh `rankd serve` for each
-//! shard count (on loopback, with a fresh data dir, stopped
-//! with SIGTERM afterwards), and optionally once against Redis as a
-//! reference; writes `sweep.csv`, `sweep.json` and `sweep.png`.
+//! shard count (on loopback, with a fresh data dir, stopped with SIGTERM
+//! afterwards), at each of several connection counts, and optionally
+//! against Redis at the same connection counts as a reference; writes
+//! `sweep.csv`, `sweep.json` and `sweep.png`.
+//!
+//! Throughput on a small machine says little about a big one: the server's
+//! CPU per operation does. Flat CPU per op as shards are added means
+//! throughput grows with cores; the `ops_per_server_core` column says how
+//! much each core the server is given would add.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
 use crate::args::{LoadArgs, Workload};
-use crate::chart::{self, Point};
+use crate::chart::{self, Point, RedisPoint};
 use crate::error::BenchError;
 use crate::load::run_on;
 use crate::report::{csv_field, print, Report};
@@ -22,8 +28,13 @@ pub struct SweepArgs {
     /// Shard counts to try, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub shards: Vec<usize>,
-    /// Also run the load once against this Redis (`redis://host:port`) as a
-    /// reference; its board is emptied with DEL first.
+    /// Connection counts to try on each server, comma-separated, each with
+    /// `--pipeline` requests in flight (e.g. `1,64,512` at `--pipeline 1`)
+    /// [default: --connections].
+    #[arg(long, value_delimiter = ',')]
+    pub connection_counts: Vec<usize>,
+    /// Also run the load against this Redis (`redis://host:port`) at each
+    /// connection count, as a reference; its board is emptied with DEL first.
     #[arg(long)]
     pub redis: Option<String>,
     /// Where sweep.csv, sweep.json and sweep.png are written.
@@ -40,24 +51,40 @@ pub struct SweepArgs {
     pub load: LoadArgs,
 }
 
+impl SweepArgs {
+    /// The connection counts to run, in the order given.
+    fn connection_counts(&self) -> Vec<usize> {
+        if self.connection_counts.is_empty() {
+            vec![self.load.connections]
+        } else {
+            self.connection_counts.clone()
+        }
+    }
+
+    /// The load at one connection count, the `index`th run on its server:
+    /// only the first prefills, the others find the board filled.
+    fn load_at(&self, connections: usize, index: usize, server_metrics: Option<String>) -> LoadArgs {
+        LoadArgs { connections, prefill: self.load.prefill && index == 0, server_metrics, ..self.load.clone() }
+    }
+}
+
 /// The CSV header of `sweep.csv`.
 pub const SWEEP_CSV_HEADER: &str =
-    "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores,\
-     machine_idle_cores,scaling";
+    "shards,connections,pipeline,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,\
+     server_cpu_us_per_op,ops_per_server_core,client_cores,machine_idle_cores,scaling";
 
-/// How close each run, given as its shard count and throughput, came to
-/// linear scaling: its throughput over what the run with the fewest shards
-/// would give if throughput grew in proportion to shards (1.0: linear; 0.5:
-/// twice the shards, the same throughput). This is the figure a
-/// shard-count experiment asks about, so the CSV and the chart carry it
-/// rather than leaving every reader to divide.
-fn scaling(runs: &[(usize, f64)]) -> Vec<f64> {
-    let Some(&(base_shards, base_ops)) = runs.iter().min_by_key(|(shards, _)| *shards) else {
-        return Vec::new();
-    };
+/// How close each run, given as its shard count, connection count and
+/// throughput, came to linear scaling: its throughput over what the run
+/// with the fewest shards at the same connection count would give if
+/// throughput grew in proportion to shards (1.0: linear; 0.5: twice the
+/// shards, the same throughput). This is the figure a shard-count
+/// experiment asks about, so the CSV and the chart carry it rather than
+/// leaving every reader to divide.
+fn scaling(runs: &[(usize, usize, f64)]) -> Vec<f64> {
     runs.iter()
-        .map(|&(shards, ops_per_sec)| {
-            let linear = base_ops * shards as f64 / base_shards as f64;
+        .map(|&(shards, connections, ops_per_sec)| {
+            let base = runs.iter().filter(|run| run.1 == connections).min_by_key(|run| run.0);
+            let linear = base.map_or(0.0, |&(base_shards, _, base_ops)| base_ops * shards as f64 / base_shards as f64);
             if linear > 0.0 {
                 ops_per_sec / linear
             } else {
@@ -70,6 +97,8 @@ fn scaling(runs: &[(usize, f64)]) -> Vec<f64> {
 fn sweep_row(shards: Option<usize>, report: &Report, scaling: Option<f64>) -> String {
     [
         shards.map(|s| s.to_string()).unwrap_or_default(),
+        report.connections.to_string(),
+        report.pipeline.to_string(),
         format!("{:?}", report.workload).to_lowercase(),
         format!("{:.1}", report.ops_per_sec),
         report.p50_us.to_string(),
@@ -78,6 +107,7 @@ fn sweep_row(shards: Option<usize>, report: &Report, scaling: Option<f64>) -> St
         csv_field(&report.target),
         report.server_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
         report.server_cpu_us_per_op().map(|us| format!("{us:.2}")).unwrap_or_default(),
+        report.ops_per_server_core().map(|ops| format!("{ops:.0}")).unwrap_or_default(),
         report.client_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
         report.machine_idle_cores().map(|c| format!("{c:.2}")).unwrap_or_default(),
         scaling.map(|x| format!("{x:.2}")).unwrap_or_default(),
@@ -90,6 +120,10 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
     args.load.validate()?;
     if args.shards.is_empty() || args.shards.iter().any(|s| !(1..=256).contains(s)) {
         return Err(BenchError::Invalid("--shards takes shard counts from 1 to 256, e.g. 1,2,4,8".into()));
+    }
+    let connection_counts = args.connection_counts();
+    if connection_counts.contains(&0) {
+        return Err(BenchError::Invalid("--connection-counts takes counts of at least 1, e.g. 1,64,512".into()));
     }
     let redis = match &args.redis {
         Some(url) => match Target::parse(url)? {
@@ -109,45 +143,55 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
 
     let mut runs: Vec<(usize, Report)> = Vec::new();
     for &shards in &args.shards {
-        eprintln!("sweep: rankd with {shards} shard(s)");
         let data_dir = fresh_data_dir(shards);
         let result = (|| {
             let server = ServeProcess::start(&exe, &data_dir, shards, &args.serve_args)?;
-            let load = LoadArgs { server_metrics: Some(server.metrics_addr.clone()), ..args.load.clone() };
-            let report =
-                runtime.block_on(run_on(&Target::Rankd(server.addr.clone()), &load, false, &ConnectOptions::default()));
+            let mut reports = Vec::new();
+            for (index, &connections) in connection_counts.iter().enumerate() {
+                eprintln!("sweep: rankd with {shards} shard(s), {connections} connection(s)");
+                let load = args.load_at(connections, index, Some(server.metrics_addr.clone()));
+                let target = Target::Rankd(server.addr.clone());
+                match runtime.block_on(run_on(&target, &load, false, &ConnectOptions::default())) {
+                    Ok(report) => reports.push(report),
+                    Err(e) => {
+                        let _ = server.stop();
+                        return Err(e);
+                    }
+                }
+            }
             let status = server.stop()?;
-            let report = report?;
             if !status.success() {
                 eprintln!("sweep: warning: rankd serve --shards {shards} exited with {status} after SIGTERM");
             }
-            Ok::<_, BenchError>(report)
+            Ok::<_, BenchError>(reports)
         })();
         let _ = std::fs::remove_dir_all(&data_dir);
-        let report = result?;
-        print(&report);
-        warn_errors(&report);
-        runs.push((shards, report));
-    }
-    let redis_report = match &redis {
-        Some(target) => {
-            eprintln!("sweep: reference run on {}", target.url());
-            let report = runtime.block_on(run_on(target, &args.load, true, &ConnectOptions::default()))?;
+        for report in result? {
             print(&report);
             warn_errors(&report);
-            Some(report)
+            runs.push((shards, report));
         }
-        None => None,
-    };
+    }
+    let mut redis_reports = Vec::new();
+    if let Some(target) = &redis {
+        for (index, &connections) in connection_counts.iter().enumerate() {
+            eprintln!("sweep: reference run on {}, {connections} connection(s)", target.url());
+            let load = args.load_at(connections, index, None);
+            let report = runtime.block_on(run_on(target, &load, index == 0, &ConnectOptions::default()))?;
+            print(&report);
+            warn_errors(&report);
+            redis_reports.push(report);
+        }
+    }
 
-    let scaling = scaling(&runs.iter().map(|(shards, r)| (*shards, r.ops_per_sec)).collect::<Vec<_>>());
+    let scaling = scaling(&runs.iter().map(|(shards, r)| (*shards, r.connections, r.ops_per_sec)).collect::<Vec<_>>());
     let mut csv = String::from(SWEEP_CSV_HEADER);
     csv.push('\n');
     for ((shards, report), scaling) in runs.iter().zip(&scaling) {
         csv.push_str(&sweep_row(Some(*shards), report, Some(*scaling)));
         csv.push('\n');
     }
-    if let Some(report) = &redis_report {
+    for report in &redis_reports {
         csv.push_str(&sweep_row(None, report, None));
         csv.push('\n');
     }
@@ -158,9 +202,14 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
         "rankd": runs
             .iter()
             .zip(&scaling)
-            .map(|((shards, r), scaling)| serde_json::json!({"shards": shards, "scaling": scaling, "report": r}))
+            .map(|((shards, r), scaling)| serde_json::json!({
+                "shards": shards,
+                "connections": r.connections,
+                "scaling": scaling,
+                "report": r,
+            }))
             .collect::<Vec<_>>(),
-        "redis": redis_report,
+        "redis": redis_reports,
     });
     let json = serde_json::to_string_pretty(&json).map_err(|e| BenchError::Other(e.to_string()))?;
     std::fs::write(args.out_dir.join("sweep.json"), json + "\n")?;
@@ -173,23 +222,29 @@ pub fn run(runtime: &tokio::runtime::Runtime, args: &SweepArgs) -> Result<(), Be
     let points: Vec<Point> = runs
         .iter()
         .zip(&scaling)
-        .map(|((shards, r), scaling)| Point { shards: *shards, run: figures(r), scaling: *scaling })
+        .map(|((shards, r), scaling)| Point {
+            shards: *shards,
+            connections: r.connections,
+            run: figures(r),
+            scaling: *scaling,
+        })
         .collect();
-    let reference = redis_report.as_ref().map(figures);
+    let reference: Vec<RedisPoint> =
+        redis_reports.iter().map(|r| RedisPoint { connections: r.connections, run: figures(r) }).collect();
     let load = &args.load;
     let mode = match load.workload {
         Workload::Set | Workload::Mixed => format!(" (mode {})", load.mode.name()),
         _ => String::new(),
     };
+    let connections = connection_counts.iter().map(usize::to_string).collect::<Vec<_>>().join("/");
     let title = format!(
-        "rankd-bench sweep: {}{mode}, {} players, {} x {} in flight",
+        "rankd-bench sweep: {}{mode}, {} players, {connections} connections x {} in flight",
         format!("{:?}", load.workload).to_lowercase(),
         load.players,
-        load.connections,
         load.pipeline
     );
     let png_path = args.out_dir.join("sweep.png");
-    chart::draw(&png_path, &title, &points, reference).map_err(|e| BenchError::Other(format!("sweep.png: {e}")))?;
+    chart::draw(&png_path, &title, &points, &reference).map_err(|e| BenchError::Other(format!("sweep.png: {e}")))?;
     println!("{}", csv.trim_end());
     eprintln!("sweep: wrote {}, sweep.json and {}", csv_path.display(), png_path.display());
     Ok(())
@@ -213,9 +268,33 @@ mod tests {
     #[test]
     fn scaling_is_throughput_over_linear_from_the_fewest_shards() {
         // In any order; the base is the run with the fewest shards.
-        assert_eq!(scaling(&[(4, 300.0), (2, 200.0), (8, 200.0)]), vec![0.75, 1.0, 0.25]);
-        assert_eq!(scaling(&[(1, 150.0), (2, 150.0)]), vec![1.0, 0.5]);
-        assert_eq!(scaling(&[(1, 0.0), (2, 10.0)]), vec![0.0, 0.0]);
+        assert_eq!(scaling(&[(4, 8, 300.0), (2, 8, 200.0), (8, 8, 200.0)]), vec![0.75, 1.0, 0.25]);
+        assert_eq!(scaling(&[(1, 8, 150.0), (2, 8, 150.0)]), vec![1.0, 0.5]);
+        assert_eq!(scaling(&[(1, 8, 0.0), (2, 8, 10.0)]), vec![0.0, 0.0]);
         assert!(scaling(&[]).is_empty());
+    }
+
+    #[test]
+    fn scaling_compares_runs_at_the_same_connection_count() {
+        let runs = [(1, 1, 100.0), (1, 64, 1000.0), (2, 1, 150.0), (2, 64, 2000.0)];
+        assert_eq!(scaling(&runs), vec![1.0, 1.0, 0.75, 1.0]);
+    }
+
+    #[test]
+    fn only_the_first_run_on_a_server_prefills() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweep: SweepArgs,
+        }
+        let args = Cli::parse_from(["x", "--prefill", "-c", "8", "--connection-counts", "1,64"]).sweep;
+        assert_eq!(args.connection_counts(), vec![1, 64]);
+        let first = args.load_at(1, 0, Some("m".into()));
+        let second = args.load_at(64, 1, None);
+        assert_eq!((first.connections, first.prefill, first.server_metrics.as_deref()), (1, true, Some("m")));
+        assert_eq!((second.connections, second.prefill), (64, false));
+        let args = Cli::parse_from(["x", "-c", "8"]).sweep;
+        assert_eq!(args.connection_counts(), vec![8], "--connections when no counts are given");
     }
 }

@@ -164,36 +164,47 @@ fn rate_caps_the_offered_load() {
 #[test]
 fn sweep_writes_csv_and_png() {
     let dir = tempfile::tempdir().unwrap();
-    let out = rankd_bench(
-        &["sweep", "--shards", "1,2", "--duration", "1", "--players", "1000", "--out-dir", "tmp"],
-        dir.path(),
-    );
+    let args = ["sweep", "--shards", "1,2", "--connection-counts", "1,4", "--pipeline", "1", "--duration", "1"];
+    let out = rankd_bench(&[&args[..], &["--players", "1000", "--prefill", "--out-dir", "tmp"]].concat(), dir.path());
     let csv = std::fs::read_to_string(dir.path().join("tmp/sweep.csv")).expect("sweep.csv");
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "shards,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,server_cpu_us_per_op,client_cores,\
-         machine_idle_cores,scaling",
+        "shards,connections,pipeline,workload,ops_per_sec,p50_us,p99_us,p999_us,target,server_cores,\
+         server_cpu_us_per_op,ops_per_server_core,client_cores,machine_idle_cores,scaling",
         "{csv}"
     );
-    assert_eq!(lines.len(), 3, "two data rows:\n{csv}\nstdout:\n{}", String::from_utf8_lossy(&out.stdout));
-    for (line, shards) in lines[1..].iter().zip(["1", "2"]) {
-        let fields: Vec<&str> = line.split(',').collect();
-        assert_eq!(fields[0], shards, "{csv}");
-        assert!(fields[2].parse::<f64>().unwrap() > 0.0, "no throughput: {csv}");
-        assert!(fields[6].starts_with("rankd://127.0.0.1:"), "{csv}");
+    assert_eq!(lines.len(), 5, "four data rows:\n{csv}\nstdout:\n{}", String::from_utf8_lossy(&out.stdout));
+    let field = |row: usize, column: usize| lines[row].split(',').nth(column).unwrap();
+    let number = |row: usize, column: usize| field(row, column).parse::<f64>().unwrap();
+    // Each shard count's server, at each connection count.
+    for (row, (shards, connections)) in [("1", "1"), ("1", "4"), ("2", "1"), ("2", "4")].into_iter().enumerate() {
+        let row = row + 1;
+        assert_eq!((field(row, 0), field(row, 1), field(row, 2)), (shards, connections, "1"), "{csv}");
+        assert!(number(row, 4) > 0.0, "no throughput: {csv}");
+        assert!(field(row, 8).starts_with("rankd://127.0.0.1:"), "{csv}");
         // Each server's CPU, read from its metrics, and the generator's.
-        for cpu in &fields[7..10] {
-            assert!(cpu.parse::<f64>().is_ok_and(|x| x > 0.0), "no CPU figure: {csv}");
+        for column in [9, 10, 11, 12] {
+            assert!(field(row, column).parse::<f64>().is_ok_and(|x| x > 0.0), "no CPU figure: {csv}");
         }
+        // Operations a server core gives: throughput over the server's cores.
+        assert!((number(row, 11) / (number(row, 4) / number(row, 9)) - 1.0).abs() < 0.05, "{csv}");
         // And the machine's idle cores (zero when a run was CPU-bound).
-        assert!(fields[10].parse::<f64>().is_ok_and(|x| x >= 0.0), "no idle figure: {csv}");
+        assert!(number(row, 13) >= 0.0, "no idle figure: {csv}");
     }
-    // Scaling: each run's throughput over linear growth from one shard's.
-    let field = |row: usize, column: usize| lines[row].split(',').nth(column).unwrap().parse::<f64>().unwrap();
-    assert_eq!(field(1, 11), 1.0, "{csv}");
-    let linear = 2.0 * field(1, 2);
-    assert!((field(2, 11) - field(2, 2) / linear).abs() < 0.01, "{csv}");
+    // Scaling: each run's throughput over linear growth from one shard's at
+    // the same connection count.
+    assert_eq!((number(1, 14), number(2, 14)), (1.0, 1.0), "{csv}");
+    for (one_shard, two_shards) in [(1, 3), (2, 4)] {
+        let linear = 2.0 * number(one_shard, 4);
+        assert!((number(two_shards, 14) - number(two_shards, 4) / linear).abs() < 0.01, "{csv}");
+    }
+    // One prefill a server: the second connection count finds the board filled.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("prefilled 1000 players").count(), 2, "{stderr}");
+    let json: Value = serde_json::from_slice(&std::fs::read(dir.path().join("tmp/sweep.json")).unwrap()).unwrap();
+    assert_eq!(json["rankd"].as_array().map(Vec::len), Some(4), "{json}");
+    assert_eq!(json["rankd"][1]["connections"], 4, "{json}");
     let png = std::fs::read(dir.path().join("tmp/sweep.png")).expect("sweep.png");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "sweep.png is not a PNG");
 }
