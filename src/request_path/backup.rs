@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Addr;
 use rankd_client::frame::write_frame_with;
 use rankd_client::{BackupChunk, BackupHeader, BackupPart, BackupSummary, OpKind};
 use rankd_shards::ShardImage;
@@ -22,7 +21,7 @@ use crate::error::Error;
 use crate::operations::metrics::Metrics;
 use crate::operations::priority;
 use crate::protocol::encode_error;
-use crate::request_path::router::{Router, TakeImages};
+use crate::request_path::router::Router;
 use crate::server::layout::FORMAT;
 
 /// Bytes of keys and values a chunk gathers before it is sent: well under
@@ -38,7 +37,7 @@ const CHUNKS_AHEAD: usize = 4;
 pub async fn stream<W: AsyncWrite + Unpin>(
     out: &mut W,
     id: u64,
-    router: &Addr<Router>,
+    router: &Router,
     metrics: Arc<Metrics>,
     write_timeout: Duration,
     shutdown: &mut watch::Receiver<bool>,
@@ -50,12 +49,9 @@ pub async fn stream<W: AsyncWrite + Unpin>(
         let error = Error::Overloaded("a backup is already running; retry once it is done".into());
         return fail(out, id, &metrics, error, started, write_timeout).await;
     };
-    let images = match router.send(TakeImages).await {
-        Ok(Ok(images)) => images,
-        Ok(Err(error)) => return fail(out, id, &metrics, error, started, write_timeout).await,
-        Err(_) => {
-            return fail(out, id, &metrics, Error::Internal("router stopped".into()), started, write_timeout).await
-        }
+    let images = match router.take_images().await {
+        Ok(images) => images,
+        Err(error) => return fail(out, id, &metrics, error, started, write_timeout).await,
     };
     let (frames, mut next) = mpsc::channel(CHUNKS_AHEAD);
     // A backup only has to finish, not to be quick: it takes what the

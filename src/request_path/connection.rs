@@ -42,7 +42,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::Addr;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -52,7 +51,7 @@ use crate::error::Error;
 use crate::operations::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
 use crate::protocol::{encode_error, encode_reply, Op, Reply};
-use crate::request_path::router::{Dispatch, Router};
+use crate::request_path::router::Router;
 use crate::security::access::Denied;
 use crate::security::{Access, AuthOutcome, Tokens};
 use crate::watches::{PushBox, WatchHub, WatchSession};
@@ -123,8 +122,9 @@ enum Slot {
 }
 
 struct Connection {
-    /// Where every decoded request goes, in the order sent.
-    router: Addr<Router>,
+    /// Where every decoded request goes, in the order sent: this I/O
+    /// thread's router.
+    router: Arc<Router>,
     /// Where each request's outcome and latency are counted.
     metrics: Arc<Metrics>,
     /// Dispatched batches, answered in the order they were sent.
@@ -236,8 +236,8 @@ impl Connection {
             }
         }
         let alone = self.inflight_requests == 0;
-        // `send` enqueues into the router's mailbox now, preserving order.
-        let replies = (!ops.is_empty()).then(|| self.router.send(Dispatch { ops, alone }));
+        // Routed, and queued for the shards, now: in the order sent.
+        let replies = (!ops.is_empty()).then(|| self.router.dispatch_batch(ops, alone));
         let metrics = self.metrics.clone();
         if has_multi {
             self.multi_outstanding += 1;
@@ -245,7 +245,7 @@ impl Connection {
         self.inflight_requests += count;
         self.inflight.push_back(Box::pin(async move {
             let mut replies = match replies {
-                Some(reply) => reply.await.unwrap_or_default(),
+                Some(replies) => replies.await,
                 None => Vec::new(),
             }
             .into_iter();
@@ -314,7 +314,7 @@ impl Connection {
 /// (which stops reading but still answers what was read).
 pub async fn serve<R, W>(
     (read_half, write_half): (R, W),
-    router: Addr<Router>,
+    router: Arc<Router>,
     limits: Limits,
     shared: Shared,
     mut shutdown: watch::Receiver<bool>,
@@ -350,7 +350,7 @@ pub async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, metrics: Arc<Metrics>)
 async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     read_half: R,
     mut write_half: W,
-    router: Addr<Router>,
+    router: Arc<Router>,
     limits: Limits,
     Shared { tokens, metrics, watches }: Shared,
     shutdown: &mut watch::Receiver<bool>,
@@ -369,99 +369,112 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         watching: None,
     };
     let mut backup = None;
-    let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
-    let mut closing = *shutdown.borrow();
-    // Received bytes are added to the metric once per reply write, not per frame.
-    let mut received = 0u64;
-    let mut out = Vec::with_capacity(64 * 1024);
-    loop {
-        if closing && conn.inflight.is_empty() && conn.pending.is_empty() {
-            break;
-        }
-        let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
-        let pushes = conn.watching.as_ref().map(WatchSession::pushes);
-        let watching = conn.is_watching() && !closing;
-        tokio::select! {
-            biased;
-            Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
-                out.extend_from_slice(&done.bytes);
-                conn.finished(&done);
-                // Batch every reply that is already done into one write.
-                while let Some(Some(done)) = conn.inflight.next().now_or_never() {
+    // The loop borrows `shutdown` for its signal; a backup needs it back after.
+    {
+        let mut closing = *shutdown.borrow();
+        // The idle timer and the shutdown signal live across the loop's turns:
+        // made anew each turn, they were a timer registration and a waiter
+        // queued and dropped per request. The timer is armed for the deadline
+        // at the time; when it fires, a deadline moved on by reads re-arms it.
+        let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+        let mut idle = std::pin::pin!(tokio::time::sleep_until(idle_deadline));
+        let mut shutdown_signal = std::pin::pin!(shutdown.changed());
+        // Received bytes are added to the metric once per reply write, not per frame.
+        let mut received = 0u64;
+        let mut out = Vec::with_capacity(64 * 1024);
+        loop {
+            if closing && conn.inflight.is_empty() && conn.pending.is_empty() {
+                break;
+            }
+            let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
+            let pushes = conn.watching.as_ref().map(WatchSession::pushes);
+            let watching = conn.is_watching() && !closing;
+            tokio::select! {
+                biased;
+                Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
                     out.extend_from_slice(&done.bytes);
                     conn.finished(&done);
-                }
-                conn.dispatch_pending();
-                conn.take_pushes(&mut out);
-                metrics.received_bytes.inc_by(std::mem::take(&mut received));
-                metrics.sent_bytes.inc_by(out.len() as u64);
-                // A client that stops reading cannot hold the task forever.
-                match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) | Err(_) => return,
-                }
-                out.clear();
-            }
-            frame = frames.next_frame(), if can_read => {
-                // Decode this frame and every complete one already buffered.
-                let mut frame = frame;
-                loop {
-                    match frame {
-                        Ok(Some(body)) => {
-                            received += body.len() as u64 + 4;
-                            match parse(&body).map(|request| conn.admit(request)) {
-                                // Nothing after it is read.
-                                Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
-                                Ok(decoded) => conn.pending.push(decoded),
-                                Err(rejected) => conn.pending.push(Decoded::Invalid(rejected)),
-                            }
-                        }
-                        Ok(None) => closing = true,
-                        Err(FrameError::Empty) => {
-                            conn.pending.push(Decoded::Invalid(Rejected {
-                                id: 0,
-                                op: None,
-                                error: Error::BadFrame("empty frame".into()),
-                            }));
-                        }
-                        Err(error @ FrameError::TooLarge { .. }) => {
-                            conn.pending.push(Decoded::Invalid(Rejected {
-                                id: 0,
-                                op: None,
-                                error: Error::TooLarge(error.to_string()),
-                            }));
-                            closing = true;
-                        }
-                        Err(FrameError::Truncated | FrameError::Io(_)) => return,
+                    // Batch every reply that is already done into one write.
+                    while let Some(Some(done)) = conn.inflight.next().now_or_never() {
+                        out.extend_from_slice(&done.bytes);
+                        conn.finished(&done);
                     }
-                    // Nothing after the last permitted failed `auth` is read.
-                    closing |= conn.locked_out;
-                    let room = conn.inflight_requests + conn.pending.len() < limits.max_inflight;
-                    if closing || !room || !frames.has_buffered_frame() {
-                        break;
-                    }
-                    frame = frames.next_frame().await;
-                }
-                conn.dispatch_pending();
-                idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
-            },
-            () = pushed(pushes.as_deref()), if watching => {
-                conn.take_pushes(&mut out);
-                if !out.is_empty() {
+                    conn.dispatch_pending();
+                    conn.take_pushes(&mut out);
+                    metrics.received_bytes.inc_by(std::mem::take(&mut received));
                     metrics.sent_bytes.inc_by(out.len() as u64);
+                    // A client that stops reading cannot hold the task forever.
                     match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
                         Ok(Ok(())) => {}
                         Ok(Err(_)) | Err(_) => return,
                     }
                     out.clear();
                 }
+                frame = frames.next_frame(), if can_read => {
+                    // Decode this frame and every complete one already buffered.
+                    let mut frame = frame;
+                    loop {
+                        match frame {
+                            Ok(Some(body)) => {
+                                received += body.len() as u64 + 4;
+                                match parse(&body).map(|request| conn.admit(request)) {
+                                    // Nothing after it is read.
+                                    Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
+                                    Ok(decoded) => conn.pending.push(decoded),
+                                    Err(rejected) => conn.pending.push(Decoded::Invalid(rejected)),
+                                }
+                            }
+                            Ok(None) => closing = true,
+                            Err(FrameError::Empty) => {
+                                conn.pending.push(Decoded::Invalid(Rejected {
+                                    id: 0,
+                                    op: None,
+                                    error: Error::BadFrame("empty frame".into()),
+                                }));
+                            }
+                            Err(error @ FrameError::TooLarge { .. }) => {
+                                conn.pending.push(Decoded::Invalid(Rejected {
+                                    id: 0,
+                                    op: None,
+                                    error: Error::TooLarge(error.to_string()),
+                                }));
+                                closing = true;
+                            }
+                            Err(FrameError::Truncated | FrameError::Io(_)) => return,
+                        }
+                        // Nothing after the last permitted failed `auth` is read.
+                        closing |= conn.locked_out;
+                        let room = conn.inflight_requests + conn.pending.len() < limits.max_inflight;
+                        if closing || !room || !frames.has_buffered_frame() {
+                            break;
+                        }
+                        frame = frames.next_frame().await;
+                    }
+                    conn.dispatch_pending();
+                    idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+                },
+                () = pushed(pushes.as_deref()), if watching => {
+                    conn.take_pushes(&mut out);
+                    if !out.is_empty() {
+                        metrics.sent_bytes.inc_by(out.len() as u64);
+                        match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) | Err(_) => return,
+                        }
+                        out.clear();
+                    }
+                }
+                _ = &mut shutdown_signal, if !closing => closing = true,
+                () = &mut idle, if conn.inflight.is_empty() && conn.pending.is_empty() && !watching => {
+                    if tokio::time::Instant::now() < idle_deadline {
+                        idle.as_mut().reset(idle_deadline);
+                        continue;
+                    }
+                    // Nothing owed to the client and nothing heard from it.
+                    break;
+                }
+                else => break,
             }
-            _ = shutdown.changed(), if !closing => closing = true,
-            () = tokio::time::sleep_until(idle_deadline), if conn.inflight.is_empty() && conn.pending.is_empty() && !watching => {
-                // Nothing owed to the client and nothing heard from it.
-                break;
-            }
-            else => break,
         }
     }
     if let Some(id) = backup {

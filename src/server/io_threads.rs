@@ -8,14 +8,15 @@ use std::sync::Arc;
 use actix::{Actor, Addr, Arbiter};
 
 use crate::operations::metrics::Metrics;
-use crate::request_path::router::{Router, RouterParts};
+use crate::request_path::router::{Router, RouterActor, RouterParts};
 use crate::request_path::shard::link::Origin;
 use crate::request_path::shard::{ReplyRelay, ShardLink};
 
-/// One I/O thread: its arbiter and, once the shards run, its router.
+/// One I/O thread: its arbiter and, once the shards run, its router (for
+/// its connections) and the router's actor (for other threads).
 struct IoThread {
     arbiter: Arbiter,
-    router: Option<Addr<Router>>,
+    router: Option<(Arc<Router>, Addr<RouterActor>)>,
 }
 
 /// Every I/O thread, and which one takes the next connection.
@@ -52,18 +53,20 @@ impl IoThreads {
         for (index, thread) in self.threads.iter_mut().enumerate() {
             let origin = Origin(u16::try_from(index).unwrap_or(u16::MAX));
             let links = links.iter().map(|link| link.from(origin)).collect();
-            let router = configure(Router::new(links, parts.clone()));
-            thread.router = Some(Router::start_in_arbiter(&thread.arbiter.handle(), move |_| router));
+            let router = Arc::new(configure(Router::new(links, parts.clone())));
+            let shell = router.clone();
+            let actor = RouterActor::start_in_arbiter(&thread.arbiter.handle(), move |_| RouterActor(shell));
+            thread.router = Some((router, actor));
         }
     }
 
     /// Runs `serve` with the next thread's router on that thread; `false`
     /// if the thread has stopped.
-    pub fn spawn(&self, serve: impl FnOnce(Addr<Router>) + Send + 'static) -> bool {
+    pub fn spawn(&self, serve: impl FnOnce(Arc<Router>) + Send + 'static) -> bool {
         let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len();
         let thread = &self.threads[turn];
         match &thread.router {
-            Some(router) => {
+            Some((router, _)) => {
                 let router = router.clone();
                 thread.arbiter.spawn_fn(move || serve(router))
             }
@@ -71,9 +74,9 @@ impl IoThreads {
         }
     }
 
-    /// The first thread's router, for work that is not a connection's.
-    pub fn any_router(&self) -> Option<Addr<Router>> {
-        self.threads.first().and_then(|thread| thread.router.clone())
+    /// The first thread's router's actor, for work that is not a connection's.
+    pub fn any_router(&self) -> Option<Addr<RouterActor>> {
+        self.threads.first().and_then(|thread| thread.router.as_ref().map(|(_, actor)| actor.clone()))
     }
 
     /// Stops the threads (their routers, and connections still open).

@@ -15,14 +15,14 @@ use crate::error::Error;
 use crate::protocol::request::WatchTarget;
 use crate::protocol::score::FieldScore;
 use crate::protocol::{Op, Reply};
-use crate::request_path::router::{Dispatch, Fence, Router};
+use crate::request_path::router::{Dispatch, Fence, RouterActor};
 
 /// How long a look that failed (a shard refusing writes, so its fence too)
 /// waits before the watches it held are looked at again.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 
 /// Runs until the process ends: waits for due watches, looks, offers.
-pub async fn run(hub: Arc<WatchHub>, router: Addr<Router>) {
+pub async fn run(hub: Arc<WatchHub>, router: Addr<RouterActor>) {
     loop {
         let (groups, next) = hub.registry.lock().take_due(Instant::now());
         if groups.is_empty() {
@@ -47,7 +47,7 @@ pub async fn run(hub: Arc<WatchHub>, router: Addr<Router>) {
 /// Reads every group's values in one batch, waits until all the shards
 /// have made durable everything the reads could have seen, then offers
 /// each watch its value.
-async fn look(hub: &WatchHub, router: &Addr<Router>, groups: &[Group]) -> Result<(), Error> {
+async fn look(hub: &WatchHub, router: &Addr<RouterActor>, groups: &[Group]) -> Result<(), Error> {
     let stopped = |_| Error::Internal("router stopped".into());
     let mut ops = Vec::new();
     for group in groups {

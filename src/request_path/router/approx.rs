@@ -40,7 +40,7 @@ impl Router {
 
     /// `rank` with `approx`: the record from the player's shard (in place
     /// when allowed and its lock is free), the rest from the summary.
-    pub(super) fn approx_rank(&mut self, read: Read, player: String, outbox: &mut Outbox, in_place: bool) -> Routed {
+    pub(super) fn approx_rank(&self, read: Read, player: String, outbox: &mut Outbox, in_place: bool) -> Routed {
         let held = match self.summary(&read) {
             Ok(held) => held,
             Err(error) => return Routed::Ready(Err(error.into())),
@@ -67,7 +67,7 @@ impl Router {
     }
 
     /// `rank_of_score` with `approx`: the summary alone.
-    pub(super) fn approx_rank_of_score(&mut self, read: Read, score: i64) -> Routed {
+    pub(super) fn approx_rank_of_score(&self, read: Read, score: i64) -> Routed {
         let held = match self.summary(&read) {
             Ok(held) => held,
             Err(error) => return Routed::Ready(Err(error.into())),

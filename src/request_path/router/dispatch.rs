@@ -85,7 +85,7 @@ impl Router {
     /// Routes one op: its first-round shard commands go into `outbox`, and
     /// what it returns says how the op's reply will come. A rank may be
     /// answered `in_place` (see [`super::IN_PLACE_MAX_BATCH`]).
-    pub(super) fn dispatch(&mut self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
+    pub(super) fn dispatch(&self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool) -> Routed {
         // A write to a watched board tells the watches once acknowledged.
         let watched = match &op {
             Op::Set { board, .. } | Op::SetMany { board, .. } | Op::Remove { board, .. } => {
@@ -107,7 +107,7 @@ impl Router {
         }
     }
 
-    fn route(&mut self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool, scored: Scored) -> Routed {
+    fn route(&self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool, scored: Scored) -> Routed {
         let ready = Routed::Ready;
         match op {
             Op::Ping => ready(Ok(Reply::Text("pong"))),
@@ -291,7 +291,7 @@ impl Router {
     /// kept some parts applies only the others. It is a replay (`dup`) when
     /// every part was.
     fn set_many(
-        &mut self,
+        &self,
         boards: &mut Boards,
         board: String,
         amounts: Vec<(String, Amount)>,
@@ -368,7 +368,7 @@ impl Router {
     /// `rank`: in place when allowed and every shard's lock is free; else
     /// to the owner, who forwards to the other shards when the batch holds
     /// nothing else for them, or else the router asks them after.
-    fn rank(&mut self, read: Read, player: String, outbox: &mut Outbox, in_place: bool) -> Routed {
+    fn rank(&self, read: Read, player: String, outbox: &mut Outbox, in_place: bool) -> Routed {
         let owner = self.owner(&player);
         if in_place {
             let (reply, lookups) = read.rank_in_place(owner, &player);

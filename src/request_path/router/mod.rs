@@ -1,6 +1,5 @@
-//! The router actor: owns the board registry and the global arrival
-//! sequence, hashes each player to a shard, and fans reads out to every
-//! shard.
+//! The router: owns the board registry and the global arrival sequence,
+//! hashes each player to a shard, and fans reads out to every shard.
 //!
 //! Placement: player `p` lives on shard `xxh3_64(p) % shards` (xxHash3,
 //! 64-bit, seed 0, over the player's UTF-8 bytes) for every board. The hash
@@ -8,19 +7,24 @@
 //!
 //! There is one router per I/O thread, each routing the connections of its
 //! thread; they share the board registry and the arrival sequence
-//! ([`SharedBoards`]). A router holds the registry's lock while it routes a
+//! ([`SharedBoards`]). The connections of its thread call it directly: a
+//! batch is routed, and its commands queued, in the call. Work from other
+//! threads (the watch evaluator's reads and fences, a backup's images)
+//! reaches it through its actor, [`RouterActor`], a thin shell over it. A router holds the registry's lock while it routes a
 //! batch AND enqueues its first-round commands into the shards' mailboxes,
 //! so requests reach each shard in the order they were routed, whichever
 //! thread routed them (a write never overtakes the drop of its board, and
 //! ordinal ties follow the sequence); later rounds of multi-step reads are
 //! sent from the reply future.
 //!
+//! - [`actor`]: the router's actor, for callers on other threads;
 //! - [`boards`]: the registry and the sequence (decided here alone);
 //! - `dispatch`: one op routed to its shards' commands;
 //! - [`outbox`]: a batch's commands, one mailbox message per shard;
 //! - [`reads`]: combining the shards' answers (sums, merges, searches);
 //! - `approx`: approximate ranks, from the bucket summaries.
 
+pub mod actor;
 mod approx;
 pub mod boards;
 mod dispatch;
@@ -31,10 +35,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use parking_lot::Mutex;
 use rankd_shards::ShardImage;
 
+pub use actor::{Dispatch, Fence, RouterActor, TakeImages};
 pub use boards::{Boards, RouterState};
 
 use crate::request_path::approx::Summaries;
@@ -68,42 +72,6 @@ pub const IN_PLACE_MAX_BATCH: usize = 4;
 
 /// A reply still to come.
 pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<Reply, Error>>>>;
-
-/// Asks the router to run a client's batch of operations, in order. The
-/// connection sends everything it has decoded at once, so the router and
-/// the shards handle a pipeline as a few messages, not one per request.
-pub struct Dispatch {
-    /// The ops, in the order sent.
-    pub ops: Vec<Op>,
-    /// Whether the batch is all its connection has in flight: its client
-    /// waits for these answers alone (see [`IN_PLACE_MAX_BATCH`]).
-    pub alone: bool,
-}
-
-impl Message for Dispatch {
-    type Result = Vec<Result<Reply, Error>>;
-}
-
-/// Answered once every shard has made durable everything it did before
-/// the fence reached it: a watch's reads are pushed only after one.
-pub struct Fence;
-
-impl Message for Fence {
-    type Result = Result<(), Error>;
-}
-
-/// Asks every shard for an image of what it has committed, at one cut
-/// across shards: the router holds the board registry while it queues the
-/// requests, as every router does while it queues a batch, so each write
-/// (a `set_many` spanning shards too) was queued to all its shards before
-/// the images or to none. Each shard settles before its image, so every
-/// write acknowledged before is in it.
-pub struct TakeImages;
-
-impl Message for TakeImages {
-    type Result = Result<Vec<ShardImage>, Error>;
-}
-
 /// Which ops of a batch may be handled in place: with in-place requests
 /// `enabled`, a batch `alone` on its connection and at most
 /// [`IN_PLACE_MAX_BATCH`] long, every op up to and including its first
@@ -146,7 +114,7 @@ pub struct RouterParts {
     pub approx: Arc<Summaries>,
 }
 
-/// The router actor. See the module docs.
+/// The router of one I/O thread. See the module docs.
 pub struct Router {
     /// The shards, reached from this router's I/O thread.
     shards: Arc<[ShardLink]>,
@@ -162,10 +130,6 @@ pub struct Router {
     watches: Arc<WatchHub>,
     /// The bucket summaries approximate ranks are answered from.
     approx: Arc<Summaries>,
-}
-
-impl Actor for Router {
-    type Context = Context<Self>;
 }
 
 impl Router {
@@ -185,14 +149,16 @@ impl Router {
     }
 }
 
-impl Handler<Dispatch> for Router {
-    type Result = ResponseFuture<Vec<Result<Reply, Error>>>;
-
-    fn handle(&mut self, Dispatch { ops, alone }: Dispatch, _: &mut Self::Context) -> Self::Result {
+impl Router {
+    /// Routes a client's batch of operations, in order, and queues their
+    /// first-round commands for the shards, before it returns; the future
+    /// it returns gives their replies. `alone`: the batch is all its
+    /// connection has in flight, its client waiting for these answers
+    /// alone (see [`IN_PLACE_MAX_BATCH`]).
+    pub fn dispatch_batch(&self, ops: Vec<Op>, alone: bool) -> impl Future<Output = Vec<Result<Reply, Error>>> {
         let mut outbox = Outbox::new(self.shards.len());
         let mut in_place = InPlace::new(self.in_place, alone, ops.len());
-        let shared = self.boards.clone();
-        let mut boards = shared.lock();
+        let mut boards = self.boards.lock();
         let routed: Vec<Routed> = (ops.into_iter())
             .map(|op| {
                 let allowed = in_place.allows(&op);
@@ -201,34 +167,34 @@ impl Handler<Dispatch> for Router {
             .collect();
         outbox.send(&self.shards);
         drop(boards);
-        Box::pin(dispatch::replies(routed))
+        dispatch::replies(routed)
     }
-}
 
-impl Handler<Fence> for Router {
-    type Result = ResponseFuture<Result<(), Error>>;
-
-    fn handle(&mut self, _: Fence, _: &mut Self::Context) -> Self::Result {
+    /// Resolves once every shard has made durable everything it did before
+    /// the fence reached it: a watch's reads are pushed only after one.
+    pub fn fence(&self) -> impl Future<Output = Result<(), Error>> {
         let mut outbox = Outbox::new(self.shards.len());
         let pending = outbox.ask_all(|reply| Command::Fence { reply });
         outbox.send(&self.shards);
-        Box::pin(async move {
+        async move {
             futures::future::try_join_all(pending.into_iter().map(answer)).await?;
             Ok(())
-        })
+        }
     }
-}
 
-impl Handler<TakeImages> for Router {
-    type Result = ResponseFuture<Result<Vec<ShardImage>, Error>>;
-
-    fn handle(&mut self, _: TakeImages, _: &mut Self::Context) -> Self::Result {
+    /// An image of what every shard has committed, at one cut across
+    /// shards: the registry is held while the requests are queued, as it
+    /// is while any batch is, so each write (a `set_many` spanning shards
+    /// too) was queued to all its shards before the images or to none.
+    /// Each shard settles before its image, so every write acknowledged
+    /// before is in it.
+    pub fn take_images(&self) -> impl Future<Output = Result<Vec<ShardImage>, Error>> {
         let mut outbox = Outbox::new(self.shards.len());
         let boards = self.boards.lock();
         let pending = outbox.ask_all(|reply| Command::Image { reply });
         outbox.send(&self.shards);
         drop(boards);
-        Box::pin(futures::future::try_join_all(pending.into_iter().map(answer)))
+        futures::future::try_join_all(pending.into_iter().map(answer))
     }
 }
 
