@@ -194,4 +194,9 @@ async fn idle_and_half_open_connections_are_closed() {
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     client.call::<Value>(set_call("b", "p", 1, Mode::Set)).await.unwrap();
+    // Once it falls silent it is closed in turn: the timer its requests
+    // kept moving on still fires.
+    let closed = tokio::time::timeout(Duration::from_secs(5), client.read_raw::<Value>()).await;
+    let closed = closed.expect("closed within 5 s of falling silent");
+    assert!(matches!(closed, Ok(None) | Err(_)), "the server closed the silent connection: {closed:?}");
 }
