@@ -2,8 +2,9 @@
 //! `docs/ARCHITECTURE.md` follows a request from socket to fsync and back.
 //!
 //! - [`request_path`]: what a request passes through — the connection that
-//!   reads frames, the router actor that hashes players to shards and fans
-//!   reads out, the shard actors that apply batches and commit them;
+//!   reads frames, the router (one per I/O thread, called by its
+//!   connections) that hashes players to shards and fans reads out, the
+//!   shard actors that apply batches and commit them;
 //! - [`protocol`]: requests decoded from msgpack and replies encoded (the
 //!   words themselves are `rankd-client`'s);
 //! - [`server`]: start-up (data dir layout, opening shards), the listener,
