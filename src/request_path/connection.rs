@@ -369,112 +369,110 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         watching: None,
     };
     let mut backup = None;
-    // The loop borrows `shutdown` for its signal; a backup needs it back after.
-    {
-        let mut closing = *shutdown.borrow();
-        // The idle timer and the shutdown signal live across the loop's turns:
-        // made anew each turn, they were a timer registration and a waiter
-        // queued and dropped per request. The timer is armed for the deadline
-        // at the time; when it fires, a deadline moved on by reads re-arms it.
-        let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
-        let mut idle = std::pin::pin!(tokio::time::sleep_until(idle_deadline));
-        let mut shutdown_signal = std::pin::pin!(shutdown.changed());
-        // Received bytes are added to the metric once per reply write, not per frame.
-        let mut received = 0u64;
-        let mut out = Vec::with_capacity(64 * 1024);
-        loop {
-            if closing && conn.inflight.is_empty() && conn.pending.is_empty() {
-                break;
-            }
-            let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
-            let pushes = conn.watching.as_ref().map(WatchSession::pushes);
-            let watching = conn.is_watching() && !closing;
-            tokio::select! {
-                biased;
-                Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
+    let mut closing = *shutdown.borrow();
+    // The idle timer and the shutdown signal live across the loop's turns:
+    // made anew each turn, they were a timer registration and a waiter
+    // queued and dropped per request. The timer is armed for the deadline
+    // at the time; when it fires, a deadline moved on by reads re-arms it.
+    let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+    let mut idle = std::pin::pin!(tokio::time::sleep_until(idle_deadline));
+    let mut signal = shutdown.clone();
+    let mut shutdown_signal = std::pin::pin!(async move { signal.changed().await });
+    // Received bytes are added to the metric once per reply write, not per frame.
+    let mut received = 0u64;
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        if closing && conn.inflight.is_empty() && conn.pending.is_empty() {
+            break;
+        }
+        let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
+        let pushes = conn.watching.as_ref().map(WatchSession::pushes);
+        let watching = conn.is_watching() && !closing;
+        tokio::select! {
+            biased;
+            Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
+                out.extend_from_slice(&done.bytes);
+                conn.finished(&done);
+                // Batch every reply that is already done into one write.
+                while let Some(Some(done)) = conn.inflight.next().now_or_never() {
                     out.extend_from_slice(&done.bytes);
                     conn.finished(&done);
-                    // Batch every reply that is already done into one write.
-                    while let Some(Some(done)) = conn.inflight.next().now_or_never() {
-                        out.extend_from_slice(&done.bytes);
-                        conn.finished(&done);
+                }
+                conn.dispatch_pending();
+                conn.take_pushes(&mut out);
+                metrics.received_bytes.inc_by(std::mem::take(&mut received));
+                metrics.sent_bytes.inc_by(out.len() as u64);
+                // A client that stops reading cannot hold the task forever.
+                match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) | Err(_) => return,
+                }
+                out.clear();
+            }
+            frame = frames.next_frame(), if can_read => {
+                // Decode this frame and every complete one already buffered.
+                let mut frame = frame;
+                loop {
+                    match frame {
+                        Ok(Some(body)) => {
+                            received += body.len() as u64 + 4;
+                            match parse(&body).map(|request| conn.admit(request)) {
+                                // Nothing after it is read.
+                                Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
+                                Ok(decoded) => conn.pending.push(decoded),
+                                Err(rejected) => conn.pending.push(Decoded::Invalid(rejected)),
+                            }
+                        }
+                        Ok(None) => closing = true,
+                        Err(FrameError::Empty) => {
+                            conn.pending.push(Decoded::Invalid(Rejected {
+                                id: 0,
+                                op: None,
+                                error: Error::BadFrame("empty frame".into()),
+                            }));
+                        }
+                        Err(error @ FrameError::TooLarge { .. }) => {
+                            conn.pending.push(Decoded::Invalid(Rejected {
+                                id: 0,
+                                op: None,
+                                error: Error::TooLarge(error.to_string()),
+                            }));
+                            closing = true;
+                        }
+                        Err(FrameError::Truncated | FrameError::Io(_)) => return,
                     }
-                    conn.dispatch_pending();
-                    conn.take_pushes(&mut out);
-                    metrics.received_bytes.inc_by(std::mem::take(&mut received));
+                    // Nothing after the last permitted failed `auth` is read.
+                    closing |= conn.locked_out;
+                    let room = conn.inflight_requests + conn.pending.len() < limits.max_inflight;
+                    if closing || !room || !frames.has_buffered_frame() {
+                        break;
+                    }
+                    frame = frames.next_frame().await;
+                }
+                conn.dispatch_pending();
+                idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+            },
+            () = pushed(pushes.as_deref()), if watching => {
+                conn.take_pushes(&mut out);
+                if !out.is_empty() {
                     metrics.sent_bytes.inc_by(out.len() as u64);
-                    // A client that stops reading cannot hold the task forever.
                     match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
                         Ok(Ok(())) => {}
                         Ok(Err(_)) | Err(_) => return,
                     }
                     out.clear();
                 }
-                frame = frames.next_frame(), if can_read => {
-                    // Decode this frame and every complete one already buffered.
-                    let mut frame = frame;
-                    loop {
-                        match frame {
-                            Ok(Some(body)) => {
-                                received += body.len() as u64 + 4;
-                                match parse(&body).map(|request| conn.admit(request)) {
-                                    // Nothing after it is read.
-                                    Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
-                                    Ok(decoded) => conn.pending.push(decoded),
-                                    Err(rejected) => conn.pending.push(Decoded::Invalid(rejected)),
-                                }
-                            }
-                            Ok(None) => closing = true,
-                            Err(FrameError::Empty) => {
-                                conn.pending.push(Decoded::Invalid(Rejected {
-                                    id: 0,
-                                    op: None,
-                                    error: Error::BadFrame("empty frame".into()),
-                                }));
-                            }
-                            Err(error @ FrameError::TooLarge { .. }) => {
-                                conn.pending.push(Decoded::Invalid(Rejected {
-                                    id: 0,
-                                    op: None,
-                                    error: Error::TooLarge(error.to_string()),
-                                }));
-                                closing = true;
-                            }
-                            Err(FrameError::Truncated | FrameError::Io(_)) => return,
-                        }
-                        // Nothing after the last permitted failed `auth` is read.
-                        closing |= conn.locked_out;
-                        let room = conn.inflight_requests + conn.pending.len() < limits.max_inflight;
-                        if closing || !room || !frames.has_buffered_frame() {
-                            break;
-                        }
-                        frame = frames.next_frame().await;
-                    }
-                    conn.dispatch_pending();
-                    idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
-                },
-                () = pushed(pushes.as_deref()), if watching => {
-                    conn.take_pushes(&mut out);
-                    if !out.is_empty() {
-                        metrics.sent_bytes.inc_by(out.len() as u64);
-                        match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(_)) | Err(_) => return,
-                        }
-                        out.clear();
-                    }
-                }
-                _ = &mut shutdown_signal, if !closing => closing = true,
-                () = &mut idle, if conn.inflight.is_empty() && conn.pending.is_empty() && !watching => {
-                    if tokio::time::Instant::now() < idle_deadline {
-                        idle.as_mut().reset(idle_deadline);
-                        continue;
-                    }
-                    // Nothing owed to the client and nothing heard from it.
-                    break;
-                }
-                else => break,
             }
+            _ = &mut shutdown_signal, if !closing => closing = true,
+            () = &mut idle, if conn.inflight.is_empty() && conn.pending.is_empty() && !watching => {
+                if tokio::time::Instant::now() < idle_deadline {
+                    idle.as_mut().reset(idle_deadline);
+                    continue;
+                }
+                // Nothing owed to the client and nothing heard from it.
+                break;
+            }
+            else => break,
         }
     }
     if let Some(id) = backup {
