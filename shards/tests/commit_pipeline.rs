@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use rankd_shards::commit::{CommitError, CommitEvent, CommitHooks, Pipeline};
+use rankd_shards::commit::{CommitError, CommitEvent, CommitHooks, Pipeline, PipelineThread};
 use rankd_shards::{Board, BoardConfig, Mode, Order, Shard, ShardOptions, Ties, TreeId, Window};
 
 /// Records what the pipeline reports.
@@ -108,4 +108,100 @@ fn without_its_threads_the_pipeline_commits_inline_alike() {
     let (recorder, dir) = run(false, 12);
     check(&recorder, &dir, 12);
     assert_eq!(recorder.groups.lock().unwrap().len(), 12, "inline, each batch is its own group");
+}
+
+/// Holds the runs thread inside its first run until released, and counts
+/// acknowledgements.
+#[derive(Default)]
+struct Gate {
+    acked: Mutex<u32>,
+    release: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl CommitHooks<u32> for Gate {
+    fn acknowledge(&self, acks: Vec<u32>, failure: Option<&CommitError>) {
+        assert!(failure.is_none(), "{failure:?}");
+        *self.acked.lock().unwrap() += acks.len() as u32;
+    }
+
+    fn observe(&self, event: CommitEvent) {
+        if let CommitEvent::RunsWritten { .. } = event {
+            if let Some(release) = self.release.lock().unwrap().take() {
+                let _ = release.recv();
+            }
+        }
+    }
+}
+
+/// Writes `writes` players to `shard` and submits them as one batch.
+fn submit_writes(shard: &mut Shard, pipeline: &mut Pipeline<u32>, first: u64, writes: u64, ack: u32) {
+    let board = board();
+    shard.ensure_board(&board);
+    for seq in first..first + writes {
+        shard.write(&board, &format!("p{seq}"), seq as i64, Mode::Set, seq).unwrap();
+    }
+    let sealed = shard.seal();
+    pipeline.submit(sealed, shard.durability_handle(), ack);
+}
+
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what} within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn groups_without_runs_finish_on_the_committer_without_waking_the_runs_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ShardOptions { run_every: 1_000, checkpoint_every: 1_000_000, ..ShardOptions::default() };
+    let mut shard = Shard::open(dir.path(), options).unwrap();
+    let mut pipeline = Pipeline::new(Arc::new(Recorder::default()));
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let log = told.clone();
+    pipeline.spawn("test", Arc::new(move |thread| log.lock().unwrap().push(thread))).unwrap();
+    for batch in 0..5 {
+        submit_writes(&mut shard, &mut pipeline, u64::from(batch) * 2 + 1, 2, batch);
+        let settled = pipeline.settle();
+        assert!(settled.failure.is_none());
+        shard.landed(settled.finished);
+    }
+    assert_eq!((pipeline.unfinished(), shard.unwritten_runs()), (0, 0));
+    let told = told.lock().unwrap();
+    assert!(!told.is_empty() && told.iter().all(|t| *t == PipelineThread::Committer), "{told:?}");
+}
+
+#[test]
+fn a_group_without_runs_behind_one_with_runs_finishes_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ShardOptions { run_every: 3, checkpoint_every: 1_000_000, ..ShardOptions::default() };
+    let mut shard = Shard::open(dir.path(), options).unwrap();
+    let gate = Arc::new(Gate::default());
+    let mut pipeline = Pipeline::new(gate.clone());
+    let committed = Arc::new(Mutex::new(0));
+    let count = committed.clone();
+    let on_progress = move |thread| *count.lock().unwrap() += u32::from(thread == PipelineThread::Committer);
+    pipeline.spawn("test", Arc::new(on_progress)).unwrap();
+    // Declared after the pipeline: if the test fails, the gate opens (its
+    // sender dropped) before the pipeline waits for its threads.
+    let (release, held) = std::sync::mpsc::channel();
+    *gate.release.lock().unwrap() = Some(held);
+    // Three players: the batch freezes the overlay, its runs held at the gate.
+    submit_writes(&mut shard, &mut pipeline, 1, 3, 0);
+    assert_eq!(shard.unwritten_runs(), 1);
+    wait_until("the first batch acknowledged", || *gate.acked.lock().unwrap() == 1);
+    // One more player: no runs of its own.
+    submit_writes(&mut shard, &mut pipeline, 4, 1, 1);
+    assert_eq!(shard.unwritten_runs(), 1, "the second batch carries no runs");
+    wait_until("the committer done with the second batch", || *committed.lock().unwrap() == 2);
+    assert_eq!(*gate.acked.lock().unwrap(), 2);
+    // Answered, but not finished: the first batch's runs are still unwritten.
+    let absorbed = pipeline.absorb();
+    assert_eq!(absorbed.finished, 0, "a batch finished before the runs ahead of it");
+    release.send(()).unwrap();
+    let settled = pipeline.settle();
+    assert_eq!(settled.finished, 2);
+    shard.landed(settled.finished);
+    assert_eq!((shard.unwritten_runs(), shard.get(tree(), "p4").unwrap().map(|r| r.score)), (0, Some(4)));
 }

@@ -1,6 +1,7 @@
 //! The committer thread: writes sealed batches, makes each group durable
 //! with one fsync, acknowledges it, and passes its runs on.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use super::runs::{self, write_runs};
@@ -33,11 +34,14 @@ pub(super) fn run<A: Send + 'static>(
 ) {
     hooks.thread_started(PipelineThread::Committer);
     let (to_runs, runs_queue) = mpsc::channel::<Answered>();
+    // Groups handed to the runs thread and not finished yet.
+    let runs_pending = Arc::new(AtomicU64::new(0));
     let runs_thread = {
         let (hooks, progress, on_progress) = (hooks.clone(), progress.clone(), on_progress.clone());
+        let pending = runs_pending.clone();
         std::thread::Builder::new()
             .name(runs_name)
-            .spawn(move || runs::run(runs_queue, hooks, progress, on_progress, slow_disk))
+            .spawn(move || runs::run(runs_queue, hooks, progress, on_progress, pending, slow_disk))
             .map_err(|e| tracing::error!(error = %e, "starting the runs thread failed; writing runs inline"))
             .ok()
     };
@@ -52,8 +56,22 @@ pub(super) fn run<A: Send + 'static>(
                 group.push(next);
             }
             let answered = commit_group(group, &*hooks, &progress, slow_disk);
+            // A group with no runs is over once answered, unless groups with
+            // runs are still ahead of it (jobs finish in the order sealed):
+            // most groups, which need no wake-up of the runs thread then.
+            // Only this thread raises the pending count, so a zero stays one.
+            if answered.runs.is_empty() && runs_pending.load(Ordering::Acquire) == 0 {
+                progress.finished(answered.jobs, None);
+                continue;
+            }
             let unsent = match runs_thread {
-                Some(_) => to_runs.send(answered).err().map(|mpsc::SendError(answered)| answered),
+                Some(_) => {
+                    runs_pending.fetch_add(1, Ordering::AcqRel);
+                    to_runs.send(answered).err().map(|mpsc::SendError(answered)| {
+                        runs_pending.fetch_sub(1, Ordering::AcqRel);
+                        answered
+                    })
+                }
                 None => Some(answered),
             };
             if let Some(answered) = unsent {

@@ -1,17 +1,20 @@
 //! The runs thread: writes the runs of answered batches in the order they
 //! were sealed, at a low priority, and tells the owner as they finish.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use super::committer::Answered;
 use super::{CommitError, CommitEvent, CommitHooks, PipelineThread, Progress, SlowDisk};
 
-/// The runs thread's loop.
+/// The runs thread's loop. `pending` counts the groups handed to it and not
+/// finished yet: it is lowered once a group's jobs are counted finished.
 pub(super) fn run<A: 'static>(
     queue: mpsc::Receiver<Answered>,
     hooks: Arc<dyn CommitHooks<A>>,
     progress: Arc<Progress>,
     on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
+    pending: Arc<AtomicU64>,
     slow_disk: SlowDisk,
 ) {
     hooks.thread_started(PipelineThread::Runs);
@@ -19,6 +22,7 @@ pub(super) fn run<A: 'static>(
     for answered in queue {
         slow_disk.before_runs();
         write_runs(answered, &*hooks, &progress, &mut failed_generation);
+        pending.fetch_sub(1, Ordering::AcqRel);
         on_progress(PipelineThread::Runs);
     }
 }
