@@ -139,11 +139,6 @@ impl<A: Send + 'static> Submitter<A> {
     pub fn syncs_in_flight(&self) -> u64 {
         self.progress.in_flight().1
     }
-
-    /// Whether the threads met a failure the owner has not taken yet.
-    pub fn has_failure(&self) -> bool {
-        self.progress.has_failure()
-    }
 }
 
 /// What the threads did since the owner last looked.
