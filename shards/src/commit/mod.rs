@@ -11,6 +11,9 @@
 //! thousands of records into sorted tables), and on the committer it held
 //! up the next group's fsync. A run only has to follow the fsync of its own
 //! batch and come before the next run, which the runs thread's order keeps.
+//! Most groups carry no run; the committer counts such a group finished
+//! itself when the runs thread has nothing of earlier groups left, so the
+//! runs thread is woken only for work.
 //!
 //! The [`Pipeline`] counts the jobs it submits; the threads count the jobs
 //! *answered* (acknowledged, or failed) and *finished* (their runs written
