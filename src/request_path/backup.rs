@@ -1,6 +1,6 @@
 //! `backup`: every shard's image, taken at one cut (see
-//! [`TakeImages`]), streamed to the client as frames (the format is
-//! `rankd_client::BackupStream`'s). The images are read on a thread of
+//! [`Router::take_images`]), streamed to the client as frames (the format
+//! is `rankd_client::BackupStream`'s). The images are read on a thread of
 //! their own, at background priority, and handed over a few chunks at a
 //! time, so a slow reader holds at most `CHUNKS_AHEAD` (4) chunks in memory
 //! and never a shard's data.
