@@ -10,7 +10,9 @@
 //! ([`SharedBoards`]). The connections of its thread call it directly: a
 //! batch is routed, and its commands queued, in the call. Work from other
 //! threads (the watch evaluator's reads and fences, a backup's images)
-//! reaches it through its actor, [`RouterActor`], a thin shell over it. A router holds the registry's lock while it routes a
+//! reaches it through its actor, [`RouterActor`], a thin shell over it.
+//!
+//! A router holds the registry's lock while it routes a
 //! batch AND enqueues its first-round commands into the shards' mailboxes,
 //! so requests reach each shard in the order they were routed, whichever
 //! thread routed them (a write never overtakes the drop of its board, and
@@ -147,9 +149,7 @@ impl Router {
         self.in_place = false;
         self
     }
-}
 
-impl Router {
     /// Routes a client's batch of operations, in order, and queues their
     /// first-round commands for the shards, before it returns; the future
     /// it returns gives their replies. `alone`: the batch is all its
