@@ -132,8 +132,7 @@ impl<A: Send + 'static> Submitter<A> {
 
     /// Counts and sends a job; gives it back if the committer is gone.
     fn send(&self, batch: SealedBatch, handle: DurabilityHandle, acks: A) -> Option<Job<A>> {
-        let job = Job { batch, handle, generation: self.generation.load(Ordering::Acquire), acks };
-        self.progress.sent();
+        let job = counted_job(&self.progress, &self.generation, batch, handle, acks);
         self.jobs.send(job).err().map(|mpsc::SendError(job)| job)
     }
 
@@ -142,6 +141,18 @@ impl<A: Send + 'static> Submitter<A> {
     pub fn syncs_in_flight(&self) -> u64 {
         self.progress.in_flight().1
     }
+}
+
+/// A job of the storage opening `generation` holds, counted as sent.
+fn counted_job<A>(
+    progress: &Progress,
+    generation: &AtomicU64,
+    batch: SealedBatch,
+    handle: DurabilityHandle,
+    acks: A,
+) -> Job<A> {
+    progress.sent();
+    Job { batch, handle, generation: generation.load(Ordering::Acquire), acks }
 }
 
 /// What the threads did since the owner last looked.
@@ -213,10 +224,7 @@ impl<A: Send + 'static> Pipeline<A> {
     pub fn submit(&mut self, batch: SealedBatch, handle: DurabilityHandle, acks: A) -> bool {
         let unsent = match &self.jobs {
             Some(jobs) => jobs.send(batch, handle, acks),
-            None => {
-                self.progress.sent();
-                Some(Job { batch, handle, generation: self.generation.load(Ordering::Acquire), acks })
-            }
+            None => Some(counted_job(&self.progress, &self.generation, batch, handle, acks)),
         };
         let Some(job) = unsent else { return false };
         let answered = commit_group(vec![job], &*self.hooks, &self.progress, self.slow_disk);
