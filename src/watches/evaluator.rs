@@ -57,7 +57,7 @@ async fn look(hub: &WatchHub, router: &Addr<RouterActor>, groups: &[Group]) -> R
         }
         ops.extend(group.players.iter().map(|player| Op::Rank { board: board.clone(), player: player.clone(), view }));
     }
-    let mut replies = router.send(Dispatch { ops, alone: false }).await.map_err(stopped)?.into_iter();
+    let mut replies = router.send(Dispatch(ops)).await.map_err(stopped)?.into_iter();
     // Reads may see writes staged but not yet durable; none of those may be
     // pushed before it is.
     router.send(Fence).await.map_err(stopped)??;

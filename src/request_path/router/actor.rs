@@ -21,13 +21,9 @@ impl Actor for RouterActor {
 }
 
 /// Asks the router to run a batch of operations, in order (see
-/// [`Router::dispatch_batch`]).
-pub struct Dispatch {
-    /// The ops, in the order sent.
-    pub ops: Vec<Op>,
-    /// Whether the batch is all its sender has in flight.
-    pub alone: bool,
-}
+/// [`Router::dispatch_batch`]). Never answered in place: that is for a
+/// client's lone request, and these come from the server's own tasks.
+pub struct Dispatch(pub Vec<Op>);
 
 impl Message for Dispatch {
     type Result = Vec<Result<Reply, Error>>;
@@ -52,8 +48,8 @@ impl Message for TakeImages {
 impl Handler<Dispatch> for RouterActor {
     type Result = ResponseFuture<Vec<Result<Reply, Error>>>;
 
-    fn handle(&mut self, Dispatch { ops, alone }: Dispatch, _: &mut Self::Context) -> Self::Result {
-        Box::pin(self.0.dispatch_batch(ops, alone))
+    fn handle(&mut self, Dispatch(ops): Dispatch, _: &mut Self::Context) -> Self::Result {
+        Box::pin(self.0.dispatch_batch(ops, false))
     }
 }
 
