@@ -150,24 +150,20 @@ pub struct Inline<A> {
 }
 
 impl<A: Send + 'static> Inline<A> {
-    /// Commits `batch` here and acknowledges it, then tells the owner as
-    /// the committer would. A batch carrying runs goes to the committer
-    /// instead: its runs are the runs thread's to write. Returns whether it
-    /// was committed here.
-    pub fn commit(self, batch: SealedBatch, handle: DurabilityHandle, acks: A) -> bool {
+    /// Commits `batch` here and acknowledges it, seals a memtable it
+    /// filled, then tells the owner as the committer would. May be called
+    /// once the seal lock is let go: the journal lock keeps later batches
+    /// behind it. Only for a batch that carries no runs
+    /// ([`SealedBatch::carries_runs`]): submit those under the seal lock,
+    /// with this right dropped, as runs take far longer than an fsync.
+    pub fn commit(self, batch: SealedBatch, handle: DurabilityHandle, acks: A) {
+        debug_assert!(!batch.carries_runs(), "runs are the runs thread's to write");
         let Self { submitter, journal } = self;
-        if batch.carries_runs() {
-            drop(journal);
-            submitter.submit(batch, handle, acks);
-            return false;
-        }
         let job = counted_job(&submitter.progress, &submitter.generation, batch, handle, acks);
         let answered = commit_group(vec![job], &*submitter.hooks, &submitter.progress, submitter.slow_disk);
-        // No runs: this only seals a memtable the batch filled, if any.
         write_runs(answered, &*submitter.hooks, &submitter.progress, &mut None);
         drop(journal);
         (submitter.on_progress)(PipelineThread::Committer);
-        true
     }
 }
 

@@ -365,8 +365,12 @@ mod tests {
     }
 
     fn fixture() -> Fixture {
+        fixture_with(ShardOptions::default())
+    }
+
+    fn fixture_with(options: ShardOptions) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        let shard = Shard::open(dir.path(), options).unwrap();
         let metrics = Metrics::new(1).unwrap();
         let parts = LoopParts {
             max_batch: 3,
@@ -519,6 +523,23 @@ mod tests {
         assert!(cell.try_write(Origin(0), write).is_ok());
         assert_eq!(score_soon(written), Ok(2));
         assert_eq!(f.fsyncs(), 2);
+    }
+
+    #[test]
+    fn a_lone_write_whose_batch_carries_runs_goes_to_the_committer_even_on_an_idle_thread() {
+        // A run every player: every batch carries one.
+        let mut f = fixture_with(ShardOptions { run_every: 1, ..ShardOptions::default() });
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(300), runs: Duration::ZERO };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (write, written) = f.write("a", 1, 1);
+        let started = Instant::now();
+        assert!(cell.try_write(Origin(0), write).is_ok());
+        assert!(started.elapsed() < Duration::from_millis(200), "not committed on this thread");
+        assert_eq!(score_soon(written), Ok(1));
+        f.core.settle();
+        assert_eq!(f.core.engine.with(|shard| shard.unwritten_runs()), Some(0), "its runs were written");
     }
 
     #[test]

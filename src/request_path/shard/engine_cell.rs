@@ -190,10 +190,17 @@ impl EngineCell {
         // committer and back (see docs/performance-history.md).
         let inline = thread_load::idle().then(|| engine.submitter.as_ref().and_then(Submitter::try_inline)).flatten();
         if let Some(inline) = inline {
-            let sealed = self.seal_unsubmitted(engine);
-            drop(guard);
-            if let Some(sealed) = sealed {
-                let Unsubmitted { batch, handle, held } = *sealed;
+            let Some(sealed) = self.seal_unsubmitted(engine) else { return Ok(()) };
+            let Unsubmitted { batch, handle, held } = *sealed;
+            if batch.carries_runs() {
+                // Its runs are the runs thread's: submitted as usual, before
+                // the lock is let go, so it keeps its place among seals.
+                drop(inline);
+                if let Some(submitter) = &engine.submitter {
+                    submitter.submit(batch, handle, held);
+                }
+            } else {
+                drop(guard);
                 inline.commit(batch, handle, held);
             }
         } else if engine.submitter.as_ref().is_some_and(|submitter| submitter.syncs_in_flight() == 0) {
