@@ -52,7 +52,6 @@ use crate::operations::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
 use crate::protocol::{encode_error, encode_reply, Op, Reply};
 use crate::request_path::router::Router;
-use crate::request_path::thread_load;
 use crate::security::access::Denied;
 use crate::security::{Access, AuthOutcome, Tokens};
 use crate::watches::{PushBox, WatchHub, WatchSession};
@@ -144,13 +143,6 @@ struct Connection {
     hub: Arc<WatchHub>,
     /// The connection's watches, from its first `watch` on.
     watching: Option<WatchSession>,
-}
-
-impl Drop for Connection {
-    /// A connection closed with requests in flight no longer holds them.
-    fn drop(&mut self) {
-        thread_load::ended(self.inflight_requests);
-    }
 }
 
 impl Connection {
@@ -251,7 +243,6 @@ impl Connection {
             self.multi_outstanding += 1;
         }
         self.inflight_requests += count;
-        thread_load::started(count);
         self.inflight.push_back(Box::pin(async move {
             let mut replies = match replies {
                 Some(replies) => replies.await,
@@ -296,7 +287,6 @@ impl Connection {
     /// written: pushes of the watches it opened may follow them).
     fn finished(&mut self, done: &Done) {
         self.inflight_requests -= done.requests;
-        thread_load::ended(done.requests);
         if done.multi {
             self.multi_outstanding -= 1;
         }

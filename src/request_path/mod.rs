@@ -10,4 +10,3 @@ pub mod connection;
 pub mod dense_registry;
 pub mod router;
 pub mod shard;
-pub mod thread_load;

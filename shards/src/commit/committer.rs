@@ -28,8 +28,7 @@ pub(super) fn run<A: Send + 'static>(
     jobs: mpsc::Receiver<Job<A>>,
     hooks: Arc<dyn CommitHooks<A>>,
     progress: Arc<Progress>,
-    on_progress: super::OnProgress,
-    journal: super::JournalLock,
+    on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
     runs_name: String,
     slow_disk: SlowDisk,
 ) {
@@ -56,10 +55,7 @@ pub(super) fn run<A: Send + 'static>(
             while let Some(next) = queued.next_if(|job| job.generation == generation) {
                 group.push(next);
             }
-            let answered = {
-                let _journal = journal.lock();
-                commit_group(group, &*hooks, &progress, slow_disk)
-            };
+            let answered = commit_group(group, &*hooks, &progress, slow_disk);
             // A group with no runs is over once answered, unless groups with
             // runs are still ahead of it (jobs finish in the order sealed):
             // most groups, which need no wake-up of the runs thread then.

@@ -15,12 +15,6 @@
 //! itself when the runs thread has nothing of earlier groups left, so the
 //! runs thread is woken only for work.
 //!
-//! A writer may also commit a batch on its own thread ([`Inline`]) when
-//! the pipeline holds nothing: a lone write then costs its fsync and no
-//! hand-off to the committer and back. A *journal lock*, taken before the
-//! batch is sealed and held by the committer for each group, keeps
-//! batches reaching the journal in the order they were sealed.
-//!
 //! The [`Pipeline`] counts the jobs it submits; the threads count the jobs
 //! *answered* (acknowledged, or failed) and *finished* (their runs written
 //! too), in `progress.rs`, and keep the failure they met until the owner
@@ -105,8 +99,6 @@ pub struct Pipeline<A> {
     inline_failed_generation: Option<u64>,
     /// Test sleeps for the threads; nothing without `test-hooks`.
     slow_disk: SlowDisk,
-    /// Shared by the committer and the submitters that commit inline.
-    journal: JournalLock,
 }
 
 /// Submits jobs to a running committer from any thread, alongside the
@@ -117,53 +109,12 @@ pub struct Submitter<A> {
     progress: Arc<Progress>,
     generation: Arc<AtomicU64>,
     hooks: Arc<dyn CommitHooks<A>>,
-    /// Held while a group is written and synced; see [`Submitter::try_inline`].
-    journal: JournalLock,
-    /// Told after a batch committed inline, as the committer tells it.
-    on_progress: OnProgress,
-    slow_disk: SlowDisk,
 }
-
-/// Called on the pipeline's threads, with the thread's name, whenever jobs
-/// are answered or finished (and after a batch committed inline, as the
-/// committer's).
-pub type OnProgress = Arc<dyn Fn(PipelineThread) + Send + Sync>;
-
-/// Held by whoever writes and syncs a group, the committer or a writer
-/// committing inline, so batches reach the journal in the order sealed.
-type JournalLock = Arc<parking_lot::Mutex<()>>;
 
 impl<A> Clone for Submitter<A> {
     fn clone(&self) -> Self {
         let (progress, generation, hooks) = (self.progress.clone(), self.generation.clone(), self.hooks.clone());
-        let (journal, on_progress, slow_disk) = (self.journal.clone(), self.on_progress.clone(), self.slow_disk);
-        Self { jobs: self.jobs.clone(), progress, generation, hooks, journal, on_progress, slow_disk }
-    }
-}
-
-/// The right to commit the next sealed batch on the caller's thread, taken
-/// while the pipeline holds nothing: a lone write then costs its fsync and
-/// no hand-off to the committer and back (see [`Submitter::try_inline`]).
-pub struct Inline<A> {
-    submitter: Submitter<A>,
-    journal: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
-}
-
-impl<A: Send + 'static> Inline<A> {
-    /// Commits `batch` here and acknowledges it, seals a memtable it
-    /// filled, then tells the owner as the committer would. May be called
-    /// once the seal lock is let go: the journal lock keeps later batches
-    /// behind it. Only for a batch that carries no runs
-    /// ([`SealedBatch::carries_runs`]): submit those under the seal lock,
-    /// with this right dropped, as runs take far longer than an fsync.
-    pub fn commit(self, batch: SealedBatch, handle: DurabilityHandle, acks: A) {
-        debug_assert!(!batch.carries_runs(), "runs are the runs thread's to write");
-        let Self { submitter, journal } = self;
-        let job = counted_job(&submitter.progress, &submitter.generation, batch, handle, acks);
-        let answered = commit_group(vec![job], &*submitter.hooks, &submitter.progress, submitter.slow_disk);
-        write_runs(answered, &*submitter.hooks, &submitter.progress, &mut None);
-        drop(journal);
-        (submitter.on_progress)(PipelineThread::Committer);
+        Self { jobs: self.jobs.clone(), progress, generation, hooks }
     }
 }
 
@@ -189,15 +140,6 @@ impl<A: Send + 'static> Submitter<A> {
     /// wait, so that everything staged meanwhile joins the next group.
     pub fn syncs_in_flight(&self) -> u64 {
         self.progress.in_flight().1
-    }
-
-    /// The right to commit the next batch inline, if the pipeline holds
-    /// nothing (no job unanswered, nor with runs unwritten) and no group is
-    /// being written. Take it under the lock that orders seals, before
-    /// sealing: a batch sealed after it then waits for it at the journal.
-    pub fn try_inline(&self) -> Option<Inline<A>> {
-        let journal = parking_lot::Mutex::try_lock_arc(&self.journal)?;
-        self.progress.idle().then(|| Inline { submitter: self.clone(), journal })
     }
 }
 
@@ -236,7 +178,6 @@ impl<A: Send + 'static> Pipeline<A> {
             finished: 0,
             inline_failed_generation: None,
             slow_disk: SlowDisk::default(),
-            journal: JournalLock::default(),
         }
     }
 
@@ -257,17 +198,15 @@ impl<A: Send + 'static> Pipeline<A> {
     /// `on_progress` is called on them, with the thread's name, whenever
     /// jobs are answered or finished. If a thread cannot start, its work is
     /// done inline.
-    pub fn spawn(&mut self, name: &str, on_progress: OnProgress) -> std::io::Result<()> {
+    pub fn spawn(&mut self, name: &str, on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>) -> std::io::Result<()> {
         let (jobs, queue) = mpsc::channel();
         let (hooks, progress, slow_disk) = (self.hooks.clone(), self.progress.clone(), self.slow_disk);
         let runs_name = format!("rankd-runs-{name}");
-        let (journal, told) = (self.journal.clone(), on_progress.clone());
         let committer = std::thread::Builder::new().name(format!("rankd-commit-{name}")).spawn(move || {
-            committer::run(queue, hooks, progress, told, journal, runs_name, slow_disk);
+            committer::run(queue, hooks, progress, on_progress, runs_name, slow_disk);
         })?;
         let (progress, generation, hooks) = (self.progress.clone(), self.generation.clone(), self.hooks.clone());
-        let journal = self.journal.clone();
-        self.jobs = Some(Submitter { jobs, progress, generation, hooks, journal, on_progress, slow_disk });
+        self.jobs = Some(Submitter { jobs, progress, generation, hooks });
         self.committer = Some(committer);
         Ok(())
     }

@@ -75,13 +75,6 @@ impl Progress {
         self.changed.notify_all();
     }
 
-    /// Whether every job submitted so far is finished: the threads hold
-    /// nothing, answered or not.
-    pub fn idle(&self) -> bool {
-        let sent = self.sent.load(Ordering::Acquire);
-        self.lock().finished == sent
-    }
-
     /// Jobs answered and finished so far, and the failure, taken.
     pub fn take(&self) -> (u64, u64, Option<CommitError>) {
         let mut counts = self.lock();

@@ -72,12 +72,6 @@ impl SealedBatch {
         self.batch.is_none() && self.runs.is_none()
     }
 
-    /// Whether the batch froze an overlay whose runs are to be written once
-    /// it is durable (or ends a checkpoint).
-    pub fn carries_runs(&self) -> bool {
-        self.runs.is_some()
-    }
-
     /// Writes the batch to the journal and memtables, atomically, without
     /// making it durable (see [`DurabilityHandle::sync`]). Full memtables
     /// are left for [`WrittenBatch::write_runs`] to seal: sealing one makes

@@ -365,12 +365,8 @@ mod tests {
     }
 
     fn fixture() -> Fixture {
-        fixture_with(ShardOptions::default())
-    }
-
-    fn fixture_with(options: ShardOptions) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let shard = Shard::open(dir.path(), options).unwrap();
+        let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
         let metrics = Metrics::new(1).unwrap();
         let parts = LoopParts {
             max_batch: 3,
@@ -479,8 +475,6 @@ mod tests {
 
     #[test]
     fn lone_writes_staged_in_place_are_answered_once_durable_and_the_committer_seals_what_came_meanwhile() {
-        // Another request waits on this thread: nothing is committed inline.
-        crate::request_path::thread_load::started(1);
         let mut f = fixture();
         let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), runs: Duration::ZERO };
         f.core = f.core.with_slow_disk(slow);
@@ -500,76 +494,6 @@ mod tests {
         f.core.run_round();
         assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(2));
         assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0, "each answer lowered the depth it raised");
-    }
-
-    #[test]
-    fn a_lone_write_on_a_thread_with_nothing_else_in_flight_is_committed_on_that_thread() {
-        let mut f = fixture();
-        let told = Arc::new(AtomicUsize::new(0));
-        let seen = told.clone();
-        f.core.start_pipeline(Arc::new(move || {
-            seen.fetch_add(1, Ordering::SeqCst);
-        }));
-        let cell = f.core.engine();
-        let (write, mut written) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), write).is_ok());
-        // Durable and answered before `try_write` returned: no committer hop.
-        assert_eq!(written.try_recv().map(|w| w.map(|w| w.value)), Ok(Ok(1)));
-        assert_eq!(f.fsyncs(), 1);
-        assert!(told.load(Ordering::SeqCst) >= 1, "the owner is told, as by the committer");
-        // With a request in flight on this thread, the committer takes it.
-        crate::request_path::thread_load::started(1);
-        let (write, written) = f.write("b", 2, 2);
-        assert!(cell.try_write(Origin(0), write).is_ok());
-        assert_eq!(score_soon(written), Ok(2));
-        assert_eq!(f.fsyncs(), 2);
-    }
-
-    #[test]
-    fn a_lone_write_whose_batch_carries_runs_goes_to_the_committer_even_on_an_idle_thread() {
-        // A run every player: every batch carries one.
-        let mut f = fixture_with(ShardOptions { run_every: 1, ..ShardOptions::default() });
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(300), runs: Duration::ZERO };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let cell = f.core.engine();
-        let (write, written) = f.write("a", 1, 1);
-        let started = Instant::now();
-        assert!(cell.try_write(Origin(0), write).is_ok());
-        assert!(started.elapsed() < Duration::from_millis(200), "not committed on this thread");
-        assert_eq!(score_soon(written), Ok(1));
-        f.core.settle();
-        assert_eq!(f.core.engine.with(|shard| shard.unwritten_runs()), Some(0), "its runs were written");
-    }
-
-    #[test]
-    fn a_write_staged_while_another_commits_inline_is_sealed_after_it_and_answered() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(300), runs: Duration::ZERO };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let cell = f.core.engine();
-        let (first, first_answer) = f.write("a", 1, 1);
-        let committing = {
-            let cell = cell.clone();
-            std::thread::spawn(move || assert!(cell.try_write(Origin(0), first).is_ok()))
-        };
-        // The first write's thread holds the journal (its slow commit).
-        std::thread::sleep(Duration::from_millis(100));
-        let (second, mut second_answer) = f.write("b", 2, 2);
-        let started = Instant::now();
-        assert!(cell.try_write(Origin(0), second).is_ok(), "staged, not committed inline");
-        assert!(started.elapsed() < Duration::from_millis(150), "did not wait for the journal");
-        assert!(second_answer.try_recv().is_err(), "held until its own batch is durable");
-        committing.join().unwrap();
-        assert_eq!(score(first_answer), Ok(1));
-        // Sealed once the first commit was done, by the committer's rule.
-        assert_eq!(score_soon(second_answer), Ok(2));
-        assert_eq!(f.fsyncs(), 2);
-        let (get, got) = f.get("b");
-        f.enqueue(vec![get]);
-        f.core.run_round();
-        assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(2));
     }
 
     #[test]

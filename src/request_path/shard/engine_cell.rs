@@ -17,7 +17,6 @@ use super::relay::send_all;
 use crate::clock::Clock;
 use crate::operations::metrics::Metrics;
 use crate::request_path::dense_registry::DenseRegistry;
-use crate::request_path::thread_load;
 
 /// Sealed batches whose runs may wait for the runs thread before writes
 /// stop being staged anywhere but on the shard's own thread, which then
@@ -64,8 +63,7 @@ pub struct Engine {
 /// Why share at all: a request queued for the actor costs two thread
 /// wake-ups (to the shard and back) and a wait behind its round; a lone
 /// rank read in place costs a few µs, and a lone write staged in place goes
-/// from the I/O thread to the committer directly, or is committed on the
-/// I/O thread itself when nothing else waits there or in the pipeline. After each group the
+/// from the I/O thread to the committer directly. After each group the
 /// committer seals what was staged meanwhile itself, so the next fsync
 /// does not wait for the actor to wake (see docs/performance-history.md).
 #[derive(Clone)]
@@ -161,17 +159,15 @@ impl EngineCell {
     /// unapplied, the lock is free, the shard healthy and its committer
     /// running; its answer comes once durable, as if queued. Seals at once
     /// unless a batch is with the committer (which seals what is staged
-    /// once it is done), and commits here too when the pipeline holds
-    /// nothing and no other request waits on this thread (the fsync holds
-    /// it). Gives the command back otherwise, to be queued.
+    /// once it is done). Gives the command back otherwise, to be queued.
     pub fn try_write(&self, origin: Origin, command: Command) -> Result<(), Command> {
         // Only a score write: maintenance (a drop, a shutdown) must wait
         // for the pipeline first, which only the actor does.
         if !matches!(command, Command::Write { .. }) {
             return Err(command);
         }
-        let Some(mut guard) = self.0.engine.try_lock() else { return Err(command) };
-        let engine = &mut *guard;
+        let Some(mut engine) = self.0.engine.try_lock() else { return Err(command) };
+        let engine = &mut *engine;
         let (Some(shard), Some(_), true) = (&mut engine.shard, &engine.submitter, engine.healthy) else {
             return Err(command);
         };
@@ -185,25 +181,7 @@ impl EngineCell {
             engine.held.push((origin, held));
         }
         self.0.dense.apply(shard.drain_dense_changes());
-        // With nothing in the pipeline and no other request waiting on this
-        // thread, the thread commits the write itself: no hand-off to the
-        // committer and back (see docs/performance-history.md).
-        let inline = thread_load::idle().then(|| engine.submitter.as_ref().and_then(Submitter::try_inline)).flatten();
-        if let Some(inline) = inline {
-            let Some(sealed) = self.seal_unsubmitted(engine) else { return Ok(()) };
-            let Unsubmitted { batch, handle, held } = *sealed;
-            if batch.carries_runs() {
-                // Its runs are the runs thread's: submitted as usual, before
-                // the lock is let go, so it keeps its place among seals.
-                drop(inline);
-                if let Some(submitter) = &engine.submitter {
-                    submitter.submit(batch, handle, held);
-                }
-            } else {
-                drop(guard);
-                inline.commit(batch, handle, held);
-            }
-        } else if engine.submitter.as_ref().is_some_and(|submitter| submitter.syncs_in_flight() == 0) {
+        if engine.submitter.as_ref().is_some_and(|submitter| submitter.syncs_in_flight() == 0) {
             self.seal(engine);
         }
         Ok(())
@@ -228,21 +206,6 @@ impl EngineCell {
     /// with the answers it holds; returns it if no committer runs. If the
     /// storage is closed, the answers are sent failed.
     pub fn seal(&self, engine: &mut Engine) -> Option<Box<Unsubmitted>> {
-        let sealed = self.seal_unsubmitted(engine)?;
-        match &engine.submitter {
-            Some(submitter) => {
-                let Unsubmitted { batch, handle, held } = *sealed;
-                submitter.submit(batch, handle, held);
-                None
-            }
-            None => Some(sealed),
-        }
-    }
-
-    /// Seals everything staged into one batch, for the caller to commit or
-    /// submit; `None` if nothing was staged. If the storage is closed, the
-    /// answers are sent failed.
-    fn seal_unsubmitted(&self, engine: &mut Engine) -> Option<Box<Unsubmitted>> {
         if engine.held.is_empty() && !engine.staged_unanswered {
             return None;
         }
@@ -266,6 +229,12 @@ impl EngineCell {
         // Normally empty: each write's changes were reported as it was staged.
         self.0.dense.apply(std::mem::take(&mut batch.dense).into_iter());
         let handle = shard.durability_handle();
-        Some(Box::new(Unsubmitted { batch, handle, held }))
+        match &engine.submitter {
+            Some(submitter) => {
+                submitter.submit(batch, handle, held);
+                None
+            }
+            None => Some(Box::new(Unsubmitted { batch, handle, held })),
+        }
     }
 }
