@@ -284,6 +284,61 @@ async fn tls_1_2_and_1_3_both_carry_frames() {
     }
 }
 
+/// A TLS client that stops reading while megabytes of replies pile up gets
+/// every one of them, in order, once it reads again, with nothing more
+/// asked: the server's writes wait on the full socket and then finish. (That
+/// a write's last TLS records are flushed, not left in the TLS layer's
+/// buffer, is pinned by `request_path::transmit`'s own test.)
+#[tokio::test]
+async fn a_tls_client_that_stopped_reading_gets_every_reply_once_it_reads() {
+    const REQUESTS: u64 = 300;
+    let tls = TlsFiles::new();
+    let server = common::Server::start_with(1, &tls.server_args());
+    let mut client = tls_client(&server.addr, &tls.ca_file).await;
+    let players: Vec<String> = (0..1000).map(|i| format!("player-{i:05}")).collect();
+    let entries: Vec<(&str, i64)> = players.iter().enumerate().map(|(i, p)| (p.as_str(), i as i64)).collect();
+    client.set_many("big", &entries, Mode::Set).await.expect("set_many");
+
+    let mut stream = raw_tls(&server.addr, rustls_config(&tls.ca, &[&rustls::version::TLS13])).await.expect("connect");
+    let mut requests = Vec::new();
+    for id in 1..=REQUESTS {
+        Call::new(OpKind::Top).with("board", "big").with("limit", 1000).encode(id, &mut requests);
+    }
+    stream.write_all(&requests).await.expect("send the requests");
+    stream.flush().await.expect("flush them");
+    // ~10 MB of replies, more than the socket buffers hold: the server's
+    // writes find the socket full while nobody reads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut unparsed = Vec::new();
+    let mut chunk = vec![0u8; 256 << 10];
+    let mut ids = Vec::new();
+    while (ids.len() as u64) < REQUESTS {
+        let n = match tokio::time::timeout(DEADLINE, stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            other => panic!("{} of {REQUESTS} replies, then {other:?}", ids.len()),
+        };
+        unparsed.extend_from_slice(&chunk[..n]);
+        ids.extend(take_reply_ids(&mut unparsed));
+    }
+    assert_eq!(ids, (1..=REQUESTS).collect::<Vec<_>>(), "every reply, in order");
+}
+
+/// Takes the complete frames off the front of `bytes`; the ids of the
+/// replies they hold (0 for a frame that holds none).
+fn take_reply_ids(bytes: &mut Vec<u8>) -> Vec<u64> {
+    let mut ids = Vec::new();
+    let mut taken = 0;
+    while let Some(head) = bytes.get(taken..taken + 4) {
+        let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
+        let Some(body) = bytes.get(taken + 4..taken + 4 + len) else { break };
+        let reply = rmpv::decode::read_value(&mut &body[..]).expect("a msgpack reply");
+        ids.push(common::field(&reply, "id").and_then(Value::as_u64).unwrap_or(0));
+        taken += 4 + len;
+    }
+    bytes.drain(..taken);
+    ids
+}
+
 #[tokio::test]
 async fn a_plaintext_client_on_a_tls_port_gets_no_answer_and_is_disconnected() {
     let tls = TlsFiles::new();

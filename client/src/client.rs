@@ -145,7 +145,12 @@ impl Client {
         let writer = &mut self.writer;
         let reader = &mut self.reader;
         let pushes = &mut self.pushes;
-        let write = async move { writer.write_all(&out).await };
+        // Flushed too: over TLS a write that meets a full socket keeps its
+        // last records in the TLS layer until something flushes them.
+        let write = async move {
+            writer.write_all(&out).await?;
+            writer.flush().await
+        };
         let read = async move {
             let mut results = Vec::with_capacity(calls.len());
             while results.len() < calls.len() {
@@ -226,6 +231,7 @@ impl Client {
     /// Sends raw bytes (for testing how a server takes malformed input).
     pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         self.writer.write_all(bytes).await?;
+        self.writer.flush().await?;
         Ok(())
     }
 

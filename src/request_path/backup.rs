@@ -14,7 +14,7 @@ use rankd_client::{BackupChunk, BackupHeader, BackupPart, BackupSummary, OpKind}
 use rankd_shards::ShardImage;
 use serde::Serialize;
 use serde_bytes::ByteBuf;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWrite;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::Error;
@@ -22,6 +22,7 @@ use crate::operations::metrics::Metrics;
 use crate::operations::priority;
 use crate::protocol::encode_error;
 use crate::request_path::router::Router;
+use crate::request_path::transmit;
 use crate::server::layout::FORMAT;
 
 /// Bytes of keys and values a chunk gathers before it is sent: well under
@@ -79,7 +80,7 @@ pub async fn stream<W: AsyncWrite + Unpin>(
             }
         };
         metrics.sent_bytes.inc_by(frame.len() as u64);
-        if !matches!(tokio::time::timeout(write_timeout, out.write_all(&frame)).await, Ok(Ok(()))) {
+        if !transmit::send(out, &frame, write_timeout).await {
             break; // dropping `next` stops the thread
         }
         if let Some(last) = last {
@@ -116,7 +117,7 @@ async fn fail<W: AsyncWrite + Unpin>(
 ) {
     let mut frame = Vec::new();
     encode_error(&mut frame, id, &error);
-    let _ = tokio::time::timeout(write_timeout, out.write_all(&frame)).await;
+    transmit::send(out, &frame, write_timeout).await;
     metrics.op(Some(OpKind::Backup)).finish(Err(error.code()), started.elapsed());
 }
 

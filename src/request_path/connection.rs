@@ -52,6 +52,7 @@ use crate::operations::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
 use crate::protocol::{encode_error, encode_reply, Op, Reply};
 use crate::request_path::router::Router;
+use crate::request_path::transmit;
 use crate::security::access::Denied;
 use crate::security::{Access, AuthOutcome, Tokens};
 use crate::watches::{PushBox, WatchHub, WatchSession};
@@ -343,7 +344,7 @@ pub async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, metrics: Arc<Metrics>)
     metrics.connections_refused.inc();
     let mut out = Vec::new();
     encode_error(&mut out, 0, &Error::Overloaded("too many connections; retry later".into()));
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.write_all(&out)).await;
+    transmit::send(&mut stream, &out, std::time::Duration::from_secs(1)).await;
     let _ = stream.shutdown().await;
 }
 
@@ -403,9 +404,8 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 metrics.received_bytes.inc_by(std::mem::take(&mut received));
                 metrics.sent_bytes.inc_by(out.len() as u64);
                 // A client that stops reading cannot hold the task forever.
-                match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) | Err(_) => return,
+                if !transmit::send(&mut write_half, &out, limits.idle_timeout).await {
+                    return;
                 }
                 out.clear();
             }
@@ -456,9 +456,8 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 conn.take_pushes(&mut out);
                 if !out.is_empty() {
                     metrics.sent_bytes.inc_by(out.len() as u64);
-                    match tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) | Err(_) => return,
+                    if !transmit::send(&mut write_half, &out, limits.idle_timeout).await {
+                        return;
                     }
                     out.clear();
                 }
@@ -483,7 +482,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 id,
                 &Error::Overloaded("the server is shutting down; back up again after it restarts".into()),
             );
-            let _ = tokio::time::timeout(limits.idle_timeout, write_half.write_all(&out)).await;
+            transmit::send(&mut write_half, &out, limits.idle_timeout).await;
         } else {
             super::backup::stream(&mut write_half, id, &conn.router, metrics, limits.idle_timeout, shutdown).await;
         }
