@@ -141,6 +141,11 @@ impl<A: Send + 'static> Submitter<A> {
     pub fn syncs_in_flight(&self) -> u64 {
         self.progress.in_flight().1
     }
+
+    /// Whether the threads met a failure the owner has not taken yet.
+    pub fn has_failure(&self) -> bool {
+        self.progress.has_failure()
+    }
 }
 
 /// A job of the storage opening `generation` holds, counted as sent.

@@ -75,6 +75,11 @@ impl Progress {
         self.changed.notify_all();
     }
 
+    /// Whether a failure waits for the owner to take it.
+    pub fn has_failure(&self) -> bool {
+        self.lock().failure.is_some()
+    }
+
     /// Jobs answered and finished so far, and the failure, taken.
     pub fn take(&self) -> (u64, u64, Option<CommitError>) {
         let mut counts = self.lock();

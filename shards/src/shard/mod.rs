@@ -53,8 +53,9 @@
 //!   staging and replay;
 //! - `staging`: writes and removals into the open batch;
 //! - `prefetch`: the look ahead before a round's commands;
-//! - `seal`: sealing, writing and committing batches, and the bookkeeping
-//!   of batches in flight;
+//! - `seal`: sealing, writing and committing batches;
+//! - `in_flight`: the batches sealed and not yet done, and the overlays
+//!   they froze;
 //! - `checkpointing`: when and how the trees' leaves are checkpointed (the
 //!   leaves' writer thread is `crate::checkpoint`);
 //! - `repack`: moving leaves off sparse allocator slabs after a checkpoint;
@@ -74,6 +75,7 @@ mod expiry;
 mod holdings;
 mod id_table;
 mod image;
+mod in_flight;
 mod open;
 mod options;
 mod prefetch;
@@ -85,7 +87,7 @@ mod storage;
 mod ties;
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -143,10 +145,10 @@ pub struct Shard {
     staged: Staged,
     /// Player records and index entries not yet written as runs.
     overlay: Overlay,
-    /// One entry per sealed batch not yet reported done, oldest first, with
-    /// the overlay it froze for its runs: until those are written, a read
-    /// that misses the current overlay must look there before storage.
-    in_flight: VecDeque<Option<Arc<Overlay>>>,
+    /// Sealed batches not yet reported done, with the overlays they froze
+    /// for their runs: until those are written, a read that misses the
+    /// current overlay must look there before storage.
+    in_flight: in_flight::InFlight,
     /// Exact cache of player records (reads take `&self`, hence the cell).
     cache: RefCell<RecordCache>,
     /// The time writes are applied at (Unix seconds, UTC): decides which

@@ -4,7 +4,7 @@
 //! current one, and reopening after a storage failure.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -67,7 +67,7 @@ impl Shard {
             log: LogPositions::default(),
             staged: Staged::default(),
             overlay: Overlay::new(run_every),
-            in_flight: VecDeque::new(),
+            in_flight: Default::default(),
             cache: RefCell::new(RecordCache::new(cached_players)),
             now: 0,
             expiring: BTreeSet::new(),

@@ -90,7 +90,7 @@ impl Shard {
     /// The record stored under `key` in the newest overlay that has one:
     /// the current overlay, then those frozen for runs not yet written.
     fn unwritten_record(&self, key: &[u8]) -> Option<Option<Record>> {
-        let frozen = self.in_flight.iter().rev().flatten().map(|overlay| &**overlay);
+        let frozen = self.in_flight.overlays().rev();
         std::iter::once(&self.overlay).chain(frozen).find_map(|overlay| overlay.record(key))
     }
 
@@ -233,7 +233,7 @@ impl Shard {
         } else {
             Box::new(stored.rev().map(move |item| Ok((position(item)?, true))))
         };
-        let frozen = self.in_flight.iter().flatten().map(|overlay| &**overlay);
+        let frozen = self.in_flight.overlays();
         for layer in frozen.chain(std::iter::once(&self.overlay)) {
             merged = Box::new(overlay::layer(merged, layer.index_range(tree, from, to, forward), forward));
         }

@@ -226,7 +226,7 @@ impl Shard {
         let checkpoint = if self.copy_checkpoint_slice(staged.writes) { self.checkpoints.copying.take() } else { None };
         let runs =
             (checkpoint.is_some() || self.overlay.players() >= self.options.run_every).then(|| self.freeze(checkpoint));
-        self.in_flight.push_back(runs.as_ref().map(|runs| runs.overlay.clone()));
+        self.in_flight.push(runs.as_ref().map(|runs| runs.overlay.clone()));
         SealedBatch {
             batch: (!batch.is_empty()).then_some(batch),
             dense: staged.dense,
@@ -272,14 +272,13 @@ impl Shard {
     /// written (or failed, and the shard will be reopened): storage now
     /// answers for their player records.
     pub fn landed(&mut self, count: usize) {
-        let count = count.min(self.in_flight.len());
-        self.in_flight.drain(..count);
+        self.in_flight.land(count);
     }
 
     /// Sealed batches carrying runs (frozen overlays) that have not landed:
     /// each holds its overlay in memory until its runs are written.
     pub fn unwritten_runs(&self) -> usize {
-        self.in_flight.iter().filter(|overlay| overlay.is_some()).count()
+        self.in_flight.unwritten_runs()
     }
 
     /// Whether nothing is staged or sealed-but-unwritten: what reads that

@@ -202,6 +202,14 @@ impl EngineCell {
         }
     }
 
+    /// Whether the actor must hear of the pipeline's progress now, not when
+    /// it next looks: the pipeline met a failure, or the shard is
+    /// recovering from one (a reopen waits for every batch to finish).
+    pub fn owner_must_hear(&self) -> bool {
+        let engine = self.0.engine.lock();
+        !engine.healthy || engine.submitter.as_ref().is_none_or(Submitter::has_failure)
+    }
+
     /// Seals everything staged into one batch and hands it to the committer
     /// with the answers it holds; returns it if no committer runs. If the
     /// storage is closed, the answers are sent failed.
