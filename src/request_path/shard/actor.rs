@@ -36,7 +36,9 @@ impl Message for Repack {
     type Result = ();
 }
 
-/// From the pipeline's threads: some batches are answered or finished.
+/// From the pipeline's threads: a group's runs are written, or the
+/// pipeline failed. Groups the committer finishes alone are not told: the
+/// actor learns of them when it next looks.
 struct CommitDone;
 
 impl Message for CommitDone {
