@@ -107,6 +107,30 @@ impl Router {
         }
     }
 
+    /// A lone rank, in place if it can be (as [`Router::dispatch`] with
+    /// `in_place`), the registry held only while its board is found:
+    /// reading the engines, and queueing the rank when that fails, happen
+    /// after it is let go. Any other op is dispatched as usual.
+    pub(super) fn rank_unlocked(&self, op: Op, outbox: &mut Outbox) -> Routed {
+        let Op::Rank { board, player, view } = op else {
+            return self.dispatch(&mut self.boards.lock(), op, outbox, false);
+        };
+        let (read, composite) = {
+            let boards = self.boards.lock();
+            let composite = boards.get(&board).filter(|b| b.config.has_fields()).cloned();
+            (self.read(&boards, OpKind::Rank, &board, view), composite)
+        };
+        let routed = match read {
+            Err(e) => Routed::Ready(Err(e)),
+            Ok(None) => Routed::Ready(Ok(Reply::Rank(None))),
+            Ok(Some(read)) => self.rank(read, player, outbox, true),
+        };
+        match composite {
+            None => routed,
+            Some(board) => presented(routed, board),
+        }
+    }
+
     fn route(&self, boards: &mut Boards, op: Op, outbox: &mut Outbox, in_place: bool, scored: Scored) -> Routed {
         let ready = Routed::Ready;
         match op {

@@ -17,7 +17,9 @@
 //! so requests reach each shard in the order they were routed, whichever
 //! thread routed them (a write never overtakes the drop of its board, and
 //! ordinal ties follow the sequence); later rounds of multi-step reads are
-//! sent from the reply future.
+//! sent from the reply future. A batch of lone ranks, answered in place
+//! from the shards' engines, holds it only to find its boards: the I/O
+//! threads queued on it behind each other's reads.
 //!
 //! - [`actor`]: the router's actor, for callers on other threads;
 //! - [`boards`]: the registry and the sequence (decided here alone);
@@ -85,6 +87,11 @@ impl InPlace {
     /// The policy for a batch of `ops` ops.
     pub fn new(enabled: bool, alone: bool, ops: usize) -> Self {
         Self(enabled && alone && ops <= IN_PLACE_MAX_BATCH)
+    }
+
+    /// Whether the batch's first op may be answered in place.
+    pub fn is_on(&self) -> bool {
+        self.0
     }
 
     /// Whether `op`, the next of the batch, may be answered in place.
@@ -158,6 +165,13 @@ impl Router {
     pub fn dispatch_batch(&self, ops: Vec<Op>, alone: bool) -> impl Future<Output = Vec<Result<Reply, Error>>> {
         let mut outbox = Outbox::new(self.shards.len());
         let mut in_place = InPlace::new(self.in_place, alone, ops.len());
+        if in_place.is_on() && ops.iter().all(|op| matches!(op, Op::Rank { .. })) {
+            // Lone ranks hold the registry only to find their boards: they
+            // queue nothing a write could be ordered against.
+            let routed: Vec<Routed> = ops.into_iter().map(|op| self.rank_unlocked(op, &mut outbox)).collect();
+            outbox.send(&self.shards);
+            return dispatch::replies(routed);
+        }
         let mut boards = self.boards.lock();
         let routed: Vec<Routed> = (ops.into_iter())
             .map(|op| {
