@@ -115,19 +115,19 @@ impl Router {
         let Op::Rank { board, player, view } = op else {
             return self.dispatch(&mut self.boards.lock(), op, outbox, false);
         };
-        let (read, composite) = {
-            let boards = self.boards.lock();
-            let composite = boards.get(&board).filter(|b| b.config.has_fields()).cloned();
-            (self.read(&boards, OpKind::Rank, &board, view), composite)
-        };
-        let routed = match read {
+        let read = self.read(&self.boards.lock(), OpKind::Rank, &board, view);
+        match read {
             Err(e) => Routed::Ready(Err(e)),
             Ok(None) => Routed::Ready(Ok(Reply::Rank(None))),
-            Ok(Some(read)) => self.rank(read, player, outbox, true),
-        };
-        match composite {
-            None => routed,
-            Some(board) => presented(routed, board),
+            Ok(Some(read)) => {
+                // A board with fields shows its packed scores as maps.
+                let composite = read.board.config.has_fields().then(|| read.board.clone());
+                let routed = self.rank(read, player, outbox, true);
+                match composite {
+                    None => routed,
+                    Some(board) => presented(routed, board),
+                }
+            }
         }
     }
 

@@ -27,11 +27,10 @@ const REPACK_BUDGET: usize = 256;
 
 impl BatchLoop {
     /// Catches up with the pipeline; while degraded, tries to reopen the
-    /// storage. Once a second (rounds
-    /// run thousands of times a second), publishes the storage gauges and,
-    /// unless degraded, deletes a bounded slice of expired periods (waiting
-    /// for the pipeline first if it must: sustained writes must not starve
-    /// expiry).
+    /// storage. Once a second (rounds run thousands of times a second),
+    /// publishes the storage gauges and, unless degraded, deletes a bounded
+    /// slice of expired periods (waiting for the pipeline first if it must:
+    /// sustained writes must not starve expiry).
     pub fn maintain(&mut self) {
         // Batches finished since the actor last heard (the committer does
         // not wake it for each group), and any failure.
