@@ -126,20 +126,25 @@ async fn read_until_closed(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> 
 }
 
 /// The msgpack reply maps (with an `id`) that `bytes` starts with, read as
-/// rankd frames.
-fn reply_frames(bytes: &[u8]) -> Vec<Value> {
+/// rankd frames, and the bytes they take.
+fn reply_frames_taking(bytes: &[u8]) -> (Vec<Value>, usize) {
     let mut replies = Vec::new();
-    let mut rest = bytes;
-    while rest.len() >= 4 {
-        let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
-        let Some(body) = rest.get(4..4 + len) else { break };
+    let mut taken = 0;
+    while let Some(head) = bytes.get(taken..taken + 4) {
+        let len = u32::from_be_bytes(head.try_into().unwrap()) as usize;
+        let Some(body) = bytes.get(taken + 4..taken + 4 + len) else { break };
         match rmpv::decode::read_value(&mut &body[..]) {
             Ok(value) if common::field(&value, "id").is_some() => replies.push(value),
             _ => break,
         }
-        rest = &rest[4 + len..];
+        taken += 4 + len;
     }
-    replies
+    (replies, taken)
+}
+
+/// The msgpack reply maps (with an `id`) that `bytes` starts with.
+fn reply_frames(bytes: &[u8]) -> Vec<Value> {
+    reply_frames_taking(bytes).0
 }
 
 /// `GET <path>` over `stream` (HTTP/1.1, `Connection: close`); what came
@@ -318,25 +323,11 @@ async fn a_tls_client_that_stopped_reading_gets_every_reply_once_it_reads() {
             other => panic!("{} of {REQUESTS} replies, then {other:?}", ids.len()),
         };
         unparsed.extend_from_slice(&chunk[..n]);
-        ids.extend(take_reply_ids(&mut unparsed));
+        let (replies, taken) = reply_frames_taking(&unparsed);
+        unparsed.drain(..taken);
+        ids.extend(replies.iter().map(|reply| common::field(reply, "id").and_then(Value::as_u64).unwrap_or(0)));
     }
     assert_eq!(ids, (1..=REQUESTS).collect::<Vec<_>>(), "every reply, in order");
-}
-
-/// Takes the complete frames off the front of `bytes`; the ids of the
-/// replies they hold (0 for a frame that holds none).
-fn take_reply_ids(bytes: &mut Vec<u8>) -> Vec<u64> {
-    let mut ids = Vec::new();
-    let mut taken = 0;
-    while let Some(head) = bytes.get(taken..taken + 4) {
-        let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
-        let Some(body) = bytes.get(taken + 4..taken + 4 + len) else { break };
-        let reply = rmpv::decode::read_value(&mut &body[..]).expect("a msgpack reply");
-        ids.push(common::field(&reply, "id").and_then(Value::as_u64).unwrap_or(0));
-        taken += 4 + len;
-    }
-    bytes.drain(..taken);
-    ids
 }
 
 #[tokio::test]

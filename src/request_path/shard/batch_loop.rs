@@ -135,11 +135,8 @@ impl BatchLoop {
             // next looks (`catch_up`, every round and every second). The
             // runs thread's groups carry runs, which the actor must land
             // to free their overlays; failures must be heard at once.
-            if thread == PipelineThread::Committer {
-                engine.seal_staged();
-                if !engine.owner_must_hear() {
-                    return;
-                }
+            if thread == PipelineThread::Committer && !engine.seal_staged() {
+                return;
             }
             on_progress();
         });

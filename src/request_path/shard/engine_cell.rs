@@ -191,22 +191,21 @@ impl EngineCell {
     /// after each group, so the next fsync need not wait for the actor. Not
     /// while the actor has commands to apply: it seals at the end of its
     /// round, and a batch sealed mid-round would only be smaller.
-    pub fn seal_staged(&self) {
+    ///
+    /// Returns whether the actor must hear of the pipeline's progress now
+    /// rather than when it next looks: the pipeline met a failure, or the
+    /// shard is recovering from one (a reopen waits for every batch to
+    /// finish). An actor with commands to apply looks at the end of its
+    /// round anyway.
+    pub fn seal_staged(&self) -> bool {
         let idle = || self.0.unapplied.load(Ordering::Acquire) == 0;
         if !idle() {
-            return; // without taking the lock the actor is busy with
+            return false; // without taking the lock the actor is busy with
         }
         let mut engine = self.0.engine.lock();
         if engine.submitter.is_some() && idle() {
             self.seal(&mut engine);
         }
-    }
-
-    /// Whether the actor must hear of the pipeline's progress now, not when
-    /// it next looks: the pipeline met a failure, or the shard is
-    /// recovering from one (a reopen waits for every batch to finish).
-    pub fn owner_must_hear(&self) -> bool {
-        let engine = self.0.engine.lock();
         !engine.healthy || engine.submitter.as_ref().is_none_or(Submitter::has_failure)
     }
 
