@@ -30,7 +30,7 @@ use rankd_shards::{Shard, ShardOptions};
 use super::apply::apply;
 use super::command::Command;
 use super::commit_hooks::ShardCommitHooks;
-use super::engine_cell::{Acks, CellParts, EngineCell, Unsubmitted, MAX_UNWRITTEN_RUNS};
+use super::engine_cell::{Acks, CellParts, EngineCell, Unsubmitted};
 use super::health::Health;
 use super::link::Origin;
 use crate::clock::Clock;
@@ -266,20 +266,22 @@ impl BatchLoop {
 
     /// Seals the staged writes into one batch and submits it with the held
     /// answers. Unless `force`d, waits while a batch is with the committer:
-    /// the committer seals what was staged meanwhile once it is done. Then
-    /// waits for the runs thread if it is too far behind.
+    /// the committer seals what was staged meanwhile once it is done.
+    ///
+    /// First waits for the runs thread if it is too far behind (see
+    /// [`super::engine_cell::MAX_UNWRITTEN_RUNS`]). The check is made under
+    /// the lock the seal takes, as the committer's and the I/O threads'
+    /// are, so no two sealers pass it together.
     pub(super) fn seal_and_submit(&mut self, force: bool) {
-        self.seal_now(force);
-        let unwritten_runs = self.engine.with(|shard| shard.unwritten_runs()).unwrap_or(0);
-        if unwritten_runs > MAX_UNWRITTEN_RUNS {
-            self.settle(); // see MAX_UNWRITTEN_RUNS
-        }
-    }
-
-    fn seal_now(&mut self, force: bool) {
         let mut engine = self.engine.lock();
         if self.pipeline.syncs_in_flight() > 0 && !force {
             return;
+        }
+        if engine.runs_behind() {
+            drop(engine);
+            let absorbed = self.pipeline.settle();
+            self.apply_progress(absorbed);
+            engine = self.engine.lock();
         }
         if let Some(unsubmitted) = self.engine.seal(&mut engine) {
             drop(engine);
@@ -294,7 +296,7 @@ impl BatchLoop {
     /// Submits the staged writes and waits until the pipeline has finished
     /// everything: for maintenance that scans or rewrites storage.
     pub(super) fn settle(&mut self) {
-        self.seal_now(true);
+        self.seal_and_submit(true);
         let absorbed = self.pipeline.settle();
         self.apply_progress(absorbed);
     }
@@ -339,7 +341,7 @@ impl BatchLoop {
     /// then stops it.
     pub fn stop(&mut self) {
         self.run_round();
-        self.seal_now(true);
+        self.seal_and_submit(true);
         // The committer runs until no one can submit to it.
         self.engine.lock().submitter = None;
         self.pipeline.stop();

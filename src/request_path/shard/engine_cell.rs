@@ -47,6 +47,20 @@ pub struct Engine {
     pub healthy: bool,
 }
 
+impl Engine {
+    /// Whether the runs thread is more than [`MAX_UNWRITTEN_RUNS`] behind:
+    /// then nothing is sealed (each seal may freeze one more overlay) until
+    /// the actor has waited for it.
+    pub fn runs_behind(&self) -> bool {
+        self.shard.as_ref().is_some_and(|shard| shard.unwritten_runs() > MAX_UNWRITTEN_RUNS)
+    }
+
+    /// Whether a seal now would have anything to take.
+    fn has_staged(&self) -> bool {
+        !self.held.is_empty() || self.staged_unanswered
+    }
+}
+
 /// The engine behind one small lock. The contract:
 ///
 /// - every change is made under the lock, and so is every seal, which takes
@@ -172,7 +186,7 @@ impl EngineCell {
             return Err(command);
         };
         if self.0.unapplied.load(Ordering::Acquire) > 0 || shard.unwritten_runs() > MAX_UNWRITTEN_RUNS {
-            return Err(command);
+            return Err(command); // the actor waits for the runs thread first
         }
         let metrics = &self.0.metrics.shards[self.0.index];
         metrics.mailbox_depth.inc(); // lowered as the answer is sent, as for a queued write
@@ -193,27 +207,31 @@ impl EngineCell {
     /// round, and a batch sealed mid-round would only be smaller.
     ///
     /// Returns whether the actor must hear of the pipeline's progress now
-    /// rather than when it next looks: the pipeline met a failure, or the
+    /// rather than when it next looks: the pipeline met a failure, the
     /// shard is recovering from one (a reopen waits for every batch to
-    /// finish). An actor with commands to apply looks at the end of its
-    /// round anyway.
+    /// finish), or writes are staged that only the actor may seal, once it
+    /// has waited for the runs thread. An actor with commands to apply
+    /// looks at the end of its round anyway.
     pub fn seal_staged(&self) -> bool {
         let idle = || self.0.unapplied.load(Ordering::Acquire) == 0;
         if !idle() {
             return false; // without taking the lock the actor is busy with
         }
         let mut engine = self.0.engine.lock();
-        if engine.submitter.is_some() && idle() {
+        let behind = engine.runs_behind();
+        if engine.submitter.is_some() && idle() && !behind {
             self.seal(&mut engine);
         }
-        !engine.healthy || engine.submitter.as_ref().is_none_or(Submitter::has_failure)
+        !engine.healthy
+            || engine.submitter.as_ref().is_none_or(Submitter::has_failure)
+            || (behind && engine.has_staged())
     }
 
     /// Seals everything staged into one batch and hands it to the committer
     /// with the answers it holds; returns it if no committer runs. If the
     /// storage is closed, the answers are sent failed.
     pub fn seal(&self, engine: &mut Engine) -> Option<Box<Unsubmitted>> {
-        if engine.held.is_empty() && !engine.staged_unanswered {
+        if !engine.has_staged() {
             return None;
         }
         engine.staged_unanswered = false;
