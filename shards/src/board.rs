@@ -4,6 +4,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
+use compact_str::CompactString;
+
 use crate::fields::{Field, FieldValues};
 
 /// Which end of the score range ranks first.
@@ -93,21 +95,21 @@ impl Default for BoardConfig {
 /// storage keys use (short keys, and a dropped board's leftovers can never be
 /// mistaken for a new board of the same name), and its config.
 ///
-/// 32 bytes, cheap to clone: the router and every shard holding the board
-/// share its name, and boards of one config share the config (see
-/// [`ConfigInterner`]). A server may hold a million small boards, each
-/// in the router and in every shard with players of it.
+/// 40 bytes, cheap to clone: a name of up to 24 bytes is held inline, so
+/// the router's shared copy is one allocation whose name a lookup compares
+/// without a further cache miss, and boards of one config share the config
+/// (see [`ConfigInterner`]). A server may hold a million small boards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Board {
     /// Engine-wide unique id, never reused.
     pub id: u64,
     /// The client-facing name.
-    pub name: Arc<str>,
+    pub name: CompactString,
     /// Fixed configuration.
     pub config: Arc<BoardConfig>,
 }
 
-const _: () = assert!(std::mem::size_of::<Board>() == 32);
+const _: () = assert!(std::mem::size_of::<Board>() == 40);
 
 /// Hands out one shared copy of each distinct config: most boards of a
 /// server have one of a few configs.
