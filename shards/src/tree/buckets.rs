@@ -130,8 +130,9 @@ impl CountTree {
     pub fn bucket_bounds(&self, shape: BucketShape) -> Vec<u128> {
         let mut buckets: Vec<Bucket> = Vec::new();
         let mut heap = BinaryHeap::new();
-        if self.total > 0 {
-            heap.push(Candidate { count: self.total, start: 0, depth: 0, node: &self.root });
+        let total = self.total();
+        if total > 0 {
+            heap.push(Candidate { count: total, start: 0, depth: 0, node: &self.root });
         }
         let per_bucket = shape.per_bucket.max(1);
         while let Some(c) = heap.pop() {
@@ -147,7 +148,7 @@ impl CountTree {
         buckets.sort_unstable_by_key(|b| b.start);
         let merged = merge_small(buckets, per_bucket);
         let mut bounds: Vec<u128> = merged.into_iter().flat_map(|b| [Some(b.start), b.end]).flatten().collect();
-        if self.total > 0 {
+        if total > 0 {
             bounds.push(edge(extreme(&self.root, false), shape.split_ties));
             bounds.extend(end_after(extreme(&self.root, true), shape.split_ties));
         }
@@ -162,7 +163,7 @@ impl CountTree {
         match c.node {
             Node::Leaf(leaf) => {
                 let mut keys: Vec<Bucket> = Vec::new();
-                for entry in &leaf.entries {
+                for entry in leaf.entries.iter() {
                     let start = edge(entry.key(), split_ties);
                     match keys.last_mut() {
                         Some(last) if last.start == start => last.count += entry.count(),

@@ -115,7 +115,7 @@ fn decode_delta_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         push_decoded(&mut entries, (u128::from(high) << 64) | u128::from(low), count)?;
         previous_high = high;
     }
-    Ok(Leaf { entries, ..Leaf::default() })
+    Ok(Leaf { entries: entries.into(), ..Leaf::default() })
 }
 
 fn decode_fixed_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
@@ -129,7 +129,7 @@ fn decode_fixed_leaf(bytes: &[u8]) -> Result<Leaf, CorruptLeaf> {
         let count = u64::from_be_bytes(count.try_into().map_err(|_| CorruptLeaf("count"))?);
         push_decoded(&mut entries, key, count)?;
     }
-    Ok(Leaf { entries, ..Leaf::default() })
+    Ok(Leaf { entries: entries.into(), ..Leaf::default() })
 }
 
 /// Appends a decoded entry, in either encoding, if the leaf stays one the

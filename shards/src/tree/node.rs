@@ -1,6 +1,7 @@
 //! The in-memory layout of a count tree (inner nodes of counted slots,
 //! sorted leaves of packed entries) and the recursive walks over it.
 
+use super::entries::Entries;
 use super::snapshot::CopiesOnWrite;
 #[cfg(doc)]
 use super::CountTree; // for doc links
@@ -35,7 +36,7 @@ pub(super) enum Node {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Leaf {
     /// Sorted by key, so a rank's last step is a binary search.
-    pub(super) entries: Vec<Entry>,
+    pub(super) entries: Entries,
     /// The tree's [`CountTree::epoch`] when the leaf was made or last
     /// copied into a snapshot: while a snapshot is being copied, a leaf of
     /// an older epoch is one it still needs as it was.
@@ -43,18 +44,18 @@ pub(super) struct Leaf {
     /// The tree's [`CountTree::round`] when the leaf was last put in the
     /// set of changed leaves: while they are equal it is there, and a
     /// change need not hash its id into the set again (the set is large:
-    /// an insert waits for memory). Fits in the padding after `epoch`: a
-    /// leaf stays 32 bytes.
+    /// an insert waits for memory). Fits beside `epoch`: a leaf is 24
+    /// bytes.
     pub(super) marked: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Leaf>() == 32);
+const _: () = assert!(std::mem::size_of::<Leaf>() == 24);
 
 impl Leaf {
     /// A leaf made now, in the tree's epoch `epoch`: it holds nothing a
     /// snapshot under way still needs.
     pub(super) fn empty(epoch: u32) -> Self {
-        Self { entries: Vec::new(), epoch, marked: 0 }
+        Self { entries: Entries::default(), epoch, marked: 0 }
     }
 }
 
@@ -205,7 +206,7 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
                 leaf.epoch = changes.epoch;
                 if let Some(snapshot) = changes.copies_on_write() {
                     if !leaf.entries.is_empty() {
-                        snapshot.insert(id, leaf.entries.as_slice().into());
+                        snapshot.insert(id, leaf.entries[..].into());
                     }
                 }
             }
@@ -219,15 +220,17 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
                 Ok(i) => {
                     let count = leaf.entries[i].count().saturating_add_signed(delta);
                     if count == 0 {
-                        leaf.entries.remove(i);
+                        leaf.entries.edit(|entries| entries.remove(i));
                     } else {
                         leaf.entries[i] = Entry::new(key, count);
                     }
                     count
                 }
                 Err(i) if delta > 0 => {
-                    reserve_one(&mut leaf.entries);
-                    leaf.entries.insert(i, Entry::new(key, delta.unsigned_abs()));
+                    leaf.entries.edit(|entries| {
+                        reserve_one(entries);
+                        entries.insert(i, Entry::new(key, delta.unsigned_abs()));
+                    });
                     delta.unsigned_abs()
                 }
                 Err(_) => 0,
@@ -237,7 +240,7 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
                     changes.changed(id); // the stored root leaf is to be deleted
                 }
                 let entries = std::mem::take(&mut leaf.entries);
-                *node = burst(entries, bits, depth, changes);
+                *node = burst(entries.into_vec(), bits, depth, changes);
             }
             count
         }
@@ -280,7 +283,7 @@ fn burst(entries: Vec<Entry>, bits: u32, depth: u32, changes: &mut Changes<'_>) 
                 burst(group, bits, child_depth, changes)
             } else {
                 changes.changed(leaf_id_of(first, child_depth as u8, bits));
-                Node::Leaf(Leaf { entries: group, epoch: changes.epoch, marked: changes.round })
+                Node::Leaf(Leaf { entries: group.into(), epoch: changes.epoch, marked: changes.round })
             };
             slots[d].child = Some(child);
         }

@@ -47,7 +47,7 @@ impl CountTree {
             if should_move(leaf.entries.as_ptr().cast()) {
                 let mut fresh = Vec::with_capacity(leaf.entries.capacity());
                 fresh.extend_from_slice(&leaf.entries);
-                leaf.entries = fresh;
+                leaf.entries = fresh.into();
                 done.moved += 1;
             }
             true

@@ -48,7 +48,7 @@ impl CountTree {
     /// Whether so many leaves changed that copying every leaf in one walk
     /// beats looking the changed ones up (see [`MOSTLY_CHANGED_PLAYERS_PER_LEAF`]).
     fn mostly_changed(&self) -> bool {
-        self.dirty_len() as u64 >= self.total / MOSTLY_CHANGED_PLAYERS_PER_LEAF
+        self.dirty_len() as u64 >= self.total() / MOSTLY_CHANGED_PLAYERS_PER_LEAF
     }
 
     /// Whether the root is a leaf changed since the last checkpoint: the
@@ -145,7 +145,7 @@ impl CountTree {
     fn copy_every_leaf(&self, leaves: usize) -> LeafCopies {
         let mut out = LeafCopies::default();
         // At most an entry per player.
-        out.entries.reserve(usize::try_from(self.total).unwrap_or(0));
+        out.entries.reserve(usize::try_from(self.total()).unwrap_or(0));
         out.leaves.reserve(leaves);
         let mut ahead = VecDeque::with_capacity(COPY_PREFETCH_AHEAD + 1);
         copy_leaves(&self.root, self.bits, 0, 0, &mut ahead, &mut out);
