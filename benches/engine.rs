@@ -7,6 +7,10 @@
 //!   of the tree (`CountTree::take_dirty`), which the shard's thread does
 //!   between rounds, after a full cycle of the fixture's random moves has
 //!   changed most leaves (as a checkpoint finds them).
+//! - `small_trees/move/<N>`: N boxed trees of 3 players each, as a shard
+//!   of N small boards holds them; one player of a random tree moves. What
+//!   a tree's size and its leaf's allocation cost when every move misses
+//!   the cache (N is the smallest tree size).
 //! - `tree_branching/{add,rank}/<factor>`: the same two operations for every
 //!   factor in `BRANCHINGS`, at the smallest N, so the default factor can be
 //!   chosen by measurement.
@@ -169,6 +173,73 @@ impl TreeFixture {
         self.next_probe = (self.next_probe + 1) % self.probes.len();
         self.tree.count_before(probe)
     }
+}
+
+/// Players in each of [`SmallTrees`]'s trees.
+const SMALL_TREE_PLAYERS: usize = 3;
+
+/// Many small trees, each boxed as a shard holds a board's, and the
+/// precomputed moves of their benchmark.
+struct SmallTrees {
+    /// Boxed on purpose: a shard's holdings point to each tree.
+    #[allow(clippy::vec_box)]
+    trees: Vec<Box<CountTree>>,
+    /// Each tree's players' keys now.
+    keys: Vec<[u128; SMALL_TREE_PLAYERS]>,
+    /// `(tree, player, new key)`; any order of them is valid, as the old
+    /// key is looked up in `keys`.
+    moves: Vec<(usize, usize, u128)>,
+    next_move: usize,
+}
+
+impl SmallTrees {
+    fn new(trees: usize) -> Self {
+        let mut rng = StdRng::seed_from_u64(SEED ^ trees as u64 ^ 0x5);
+        let mut seq = 0u64;
+        let mut key_now = |rng: &mut StdRng| {
+            seq += 1;
+            key(rng.gen_range(0..1000), seq)
+        };
+        let keys: Vec<[u128; SMALL_TREE_PLAYERS]> =
+            (0..trees).map(|_| std::array::from_fn(|_| key_now(&mut rng))).collect();
+        let trees = keys
+            .iter()
+            .map(|players| {
+                let mut tree = Box::new(CountTree::new(DEFAULT_BRANCHING).expect("the default branching"));
+                for &k in players {
+                    tree.add(k, 1);
+                }
+                tree
+            })
+            .collect();
+        let moves = (0..MOVES)
+            .map(|_| (rng.gen_range(0..keys.len()), rng.gen_range(0..SMALL_TREE_PLAYERS), key_now(&mut rng)))
+            .collect();
+        Self { trees, keys, moves, next_move: 0 }
+    }
+
+    /// One player of one tree moves: its old key leaves, its new key arrives.
+    #[inline]
+    fn step(&mut self) -> u64 {
+        let (tree, player, new) = self.moves[self.next_move];
+        self.next_move = (self.next_move + 1) % self.moves.len();
+        let old = std::mem::replace(&mut self.keys[tree][player], new);
+        let tree = &mut self.trees[tree];
+        tree.add(old, -1);
+        tree.add(new, 1)
+    }
+}
+
+fn small_trees(c: &mut Criterion) {
+    let trees = player_counts()[0];
+    let mut group = c.benchmark_group("small_trees");
+    group.throughput(Throughput::Elements(1));
+    let mut fixture: Option<SmallTrees> = None;
+    group.bench_function(BenchmarkId::new("move", label(trees)), |b| {
+        let fx = fixture.get_or_insert_with(|| SmallTrees::new(trees));
+        b.iter(|| black_box(fx.step()));
+    });
+    group.finish();
 }
 
 /// Registers `add` and `rank` benchmarks sharing one lazily built fixture.
@@ -355,5 +426,5 @@ fn shard_scaling(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, tree, tree_branching, shard_commit, shard_scaling);
+criterion_group!(benches, tree, small_trees, tree_branching, shard_commit, shard_scaling);
 criterion_main!(benches);
