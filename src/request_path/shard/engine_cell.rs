@@ -182,12 +182,12 @@ impl EngineCell {
         }
         let Some(mut engine) = self.0.engine.try_lock() else { return Err(command) };
         let engine = &mut *engine;
+        if self.0.unapplied.load(Ordering::Acquire) > 0 || engine.runs_behind() {
+            return Err(command); // the actor waits for the runs thread first
+        }
         let (Some(shard), Some(_), true) = (&mut engine.shard, &engine.submitter, engine.healthy) else {
             return Err(command);
         };
-        if self.0.unapplied.load(Ordering::Acquire) > 0 || shard.unwritten_runs() > MAX_UNWRITTEN_RUNS {
-            return Err(command); // the actor waits for the runs thread first
-        }
         let metrics = &self.0.metrics.shards[self.0.index];
         metrics.mailbox_depth.inc(); // lowered as the answer is sent, as for a queued write
         shard.set_time(self.0.clock.now());
