@@ -46,12 +46,8 @@ impl Entries {
                 *self.owner = Entries::from(vec);
             }
         }
-        // `self` holds nothing while its buffer is lent out; `taken` is
-        // never dropped, so the buffer has one owner, the lent vector.
-        let taken = ManuallyDrop::new(std::mem::take(self));
-        // SAFETY: `ptr`, `len` and `cap` came from a `Vec<Entry>` (see
-        // `From<Vec<Entry>>`) whose ownership `taken` held.
-        let vec = unsafe { Vec::from_raw_parts(taken.ptr.as_ptr(), taken.len as usize, taken.cap as usize) };
+        // `self` holds nothing while its buffer is lent out.
+        let vec = std::mem::take(self).into_vec();
         let mut lent = Lent { owner: self, vec: ManuallyDrop::new(vec) };
         f(&mut lent.vec)
     }
@@ -59,8 +55,9 @@ impl Entries {
     /// The entries as a `Vec`, without copying.
     pub(super) fn into_vec(self) -> Vec<Entry> {
         let this = ManuallyDrop::new(self);
-        // SAFETY: as in `edit`; `this` is never dropped, so the buffer has
-        // one owner, the returned vector.
+        // SAFETY: `ptr`, `len` and `cap` came from a `Vec<Entry>` (see
+        // `From<Vec<Entry>>`) whose buffer `this` owned; `this` is never
+        // dropped, so the buffer has one owner, the returned vector.
         unsafe { Vec::from_raw_parts(this.ptr.as_ptr(), this.len as usize, this.cap as usize) }
     }
 
@@ -89,8 +86,7 @@ impl From<Vec<Entry>> for Entries {
 
 impl Drop for Entries {
     fn drop(&mut self) {
-        // SAFETY: as in `edit`; dropped once, so freed once.
-        drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len as usize, self.cap as usize) });
+        drop(std::mem::take(self).into_vec());
     }
 }
 
@@ -104,8 +100,6 @@ impl Deref for Entries {
     }
 }
 
-/// Empty, owning nothing (what `edit` leaves behind while the buffer is
-/// lent out).
 impl DerefMut for Entries {
     fn deref_mut(&mut self) -> &mut [Entry] {
         // SAFETY: as in `deref`, and `&mut self` makes the access unique.
@@ -113,6 +107,8 @@ impl DerefMut for Entries {
     }
 }
 
+/// Empty, owning nothing (what `edit` leaves behind while the buffer is
+/// lent out).
 impl Default for Entries {
     fn default() -> Self {
         Self { ptr: NonNull::dangling(), len: 0, cap: 0 }
@@ -155,7 +151,7 @@ mod tests {
     proptest! {
         /// Inserts and removals through `edit` leave what a `Vec` would,
         /// clones and moves into and out of `Vec`s included; leaks and
-        /// double frees are the allocator's to catch (and Miri's).
+        /// double frees are for the allocator (or valgrind) to catch.
         #[test]
         fn edits_match_a_vec(ops in proptest::collection::vec((any::<bool>(), 0usize..80, 0u64..1000), 0..300)) {
             let mut entries = Entries::default();
