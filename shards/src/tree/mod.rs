@@ -140,8 +140,9 @@ impl CountTree {
     }
 
     /// Adds `delta` players at `key` and returns how many hold it now.
-    /// Removing more than present is a caller bug; it is clamped (and caught
-    /// by [`CountTree::check`] in tests).
+    /// Removing more than present is a caller bug; it is clamped (below an
+    /// inner node the counts then disagree, which [`CountTree::check`]
+    /// catches in tests; a compact tree has no count to disagree).
     pub fn add(&mut self, key: u128, delta: i64) -> u64 {
         if delta == 0 {
             let through = key.checked_add(1).map_or_else(|| self.total(), |next| self.count_before(next));
