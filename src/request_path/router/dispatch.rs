@@ -96,11 +96,7 @@ impl Router {
         // A board with fields shows its packed scores as maps.
         let composite = op.board().and_then(|name| boards.get(name)).filter(|b| b.config.has_fields()).cloned();
         let scored = Scored(composite.as_deref().map(|board| &*board.config));
-        let routed = self.route(boards, op, outbox, in_place, scored);
-        let routed = match composite {
-            None => routed,
-            Some(board) => presented(routed, board),
-        };
+        let routed = presented(self.route(boards, op, outbox, in_place, scored), composite);
         match watched {
             None => routed,
             Some(board) => noticed(routed, self.watches.clone(), board),
@@ -110,23 +106,16 @@ impl Router {
     /// A lone rank, in place if it can be (as [`Router::dispatch`] with
     /// `in_place`), the registry held only while its board is found:
     /// reading the engines, and queueing the rank when that fails, happen
-    /// after it is let go. Any other op is dispatched as usual.
-    pub(super) fn rank_unlocked(&self, op: Op, outbox: &mut Outbox) -> Routed {
-        let Op::Rank { board, player, view } = op else {
-            return self.dispatch(&mut self.boards.lock(), op, outbox, false);
-        };
-        let read = self.read(&self.boards.lock(), OpKind::Rank, &board, view);
+    /// after it is let go.
+    pub(super) fn rank_unlocked(&self, board: &str, player: String, view: View, outbox: &mut Outbox) -> Routed {
+        let read = self.read(&self.boards.lock(), OpKind::Rank, board, view);
         match read {
             Err(e) => Routed::Ready(Err(e)),
             Ok(None) => Routed::Ready(Ok(Reply::Rank(None))),
             Ok(Some(read)) => {
                 // A board with fields shows its packed scores as maps.
                 let composite = read.board.config.has_fields().then(|| read.board.clone());
-                let routed = self.rank(read, player, outbox, true);
-                match composite {
-                    None => routed,
-                    Some(board) => presented(routed, board),
-                }
+                presented(self.rank(read, player, outbox, true), composite)
             }
         }
     }
@@ -456,8 +445,10 @@ impl<'c> Scored<'c> {
     }
 }
 
-/// An op on a board with fields, its reply's packed scores shown as maps.
-fn presented(routed: Routed, board: Arc<Board>) -> Routed {
+/// An op's reply; on a board with fields (`composite`), its packed scores
+/// shown as maps.
+fn presented(routed: Routed, composite: Option<Arc<Board>>) -> Routed {
+    let Some(board) = composite else { return routed };
     match routed {
         Routed::Ready(reply) => Routed::Ready(reply.map(|reply| score::present(reply, &board))),
         Routed::Score(pending) => Routed::Later(Box::pin(async move {

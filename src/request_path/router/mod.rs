@@ -168,7 +168,12 @@ impl Router {
         if in_place.is_on() && ops.iter().all(|op| matches!(op, Op::Rank { .. })) {
             // Lone ranks hold the registry only to find their boards: they
             // queue nothing a write could be ordered against.
-            let routed: Vec<Routed> = ops.into_iter().map(|op| self.rank_unlocked(op, &mut outbox)).collect();
+            let routed: Vec<Routed> = (ops.into_iter())
+                .filter_map(|op| match op {
+                    Op::Rank { board, player, view } => Some(self.rank_unlocked(&board, player, view, &mut outbox)),
+                    _ => None, // none: all are ranks
+                })
+                .collect();
             outbox.send(&self.shards);
             return dispatch::replies(routed);
         }

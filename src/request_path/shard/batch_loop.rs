@@ -124,7 +124,8 @@ impl BatchLoop {
     /// Starts the committer and runs threads. After each group the
     /// committer seals what was staged meanwhile, itself; `on_progress` is
     /// called on the threads when the actor must hear at once: a group's
-    /// runs are written, or the pipeline failed (or the shard recovers).
+    /// runs are written, the pipeline failed (or the shard recovers), or
+    /// the runs thread is too far behind for the committer to seal.
     pub fn start_pipeline(&mut self, on_progress: Arc<dyn Fn() + Send + Sync>) {
         let engine = self.engine.clone();
         let on_progress = Arc::new(move |thread| {
@@ -134,7 +135,8 @@ impl BatchLoop {
             // here, and the actor learns which batches finished when it
             // next looks (`catch_up`, every round and every second). The
             // runs thread's groups carry runs, which the actor must land
-            // to free their overlays; failures must be heard at once.
+            // to free their overlays; failures must be heard at once, and
+            // writes only the actor may seal (see `seal_staged`).
             if thread == PipelineThread::Committer && !engine.seal_staged() {
                 return;
             }
