@@ -39,7 +39,35 @@ struct Outcome {
     /// Why writing failed, if it did.
     failure: Option<ShardError>,
     /// Each tree's changed leaves, for an abandoned checkpoint to give back.
-    changed: Vec<(TreeId, Vec<LeafId>)>,
+    changed: HandedOut,
+}
+
+/// The changed leaves the slices handed out, by tree: what an abandoned
+/// checkpoint gives back. Held until the checkpoint ends, for every tree
+/// that changed: a compact tree's root alone, what nearly all of a million
+/// small boards hand out, is kept as its id, not as a list of one.
+#[derive(Default)]
+struct HandedOut {
+    /// Trees that handed out their root leaf alone.
+    roots: Vec<TreeId>,
+    /// Every other tree, with its leaves.
+    leaves: Vec<(TreeId, Vec<LeafId>)>,
+}
+
+impl HandedOut {
+    fn keep(&mut self, tree: TreeId, picker: SlicePicker) {
+        let changed = picker.into_changed();
+        if changed == [LeafId::ROOT] {
+            self.roots.push(tree);
+        } else {
+            self.leaves.push((tree, changed));
+        }
+    }
+
+    fn into_vec(self) -> Vec<(TreeId, Vec<LeafId>)> {
+        let roots = self.roots.into_iter().map(|tree| (tree, vec![LeafId::ROOT]));
+        self.leaves.into_iter().chain(roots).collect()
+    }
 }
 
 /// Writes one checkpoint's leaves on a thread of its own as the slices come
@@ -114,7 +142,7 @@ impl LeafWriter {
     /// the changed leaves the slices handed out, by tree.
     pub(crate) fn abandon(mut self) -> Vec<(TreeId, Vec<LeafId>)> {
         self.abandoned.store(true, Ordering::Relaxed);
-        self.end().changed
+        self.end().changed.into_vec()
     }
 
     /// Closes the queue and waits for the thread.
@@ -122,10 +150,11 @@ impl LeafWriter {
         self.slices = None;
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(outcome)) => outcome,
-            Some(Err(_)) => {
-                Outcome { failure: Some(ShardError::Corrupt("the leaf writer panicked")), changed: Vec::new() }
-            }
-            None => Outcome { failure: None, changed: Vec::new() },
+            Some(Err(_)) => Outcome {
+                failure: Some(ShardError::Corrupt("the leaf writer panicked")),
+                changed: HandedOut::default(),
+            },
+            None => Outcome { failure: None, changed: HandedOut::default() },
         }
     }
 }
@@ -155,14 +184,17 @@ fn write_leaves(
     let mut failure: Option<ShardError> = None;
     let started = keyspace.start_ingestion().and_then(|mut tables| tables.write(marker.0, marker.1).map(|()| tables));
     let mut tables = started.map_err(|e| failure = Some(e.into())).ok();
-    // Each tree seen, in key order, with its picker (the last one's in use).
-    let mut trees: Vec<(TreeId, SlicePicker)> = Vec::new();
+    // The tree whose slices are coming, with its picker; the trees before.
+    let mut current: Option<(TreeId, SlicePicker)> = None;
+    let mut handed_out = HandedOut::default();
     for (tree, mut slice) in queue {
         queued.fetch_sub(1, Ordering::Relaxed);
-        if trees.last().is_none_or(|(last, _)| *last != tree) {
-            trees.push((tree, SlicePicker::default()));
+        if current.as_ref().is_none_or(|(last, _)| *last != tree) {
+            if let Some((done, picker)) = current.replace((tree, SlicePicker::default())) {
+                handed_out.keep(done, picker);
+            }
         }
-        let Some((_, picker)) = trees.last_mut() else { continue };
+        let Some((_, picker)) = current.as_mut() else { continue };
         let Some(ingestion) = tables.as_mut().filter(|_| !abandoned.load(Ordering::Relaxed)) else {
             picker.pass(&mut slice); // keeps what an abandoned checkpoint gives back
             continue;
@@ -192,7 +224,10 @@ fn write_leaves(
             failure.get_or_insert(e.into());
         }
     }
-    Outcome { failure, changed: trees.into_iter().map(|(tree, picker)| (tree, picker.into_changed())).collect() }
+    if let Some((tree, picker)) = current {
+        handed_out.keep(tree, picker);
+    }
+    Outcome { failure, changed: handed_out }
 }
 
 /// A leaf's key: its tree's prefix, then its sub-range's start and depth.

@@ -60,9 +60,6 @@ struct Pending {
     snapshot: Option<Snapshot>,
 }
 
-/// The root leaf's id: the whole key range at depth 0.
-const ROOT_LEAF: LeafId = LeafId { prefix: 0, depth: 0 };
-
 /// A leaf bursts into an inner node once it holds more distinct keys than
 /// this. Small enough that the linear sum inside a leaf stays cheap, large
 /// enough that inner nodes (which cost `branching` counters) stay rare.
@@ -92,6 +89,23 @@ pub struct CountTree {
     round: u32,
     /// Bumped when a snapshot starts copying; see [`Leaf::epoch`].
     epoch: u32,
+    /// A snapshot of the compact root not yet handed out: the root is
+    /// copied when the snapshot's slice is taken, or first when it is about
+    /// to change. A byte of the tree's padding where a [`Pending`] box and
+    /// a set of one leaf cost a million small boards ~300 bytes each at
+    /// every checkpoint.
+    root_snapshot: RootSnapshot,
+}
+
+/// Where a compact root's snapshot is ([`CountTree::root_snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RootSnapshot {
+    /// None wanted (or it is a [`Pending`] snapshot, as any tree's).
+    Off,
+    /// Wanted; the slices' budget has not reached it yet.
+    Waiting,
+    /// Counted in a slice's budget: the next slice taken copies it.
+    Reached,
 }
 
 /// jemalloc's 48-byte class: a server of a million small boards holds a
@@ -121,6 +135,7 @@ impl CountTree {
             pending: None,
             round: 1,
             epoch: 0,
+            root_snapshot: RootSnapshot::Off,
         })
     }
 
@@ -148,8 +163,8 @@ impl CountTree {
             let through = key.checked_add(1).map_or_else(|| self.total(), |next| self.count_before(next));
             return through - self.count_before(key);
         }
-        let Self { root, bits, pending, round, epoch, .. } = self;
-        let mut changes = Changes { pending, round: *round, epoch: *epoch };
+        let Self { root, bits, pending, round, epoch, root_snapshot } = self;
+        let mut changes = Changes { pending, round: *round, epoch: *epoch, root_snapshot };
         add_at(root, *bits, 0, key, delta, &mut changes)
     }
 
@@ -306,9 +321,9 @@ mod tests {
         tree.add(7, 1);
         tree.add(9, 1);
         assert!(tree.pending.is_none() && tree.root_changed());
-        assert_eq!(tree.take_dirty_set(), LeafSet::from_iter([ROOT_LEAF]));
+        assert_eq!(tree.take_dirty_set(), LeafSet::from_iter([LeafId::ROOT]));
         assert!(tree.pending.is_none() && !tree.root_changed());
-        tree.mark_dirty([ROOT_LEAF]);
+        tree.mark_dirty([LeafId::ROOT]);
         assert!(tree.pending.is_none() && tree.root_changed(), "given back: marked again");
     }
 
@@ -322,10 +337,10 @@ mod tests {
         }
         assert!(!tree.is_compact());
         let changed = tree.take_dirty_set();
-        assert!(changed.contains(&ROOT_LEAF), "the stored root leaf must be deleted");
+        assert!(changed.contains(&LeafId::ROOT), "the stored root leaf must be deleted");
         assert!(changed.len() > 1);
-        tree.mark_dirty([ROOT_LEAF]);
-        assert_eq!(tree.take_dirty_set(), LeafSet::from_iter([ROOT_LEAF]), "kept in the set once burst");
+        tree.mark_dirty([LeafId::ROOT]);
+        assert_eq!(tree.take_dirty_set(), LeafSet::from_iter([LeafId::ROOT]), "kept in the set once burst");
     }
 
     /// Writes the leaves changed since the last reload to `disk` and loads

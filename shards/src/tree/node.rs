@@ -2,10 +2,10 @@
 //! sorted leaves of packed entries) and the recursive walks over it.
 
 use super::entries::Entries;
-use super::snapshot::CopiesOnWrite;
+use super::snapshot::{keep_root_snapshot, CopiesOnWrite};
 #[cfg(doc)]
 use super::CountTree; // for doc links
-use super::{Pending, LEAF_CAPACITY};
+use super::{Pending, RootSnapshot, LEAF_CAPACITY};
 
 pub(super) const KEY_BITS: u32 = 128;
 
@@ -25,6 +25,12 @@ pub struct LeafId {
 }
 
 const _: () = assert!(std::mem::size_of::<LeafId>() == 24);
+
+impl LeafId {
+    /// The root leaf's id: the whole key range at depth 0, the one leaf of
+    /// a compact tree.
+    pub const ROOT: Self = Self { prefix: 0, depth: 0 };
+}
 
 #[derive(Debug)]
 pub(super) enum Node {
@@ -180,6 +186,9 @@ pub(super) struct Changes<'a> {
     /// The tree's [`CountTree::epoch`]: a leaf of another is copied before
     /// it changes, while a snapshot is being copied.
     pub(super) epoch: u32,
+    /// The tree's [`CountTree::root_snapshot`]: the compact root is copied
+    /// before it changes.
+    pub(super) root_snapshot: &'a mut RootSnapshot,
 }
 
 impl Changes<'_> {
@@ -204,7 +213,10 @@ pub(super) fn add_at(node: &mut Node, bits: u32, depth: u32, key: u128, delta: i
             let id = leaf_id_of(key, depth as u8, bits);
             if leaf.epoch != changes.epoch {
                 leaf.epoch = changes.epoch;
-                if let Some(snapshot) = changes.copies_on_write() {
+                if depth == 0 && *changes.root_snapshot != RootSnapshot::Off {
+                    *changes.root_snapshot = RootSnapshot::Off;
+                    keep_root_snapshot(changes.pending, &leaf.entries);
+                } else if let Some(snapshot) = changes.copies_on_write() {
                     if !leaf.entries.is_empty() {
                         snapshot.insert(id, leaf.entries[..].into());
                     }

@@ -4,12 +4,43 @@
 
 use super::encoding::{encode_entries, LeafEncoding};
 use super::node::{leaves_from, level_bits, prefetch_entries, unmark_all, Entry, LeafId, KEY_BITS};
-use super::{CountTree, LeafSet, Node, Pending, ROOT_LEAF};
+use super::{CountTree, LeafSet, Node, Pending, RootSnapshot};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A snapshot's copies of leaves made as they were about to change (copy on
 /// write), in key order.
 pub(super) type CopiesOnWrite = BTreeMap<LeafId, Box<[Entry]>>;
+
+/// Keeps a compact root's `entries`, about to change while its snapshot
+/// ([`CountTree::root_snapshot`]) waits, as that snapshot's one slice.
+pub(super) fn keep_root_snapshot(pending: &mut Option<Box<Pending>>, entries: &[Entry]) {
+    pending.get_or_insert_default().snapshot = Some(Snapshot {
+        changed: Some(Changed::Root),
+        walked: LeafCopies::of_root(entries),
+        ahead: CopiesOnWrite::new(),
+        walk: None,
+    });
+}
+
+/// The leaves a snapshot found changed.
+#[derive(Debug)]
+enum Changed {
+    /// A compact tree's root, known by its mark: a set of one would be an
+    /// allocation for each of a million small boards at every checkpoint.
+    Root,
+    /// Any leaves, a burst tree's.
+    Leaves(LeafSet),
+}
+
+impl Changed {
+    /// The leaves, in no order.
+    fn into_ids(self) -> Vec<LeafId> {
+        match self {
+            Self::Root => vec![LeafId::ROOT],
+            Self::Leaves(set) => set.into_iter().collect(),
+        }
+    }
+}
 
 /// The changed leaves of a checkpoint, as they were when it began, copied
 /// out and handed out a slice at a time ([`CountTree::begin_snapshot`]).
@@ -17,7 +48,7 @@ pub(super) type CopiesOnWrite = BTreeMap<LeafId, Box<[Entry]>>;
 pub(super) struct Snapshot {
     /// The leaves changed before it began, for the writer to pick out of
     /// the copies; handed out with the first slice.
-    changed: Option<LeafSet>,
+    changed: Option<Changed>,
     /// Leaves the walk copied since the last slice was handed out, in key
     /// order.
     walked: LeafCopies,
@@ -41,7 +72,7 @@ impl CountTree {
     /// leaves picking out the changed ones, the encoding and the keys to the
     /// writing thread.
     pub fn take_dirty(&mut self) -> LeafSlice {
-        debug_assert!(self.snapshot().is_none(), "a snapshot is being taken: abandon it first");
+        debug_assert!(!self.has_snapshot(), "a snapshot is being taken: abandon it first");
         self.take_dirty_by(self.mostly_changed())
     }
 
@@ -66,7 +97,7 @@ impl CountTree {
     pub(super) fn mark_dirty(&mut self, leaves: impl IntoIterator<Item = LeafId>) {
         for id in leaves {
             match &mut self.root {
-                Node::Leaf(root) if id == ROOT_LEAF => root.marked = self.round,
+                Node::Leaf(root) if id == LeafId::ROOT => root.marked = self.round,
                 _ => {
                     self.pending.get_or_insert_default().dirty.insert(id);
                 }
@@ -88,7 +119,7 @@ impl CountTree {
             None => LeafSet::default(),
         };
         if root {
-            dirty.insert(ROOT_LEAF);
+            dirty.insert(LeafId::ROOT);
         }
         self.next_round();
         self.drop_idle_pending();
@@ -136,7 +167,7 @@ impl CountTree {
         } else {
             self.copy_changed(&changed)
         };
-        LeafSlice { changed: Some(changed), walked, ahead: CopiesOnWrite::new(), upto: None }
+        LeafSlice { changed: Some(Changed::Leaves(changed)), walked, ahead: CopiesOnWrite::new(), upto: None }
     }
 
     /// Copies every non-empty leaf, in key order, in one walk that asks
@@ -182,8 +213,17 @@ impl CountTree {
     ///
     /// Changes from now on count towards the next snapshot.
     pub fn begin_snapshot(&mut self) {
-        debug_assert!(self.snapshot().is_none(), "one snapshot at a time");
+        debug_assert!(!self.has_snapshot(), "one snapshot at a time");
         if self.dirty_len() == 0 {
+            return;
+        }
+        if self.is_compact() && self.pending.is_none() {
+            // Only the root's mark records the change: the root, now of an
+            // older epoch, is copied when its slice is taken or before it
+            // changes, whichever comes first.
+            self.next_round();
+            self.epoch = self.epoch.wrapping_add(1);
+            self.root_snapshot = RootSnapshot::Waiting;
             return;
         }
         if !self.mostly_changed() {
@@ -191,7 +231,7 @@ impl CountTree {
             self.set_snapshot(Snapshot { changed, walked, ahead: CopiesOnWrite::new(), walk: None });
             return;
         }
-        let changed = Some(self.take_dirty_set());
+        let changed = Some(Changed::Leaves(self.take_dirty_set()));
         // Every leaf is now of an older epoch: not yet copied.
         self.epoch = self.epoch.wrapping_add(1);
         self.set_snapshot(Snapshot {
@@ -206,6 +246,14 @@ impl CountTree {
     /// returns what is left of the budget (all of it when there is no copy
     /// under way).
     pub fn continue_snapshot(&mut self, budget: usize) -> usize {
+        match self.root_snapshot {
+            RootSnapshot::Waiting if budget > 0 => {
+                self.root_snapshot = RootSnapshot::Reached; // copied by `take_slice`
+                return budget - 1;
+            }
+            RootSnapshot::Waiting | RootSnapshot::Reached => return budget,
+            RootSnapshot::Off => {}
+        }
         let Self { root, bits, epoch, pending: Some(pending), .. } = self else { return budget };
         let Some(snapshot) = &mut pending.snapshot else { return budget };
         let Some(from) = snapshot.walk else { return budget };
@@ -228,12 +276,12 @@ impl CountTree {
 
     /// Whether a snapshot has begun and not yet been handed out whole.
     pub fn has_snapshot(&self) -> bool {
-        self.snapshot().is_some()
+        self.root_snapshot != RootSnapshot::Off || self.snapshot().is_some()
     }
 
     /// Whether a snapshot has begun and is not yet fully copied.
     pub fn is_copying_snapshot(&self) -> bool {
-        self.snapshot().is_some_and(|s| s.walk.is_some())
+        self.root_snapshot == RootSnapshot::Waiting || self.snapshot().is_some_and(|s| s.walk.is_some())
     }
 
     /// Hands out the snapshot's copies the walk has passed, in key order
@@ -241,6 +289,23 @@ impl CountTree {
     /// done, ends the snapshot); `None` without a snapshot. A
     /// [`SlicePicker`] turns the slices into the leaves to write.
     pub fn take_slice(&mut self) -> Option<LeafSlice> {
+        match self.root_snapshot {
+            RootSnapshot::Off => {}
+            RootSnapshot::Waiting => return Some(LeafSlice::nothing_yet()),
+            RootSnapshot::Reached => {
+                self.root_snapshot = RootSnapshot::Off;
+                let Node::Leaf(root) = &mut self.root else { unreachable!("a root snapshot is of a compact tree") };
+                // Unchanged since the snapshot began (a change copies it first).
+                root.epoch = self.epoch;
+                let walked = LeafCopies::of_root(&root.entries);
+                return Some(LeafSlice {
+                    changed: Some(Changed::Root),
+                    walked,
+                    ahead: CopiesOnWrite::new(),
+                    upto: None,
+                });
+            }
+        }
         let snapshot = self.pending.as_mut()?.snapshot.as_mut()?;
         let ahead = match snapshot.walk {
             Some(walk) => {
@@ -267,8 +332,10 @@ impl CountTree {
     /// at once supersedes it). Those it handed out with a slice must be
     /// given back with [`CountTree::mark_changed`].
     pub fn abandon_snapshot(&mut self) {
-        if let Some(Snapshot { changed: Some(changed), .. }) = self.take_snapshot() {
-            self.mark_dirty(changed);
+        if std::mem::replace(&mut self.root_snapshot, RootSnapshot::Off) != RootSnapshot::Off {
+            self.mark_dirty([LeafId::ROOT]);
+        } else if let Some(Snapshot { changed: Some(changed), .. }) = self.take_snapshot() {
+            self.mark_dirty(changed.into_ids());
         }
     }
 
@@ -313,6 +380,16 @@ struct LeafCopies {
 }
 
 impl LeafCopies {
+    /// A compact root's copy: nothing if it holds nothing (its stored leaf
+    /// is then deleted).
+    fn of_root(entries: &[Entry]) -> Self {
+        let mut out = Self::default();
+        if !entries.is_empty() {
+            out.push(LeafId::ROOT, entries);
+        }
+        out
+    }
+
     fn push(&mut self, id: LeafId, entries: &[Entry]) {
         let start = self.entries.len();
         self.entries.extend_from_slice(entries);
@@ -341,7 +418,7 @@ impl LeafCopies {
 pub struct LeafSlice {
     /// The snapshot's changed leaves, in the first slice only: what a
     /// [`SlicePicker`] picks out of the copies.
-    changed: Option<LeafSet>,
+    changed: Option<Changed>,
     /// Leaves the walk copied, in key order.
     walked: LeafCopies,
     /// Copied on write; none is among `walked`.
@@ -352,6 +429,11 @@ pub struct LeafSlice {
 }
 
 impl LeafSlice {
+    /// A slice of a snapshot the copy has not reached yet: idle.
+    fn nothing_yet() -> Self {
+        Self { changed: None, walked: LeafCopies::default(), ahead: CopiesOnWrite::new(), upto: Some(0) }
+    }
+
     /// Whether the slice carries nothing and more follow (an empty last
     /// slice still tells the writer the snapshot's end).
     pub fn is_idle(&self) -> bool {
@@ -425,7 +507,7 @@ impl SlicePicker {
     /// [`SlicePicker::pick`] and [`SlicePicker::into_changed`]).
     pub fn pass(&mut self, slice: &mut LeafSlice) {
         if let Some(changed) = slice.changed.take() {
-            self.changed = changed.into_iter().collect();
+            self.changed = changed.into_ids();
             self.changed.sort_unstable();
             self.next = 0;
         }
@@ -527,7 +609,7 @@ mod tests {
             branching in proptest::sample::select(BRANCHINGS.to_vec()),
             encoding in prop_oneof![Just(LeafEncoding::Fixed), Just(LeafEncoding::Delta)],
             ops in proptest::collection::vec((extreme_key(), prop_oneof![Just(1i64), Just(-1), Just(2)]), 1..900),
-            cycles in proptest::collection::vec((0usize..300, 1usize..24, 0usize..6, 0usize..4), 1..5),
+            cycles in proptest::collection::vec((0usize..300, 1usize..24, 0usize..6, 0usize..4, 0usize..4), 1..5),
         ) {
             let mut tree = CountTree::new(branching).unwrap();
             let mut oracle = Oracle::default();
@@ -541,11 +623,13 @@ mod tests {
                     oracle.add(*key, delta);
                 }
             };
-            // `abandon_after`: 0 never, else after that many slices.
-            for (before, budget, between, abandon_after) in cycles {
+            // `abandon_after`: 0 never, else after that many slices;
+            // `after_begin`: changes before the first slice is copied.
+            for (before, budget, between, abandon_after, after_begin) in cycles {
                 apply(&mut tree, &mut oracle, before);
                 tree.begin_snapshot();
                 let at_begin = oracle.entries();
+                apply(&mut tree, &mut oracle, after_begin);
                 let mut picker = SlicePicker::default();
                 let mut written: Vec<Written> = Vec::new();
                 let mut slices = 0;
@@ -588,6 +672,41 @@ mod tests {
             let entries = oracle.entries();
             prop_assert_eq!(loaded(&disk, branching, encoding).entries(), entries);
         }
+    }
+
+    /// A compact tree's snapshot is a flag, not a boxed snapshot and a set
+    /// of one leaf: a shard of a million small boards takes one of each at
+    /// a checkpoint. A change before the slice is taken keeps the root as
+    /// it was.
+    #[test]
+    fn a_compact_trees_snapshot_allocates_only_when_its_root_changes_first() {
+        let mut tree = CountTree::new(16).unwrap();
+        tree.add(7, 1);
+        tree.add(9, 2);
+        tree.begin_snapshot();
+        assert!(tree.has_snapshot() && tree.pending.is_none());
+        assert_eq!(tree.continue_snapshot(0), 0);
+        assert!(tree.take_slice().is_some_and(|slice| slice.is_idle()), "not reached by a budget yet");
+        assert!(tree.is_copying_snapshot());
+        assert_eq!(tree.continue_snapshot(5), 4, "the root is one leaf of the budget");
+        assert!(!tree.is_copying_snapshot());
+        let mut picked = Vec::new();
+        pick_into(&mut SlicePicker::default(), tree.take_slice().unwrap(), LeafEncoding::Fixed, &mut picked);
+        assert_eq!(picked.len(), 1);
+        assert!(!tree.has_snapshot() && tree.pending.is_none());
+
+        tree.add(7, -1); // changed: snapshot again
+        tree.begin_snapshot();
+        tree.add(9, -2); // the root empties before its slice is taken
+        tree.add(11, 1);
+        assert!(tree.pending.as_ref().is_some_and(|p| p.snapshot.is_some()), "copied before the change");
+        let mut picked = Vec::new();
+        pick_into(&mut SlicePicker::default(), tree.take_slice().unwrap(), LeafEncoding::Fixed, &mut picked);
+        let mut disk = BTreeMap::new();
+        store_written(&mut disk, picked);
+        assert_eq!(loaded(&disk, 16, LeafEncoding::Fixed).entries(), vec![(9, 2)]);
+        assert!(!tree.has_snapshot() && tree.pending.is_none(), "the box goes with the slice");
+        assert_eq!(tree.entries(), vec![(11, 1)]);
     }
 
     #[test]
