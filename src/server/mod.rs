@@ -22,7 +22,6 @@ use tokio::net::TcpListener;
 
 use crate::clock::Clock;
 use crate::operations::metrics::{self, Metrics};
-use crate::operations::priority;
 use crate::request_path::approx::{self, Summaries};
 use crate::request_path::connection::Limits;
 use crate::request_path::router::{Boards, Router, RouterParts};
@@ -72,7 +71,6 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         tracing::warn!(listen = %config.listen, "tokens and scores cross the network in clear text: give --tls-cert and --tls-key");
     }
     let (shards, state) = startup::open_shards(&config)?;
-    priority::make_fjall_workers_background();
     let players: u64 = shards.iter().map(rankd_shards::Shard::players).sum();
     let dense = startup::recover_dense(&shards, &state, config.branching);
     tracing::info!(shards = shards.len(), players, elapsed_ms = started.elapsed().as_millis() as u64, "shards opened");

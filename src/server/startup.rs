@@ -73,6 +73,7 @@ fn shard_options(config: &ServeSettings) -> ShardOptions {
         cache_bytes: (config.cache_bytes() / 4 / config.shards as u64).max(1 << 20),
         cached_players: rankd_shards::cached_players_for(config.cache_bytes() / 4 * 3 / config.shards as u64),
         leaf_writer_start: Some(|| priority::make_background("leaves")),
+        storage_opened: Some(priority::make_fjall_workers_background),
         dedup: DedupLimits {
             horizon_secs: i64::try_from(config.dedup_horizon_secs).unwrap_or(i64::MAX),
             max_bytes: usize::try_from(config.dedup_memory_mb.saturating_mul(1 << 20) / config.shards as u64)

@@ -50,6 +50,9 @@ impl Shard {
         tree::branching_bits(options.branching)?;
         let started = Instant::now();
         let storage = Storage::open(path, &options)?;
+        if let Some(storage_opened) = options.storage_opened {
+            storage_opened();
+        }
         let cached_players = options.cached_players;
         let run_every = options.run_every;
         let dedup_limits = options.dedup;
@@ -335,6 +338,39 @@ mod tests {
     use super::*;
     use crate::board::{Mode, Order};
     use crate::key;
+
+    /// The embedder's hook runs at every open, a reopen's too (a shard
+    /// reopened after a failed write starts new fjall workers), after
+    /// fjall's workers start and before the state loads.
+    #[test]
+    fn the_storage_hook_runs_at_every_open_before_the_load() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        static WORKERS_SEEN: AtomicUsize = AtomicUsize::new(0);
+        fn hook() {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            let workers = std::fs::read_dir("/proc/self/task")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|n| n.starts_with("fjall:")))
+                .count();
+            WORKERS_SEEN.fetch_max(workers, Ordering::SeqCst);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (board, tree) = all_time_board();
+        let options = ShardOptions { storage_opened: Some(hook), ..ShardOptions::default() };
+        let mut shard = Shard::open_with_boards(dir.path(), options, |_| {
+            assert_eq!(CALLS.load(Ordering::SeqCst), 1, "called before the boards are read");
+        })
+        .unwrap();
+        shard.write(&board, "p", 3, Mode::Set, 1).unwrap();
+        shard.commit().unwrap();
+        let shard = shard.reopen().unwrap();
+        assert_eq!(CALLS.load(Ordering::SeqCst), 2);
+        assert!(WORKERS_SEEN.load(Ordering::SeqCst) > 0, "fjall's workers run when the hook is called");
+        assert_eq!(shard.count(tree), 1);
+    }
 
     /// Data dirs made before the delta encoding record none: they keep
     /// writing and reading fixed-size leaves, through checkpoints and

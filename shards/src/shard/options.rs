@@ -60,6 +60,11 @@ pub struct ShardOptions {
     /// say in how it is scheduled (the server lowers its priority, as the
     /// writing of runs is lowered, so requests come first).
     pub leaf_writer_start: Option<fn()>,
+    /// Runs once the shard's storage is open, before its state loads: an
+    /// embedder's say in how fjall's worker threads, started by the open,
+    /// are scheduled. The server lowers them there, so the compactions an
+    /// open starts do not take the cores from the load.
+    pub storage_opened: Option<fn()>,
     /// How long idempotent writes' `wid`s are remembered, and in how much memory.
     pub dedup: DedupLimits,
 }
@@ -78,6 +83,7 @@ impl Default for ShardOptions {
             checkpoint_slice_leaves: CHECKPOINT_SLICE_LEAVES,
             checkpoint_phase: 0.0,
             leaf_writer_start: None,
+            storage_opened: None,
             dedup: DedupLimits::default(),
         }
     }
