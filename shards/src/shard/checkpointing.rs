@@ -159,11 +159,17 @@ impl Shard {
                 return;
             }
         };
-        self.held.trees_mut().for_each(|(_, tree)| tree.begin_snapshot());
-        self.burst_trees = self.held.trees().filter(|(_, t)| !t.is_compact()).count();
-        // Only trees that changed have leaves to copy: with a million small
-        // boards, most have not.
-        let mut trees: Vec<TreeId> = self.held.trees().filter(|(_, t)| t.has_snapshot()).map(|(id, _)| id).collect();
+        // One pass: with a million small boards, each tree visited is a
+        // wait for memory. Only trees that changed have leaves to copy.
+        let (mut trees, mut burst) = (Vec::new(), 0);
+        for (id, tree) in self.held.trees_mut() {
+            tree.begin_snapshot();
+            burst += usize::from(!tree.is_compact());
+            if tree.has_snapshot() {
+                trees.push(id);
+            }
+        }
+        self.burst_trees = burst;
         trees.sort_unstable_by_key(TreeId::prefix);
         self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer });
         self.checkpoints.begun = true;
