@@ -38,7 +38,7 @@ pub mod ties;
 pub mod tree;
 pub mod window;
 
-pub use board::{Amount, Board, BoardConfig, ConfigInterner, Mode, Order, Ties, Window};
+pub use board::{Amount, Board, BoardConfig, ConfigInterner, Mode, Order, SharedBoard, Ties, Window};
 pub use dedup::{DedupLimits, Outcome, Wid};
 pub use dense::DenseIndex;
 pub use error::ShardError;

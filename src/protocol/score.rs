@@ -4,11 +4,9 @@
 //! router turns it into the engine's packed score ([`whole`], [`amount`]),
 //! and results back into maps ([`present`]).
 
-use std::sync::Arc;
-
 use rankd_client::{ApproxRankInfo, Entry, RankInfo};
 use rankd_shards::fields::{self, Field, FieldValues, MAX_FIELDS};
-use rankd_shards::{Amount, Board, BoardConfig, Mode};
+use rankd_shards::{Amount, BoardConfig, Mode, SharedBoard};
 use rmpv::ValueRef;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -135,14 +133,14 @@ fn clip(s: &str) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldScore {
     /// The board, for its field names.
-    board: Arc<Board>,
+    board: SharedBoard,
     /// The values, in declared order.
     values: FieldValues,
 }
 
 impl FieldScore {
     /// Unpacks `packed` under `board`'s fields.
-    pub fn new(board: &Arc<Board>, packed: i64) -> Self {
+    pub fn new(board: &SharedBoard, packed: i64) -> Self {
         Self { board: board.clone(), values: fields::unpack(&board.config.fields, packed) }
     }
 }
@@ -160,7 +158,7 @@ impl Serialize for FieldScore {
 
 /// A reply of an op on `board` (which has fields) with its packed scores
 /// shown as maps.
-pub fn present(reply: Reply, board: &Arc<Board>) -> Reply {
+pub fn present(reply: Reply, board: &SharedBoard) -> Reply {
     let shown = |packed| FieldScore::new(board, packed);
     match reply {
         Reply::Score(packed) => Reply::FieldScore(shown(packed)),
@@ -186,14 +184,18 @@ pub fn present(reply: Reply, board: &Arc<Board>) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rankd_shards::Order;
+    use rankd_shards::{Board, Order};
 
-    fn board() -> Arc<Board> {
+    fn board() -> SharedBoard {
         let fields = vec![
             Field { name: "wins".into(), order: Order::Desc, min: 0, max: 100 },
             Field { name: "time".into(), order: Order::Asc, min: 0, max: 1000 },
         ];
-        Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig { fields, ..BoardConfig::default() }.into() })
+        SharedBoard::new(Board {
+            id: 1,
+            name: "b".into(),
+            config: BoardConfig { fields, ..BoardConfig::default() }.into(),
+        })
     }
 
     fn map(pairs: &[(&str, i64)]) -> ScoreInput {

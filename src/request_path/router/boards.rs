@@ -6,9 +6,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
-use std::sync::Arc;
 
-use rankd_shards::{window, Board, BoardConfig, ConfigInterner, Ties, TreeId, Window};
+use rankd_shards::{window, Board, BoardConfig, ConfigInterner, SharedBoard, Ties, TreeId, Window};
 
 use crate::error::Error;
 use crate::protocol::View;
@@ -18,7 +17,7 @@ use crate::protocol::View;
 /// to a shared board took three words a bucket, and a million boards'
 /// table has two million buckets.
 #[derive(Clone)]
-struct ByName(Arc<Board>);
+struct ByName(SharedBoard);
 
 impl Borrow<str> for ByName {
     fn borrow(&self) -> &str {
@@ -75,7 +74,7 @@ impl RouterState {
     /// of the time they take in hash order. The highest board id and
     /// arrival sequence stored come with [`RouterState::with_stored_maxima`].
     pub fn from_held(held: Vec<Board>) -> Self {
-        let held: Vec<Arc<Board>> = held.into_iter().map(Arc::new).collect();
+        let held: Vec<SharedBoard> = held.into_iter().map(SharedBoard::new).collect();
         std::thread::scope(|scope| {
             let names = scope.spawn(|| held.iter().cloned().map(ByName).collect::<BTreeSet<_>>());
             let (boards, successors) = Self::by_name(&held);
@@ -96,7 +95,7 @@ impl RouterState {
 
     /// The live boards of `held` by name (see [`RouterState::from_held`]),
     /// and the boards that replaced an older one of their name, in id order.
-    fn by_name(held: &[Arc<Board>]) -> (HashSet<ByName>, Vec<Arc<Board>>) {
+    fn by_name(held: &[SharedBoard]) -> (HashSet<ByName>, Vec<SharedBoard>) {
         let mut boards = HashSet::with_capacity(held.len());
         let mut successors = Vec::new();
         for board in held {
@@ -136,7 +135,7 @@ pub struct Boards {
 #[derive(Debug)]
 pub enum Created {
     /// A new board: every shard must store its config.
-    New(Arc<Board>),
+    New(SharedBoard),
     /// The board exists with this config already.
     Exists,
 }
@@ -179,16 +178,16 @@ impl Boards {
 
     /// The board a write goes to, created with the default config if new
     /// (the shards store it with the write).
-    pub fn for_write(&mut self, name: &str) -> Arc<Board> {
+    pub fn for_write(&mut self, name: &str) -> SharedBoard {
         match self.get(name) {
             Some(board) => board.clone(),
             None => self.insert(name, BoardConfig::default()),
         }
     }
 
-    fn insert(&mut self, name: &str, config: BoardConfig) -> Arc<Board> {
+    fn insert(&mut self, name: &str, config: BoardConfig) -> SharedBoard {
         let config = self.configs.intern(config);
-        let board = Arc::new(Board { id: self.next_board_id, name: name.into(), config });
+        let board = SharedBoard::new(Board { id: self.next_board_id, name: name.into(), config });
         self.next_board_id += 1;
         self.by_name.insert(ByName(board.clone()));
         self.names.insert(ByName(board.clone()));
@@ -197,12 +196,12 @@ impl Boards {
     }
 
     /// The board called `name`, if any.
-    pub fn get(&self, name: &str) -> Option<&Arc<Board>> {
+    pub fn get(&self, name: &str) -> Option<&SharedBoard> {
         self.by_name.get(name).map(|board| &board.0)
     }
 
     /// Forgets `name`; the name may be reused at once (with a new id).
-    pub fn remove(&mut self, name: &str) -> Option<Arc<Board>> {
+    pub fn remove(&mut self, name: &str) -> Option<SharedBoard> {
         self.names.remove(name);
         let removed = self.by_name.take(name).map(|board| board.0);
         self.count_changed();
@@ -210,13 +209,13 @@ impl Boards {
     }
 
     /// Every board, by name.
-    pub fn sorted(&self) -> Vec<Arc<Board>> {
+    pub fn sorted(&self) -> Vec<SharedBoard> {
         self.page("", None, usize::MAX)
     }
 
     /// Up to `limit` boards whose names start with `prefix`, after the name
     /// `after` if given, in byte order: one `boards` page. O(log n + limit).
-    pub fn page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<Arc<Board>> {
+    pub fn page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<SharedBoard> {
         let start = match after {
             Some(after) if after >= prefix => Bound::Excluded(after),
             _ => Bound::Included(prefix),
@@ -240,7 +239,7 @@ impl Boards {
     /// seconds) deciding the periods; `None` when the board does not exist
     /// (it reads as empty, but the view must still be one some board could
     /// have).
-    pub fn view(&self, name: &str, view: View, now: i64) -> Result<Option<(Arc<Board>, TreeId)>, Error> {
+    pub fn view(&self, name: &str, view: View, now: i64) -> Result<Option<(SharedBoard, TreeId)>, Error> {
         let Some(board) = self.get(name) else {
             if view.window == Some(Window::All) && view.period != 0 {
                 return Err(Error::BadRequest("the `all` window has only period 0".into()));
@@ -283,7 +282,7 @@ mod tests {
         let ids: Vec<(String, u64)> = boards.sorted().iter().map(|b| (b.name.to_string(), b.id)).collect();
         assert_eq!(ids, [("a".into(), 5), ("b".into(), 2), ("c".into(), 4)]);
         assert_eq!(boards.get("a").map(|b| b.id), Some(5));
-        let same = |b: &ByName| boards.names.get(&*b.0.name).is_some_and(|n| Arc::ptr_eq(&n.0, &b.0));
+        let same = |b: &ByName| boards.names.get(&*b.0.name).is_some_and(|n| SharedBoard::ptr_eq(&n.0, &b.0));
         assert!(boards.by_name.iter().all(same), "one copy of each board");
         assert_eq!(boards.next_board_id, 6);
     }
@@ -316,7 +315,7 @@ mod tests {
             boards.for_write(name);
         }
         boards.remove("lvl3");
-        let names = |page: Vec<Arc<Board>>| page.iter().map(|b| b.name.to_string()).collect::<Vec<_>>();
+        let names = |page: Vec<SharedBoard>| page.iter().map(|b| b.name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(boards.page("lvl", None, 10)), ["lvl1", "lvl10", "lvl2"]);
         assert_eq!(names(boards.page("lvl", None, 2)), ["lvl1", "lvl10"]);
         assert_eq!(names(boards.page("lvl", Some("lvl10"), 2)), ["lvl2"]);

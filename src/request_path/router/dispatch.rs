@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use futures::future::try_join_all;
 use rankd_client::OpKind;
-use rankd_shards::{window, Amount, Board, BoardConfig, Wid};
+use rankd_shards::{window, Amount, Board, BoardConfig, SharedBoard, Wid};
 
 use super::boards::{Boards, Created};
 use super::reads::{summed_counts, Read};
@@ -358,7 +358,7 @@ impl Router {
     /// op), and as short as a shard round.
     fn check_incr_everywhere(
         &self,
-        board: &Arc<Board>,
+        board: &SharedBoard,
         parts: &[ShardPart],
         wid: Option<&Wid>,
         outbox: &mut Outbox,
@@ -447,7 +447,7 @@ impl<'c> Scored<'c> {
 
 /// An op's reply; on a board with fields (`composite`), its packed scores
 /// shown as maps.
-fn presented(routed: Routed, composite: Option<Arc<Board>>) -> Routed {
+fn presented(routed: Routed, composite: Option<SharedBoard>) -> Routed {
     let Some(board) = composite else { return routed };
     match routed {
         Routed::Ready(reply) => Routed::Ready(reply.map(|reply| score::present(reply, &board))),

@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::future::try_join_all;
 use rankd_client::{Entry, RankInfo};
 use rankd_shards::key::{list_position, list_position_of_tree_key, rank_key, score_key, tree_key};
-use rankd_shards::{ties, Board, Direction, ListEntry, Lookups, Record, Ties, TreeId};
+use rankd_shards::{ties, Direction, ListEntry, Lookups, Record, SharedBoard, Ties, TreeId};
 
 use super::outbox::Outbox;
 use crate::error::Error;
@@ -86,7 +86,7 @@ where
 #[derive(Clone)]
 pub struct Read {
     pub shards: Arc<[ShardLink]>,
-    pub board: Arc<Board>,
+    pub board: SharedBoard,
     pub tree: TreeId,
     pub dense: DenseRegistry,
     /// Times each fan-out round of this read.

@@ -363,7 +363,7 @@ impl Drop for BatchLoop {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use rankd_shards::{window, Board, BoardConfig, Mode, TreeId};
+    use rankd_shards::{window, Board, BoardConfig, Mode, SharedBoard, TreeId};
 
     use super::*;
     use crate::error::Error;
@@ -371,7 +371,7 @@ mod tests {
 
     struct Fixture {
         core: BatchLoop,
-        board: Arc<Board>,
+        board: SharedBoard,
         tree: TreeId,
         _dir: tempfile::TempDir,
     }
@@ -388,7 +388,7 @@ mod tests {
             clock: Clock::default(),
             relays: Vec::new(),
         };
-        let board = Arc::new(Board { id: 1, name: "b".into(), config: BoardConfig::default().into() });
+        let board = SharedBoard::new(Board { id: 1, name: "b".into(), config: BoardConfig::default().into() });
         let tree = window::current_trees(&board, Clock::default().now())[0];
         Fixture { core: BatchLoop::new(shard, parts), board, tree, _dir: dir }
     }

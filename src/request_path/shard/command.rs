@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use rankd_shards::{
-    Amount, Board, Direction, ListEntry, Mode, Order, Record, ShardImage, Ties, TreeId, Upcoming, UpcomingWrite, Wid,
+    Amount, Direction, ListEntry, Mode, Order, Record, ShardImage, SharedBoard, Ties, TreeId, Upcoming, UpcomingWrite,
+    Wid,
 };
 use tokio::sync::oneshot;
 
@@ -82,7 +83,7 @@ pub struct Buckets {
 pub enum Command {
     /// Stage a write, at most once per `wid`; answers the score stored.
     Write {
-        board: Arc<Board>,
+        board: SharedBoard,
         player: String,
         amount: Amount,
         mode: Mode,
@@ -93,7 +94,7 @@ pub enum Command {
     /// Stage several writes, all or none, at most once per `wid`; answers
     /// the scores, in entry order.
     WriteMany {
-        board: Arc<Board>,
+        board: SharedBoard,
         entries: Vec<(String, Amount, u64)>,
         mode: Mode,
         wid: Option<Wid>,
@@ -102,12 +103,12 @@ pub enum Command {
     /// Whether `incr`s of these entries would all stay in range (or were
     /// applied already under `wid`); stages nothing (a `set_many` spanning
     /// shards asks each shard first).
-    CheckIncr { board: Arc<Board>, entries: Vec<(String, Amount)>, wid: Option<Wid>, reply: Responder<()> },
+    CheckIncr { board: SharedBoard, entries: Vec<(String, Amount)>, wid: Option<Wid>, reply: Responder<()> },
     /// Stage a removal, at most once per `wid`; answers whether the player
     /// was there.
-    Remove { board: Arc<Board>, player: String, wid: Option<Wid>, reply: Responder<Written<bool>> },
+    Remove { board: SharedBoard, player: String, wid: Option<Wid>, reply: Responder<Written<bool>> },
     /// Persist a board's config.
-    EnsureBoard { board: Arc<Board>, reply: Responder<()> },
+    EnsureBoard { board: SharedBoard, reply: Responder<()> },
     /// Delete a board; answers whether it held anything here.
     DropBoard { board_id: u64, reply: Responder<bool> },
     /// A player's record.
@@ -273,6 +274,7 @@ impl Held {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rankd_shards::Board;
 
     fn tree() -> TreeId {
         TreeId { board: 1, window: 0, period: 0 }
@@ -280,7 +282,7 @@ mod tests {
 
     #[test]
     fn writes_wait_for_durability_and_maintenance_for_committed_state() {
-        let board = Arc::new(Board { id: 1, name: "b".into(), config: Default::default() });
+        let board = SharedBoard::new(Board { id: 1, name: "b".into(), config: Default::default() });
         let write = Command::Write {
             board,
             player: "p".into(),
