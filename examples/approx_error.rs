@@ -94,11 +94,12 @@ fn main() {
         let bounds = union_bounds(
             trees.iter().map(|t| {
                 let per_bucket = t.total().div_ceil(limits.buckets as u64);
-                t.bucket_bounds(BucketShape { per_bucket, max_buckets: 8 * limits.buckets, split_ties: false })
+                t.view().bucket_bounds(BucketShape { per_bucket, max_buckets: 8 * limits.buckets, split_ties: false })
             }),
             limits.max_bounds,
         );
-        let counts: Vec<(Vec<u64>, u64)> = trees.iter().map(|t| (t.count_before_sorted(&bounds), t.total())).collect();
+        let counts: Vec<(Vec<u64>, u64)> =
+            trees.iter().map(|t| (t.view().count_before_sorted(&bounds), t.total())).collect();
         let summary = Summary::merge(&bounds, counts.iter().map(|(c, t)| (c.as_slice(), *t))).expect("merge");
         let took = started.elapsed();
         let mut sorted = keys.clone();

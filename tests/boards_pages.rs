@@ -67,10 +67,11 @@ async fn boards_come_in_pages_in_byte_order_within_a_prefix() {
 /// The board gauges: `rankd_boards` follows creates and drops at once;
 /// each shard's `rankd_shard_trees` (published once a second) counts a
 /// compact tree per board it holds players of, and a burst one for a big
-/// board.
+/// board. After a restart every small board's tree is loaded frozen (idle,
+/// inline), a write thaws one, and ranks read either form alike.
 #[tokio::test]
 async fn board_gauges_count_boards_and_trees_by_form() {
-    let server = common::Server::start(2);
+    let mut server = common::Server::start(2);
     let mut client = server.client().await;
     let calls: Vec<Call> = (0..300).map(|i| set_call(&format!("small{i}"), &format!("p{i}"), 1, Mode::Set)).collect();
     for reply in client.pipeline::<i64>(&calls).await.unwrap() {
@@ -82,14 +83,39 @@ async fn board_gauges_count_boards_and_trees_by_form() {
     assert_eq!(common::sample(&server.metrics_text(), "rankd_boards", &[]), Some(301.0));
     assert!(client.drop_board("small0").await.unwrap());
     assert_eq!(common::sample(&server.metrics_text(), "rankd_boards", &[]), Some(300.0));
-    // One player each: 299 compact trees over the two shards; the big board
-    // is a compact tree nowhere once checkpointed, but until then counts as
-    // compact: so between 299 and 301 compact trees, and 0 to 2 burst.
+    // One player each: 299 compact trees over the two shards (live, or
+    // frozen if a checkpoint found them idle); the big board is a compact
+    // tree nowhere once checkpointed, but until then counts as compact: so
+    // between 299 and 301 compact trees, and 0 to 2 burst.
+    let forms = |text: &str, form: &str| {
+        common::sample(text, "rankd_shard_trees", &[&format!("form=\"{form}\"")]).unwrap_or(0.0)
+    };
     common::wait_until(std::time::Duration::from_secs(10), "the tree gauges", async || {
         let text = server.metrics_text();
-        let forms =
-            |form: &str| common::sample(&text, "rankd_shard_trees", &[&format!("form=\"{form}\"")]).unwrap_or(0.0);
-        (299.0..=301.0).contains(&forms("compact")) && forms("compact") + forms("tree") == 301.0
+        let compact = forms(&text, "compact") + forms(&text, "frozen");
+        (299.0..=301.0).contains(&compact) && compact + forms(&text, "tree") == 301.0
+    })
+    .await;
+
+    drop(client);
+    server.terminate();
+    server.restart();
+    let mut client = server.client().await;
+    common::wait_until(std::time::Duration::from_secs(10), "the tree gauges after a restart", async || {
+        let text = server.metrics_text();
+        (forms(&text, "frozen"), forms(&text, "compact"), forms(&text, "tree")) == (299.0, 0.0, 2.0)
+    })
+    .await;
+    let before = client.rank("small7", "p7").await.unwrap().expect("ranked on a frozen tree").rank;
+    // A player beside p7 on its shard, with a better score: p7's tree thaws.
+    let shard = rankd::request_path::router::shard_of("p7", 2);
+    let beside = (0..).map(|i| format!("q{i}")).find(|q| rankd::request_path::router::shard_of(q, 2) == shard);
+    client.set("small7", &beside.expect("some name lands there"), 5, Mode::Set).await.unwrap();
+    let after = client.rank("small7", "p7").await.unwrap().expect("ranked on a thawed tree").rank;
+    assert_eq!(after, before + 1);
+    common::wait_until(std::time::Duration::from_secs(10), "a write thaws a tree", async || {
+        let text = server.metrics_text();
+        (forms(&text, "frozen"), forms(&text, "compact"), forms(&text, "tree")) == (298.0, 1.0, 2.0)
     })
     .await;
 }

@@ -46,10 +46,10 @@ pub use key::TreeId;
 pub use record::Record;
 pub use shard::{
     cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ImageWriter, ListEntry,
-    Lookups, SealedBatch, Shard, ShardImage, ShardOptions, StorageStats, Upcoming, UpcomingWrite, WrittenBatch,
-    IMAGE_KEYSPACES, MEMTABLE_OVERRUN,
+    Lookups, SealedBatch, Shard, ShardImage, ShardOptions, StorageStats, TreeForms, Upcoming, UpcomingWrite,
+    WrittenBatch, IMAGE_KEYSPACES, MEMTABLE_OVERRUN,
 };
-pub use tree::{CountTree, Repacked};
+pub use tree::{CountTree, FrozenTree, Repacked, TreeView};
 
 /// The hasher of the maps the hot paths touch (the record cache, staged
 /// keys, the trees, a tree's dirty leaves): foldhash, several times cheaper

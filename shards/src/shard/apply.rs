@@ -58,14 +58,14 @@ impl GatheredCounts {
     /// Applies every gathered change to `trees`, in tree and key order. A
     /// tree the changes touch exists afterwards even where they cancel out,
     /// as it does when they are applied in log order.
-    pub(super) fn apply(&mut self, trees: &mut Holdings, branching: u32) {
+    pub(super) fn apply(&mut self, trees: &mut Holdings) {
         self.changes.sort_unstable_by_key(|&(tree, key, _)| (tree, key));
         let mut changes = self.changes.drain(..).peekable();
         while let Some((tree, key, mut delta)) = changes.next() {
             while let Some((_, _, more)) = changes.next_if(|&(t, k, _)| (t, k) == (tree, key)) {
                 delta += more;
             }
-            let counts = trees.tree_or_new(tree, branching);
+            let counts = trees.tree_or_new(tree);
             if delta != 0 {
                 counts.add(key, delta);
             }
@@ -149,8 +149,8 @@ mod tests {
         fn gathered_counts_make_the_trees_the_log_order_makes(
             ops in proptest::collection::vec((0u64..2, 0u128..40, proptest::bool::ANY), 1..400),
         ) {
-            let mut in_order = Holdings::default();
-            let mut sorted = Holdings::default();
+            let mut in_order = Holdings::new(4);
+            let mut sorted = Holdings::new(4);
             let mut gathered = GatheredCounts::default();
             let mut held: std::collections::HashMap<(TreeId, u128), u64> = Default::default();
             for (board, key, add) in ops {
@@ -159,10 +159,10 @@ mod tests {
                 // The log only removes what it added before.
                 let delta = if add || *count == 0 { 1 } else { -1 };
                 *count = count.saturating_add_signed(delta);
-                in_order.tree_or_new(tree, 4).add(key, delta);
+                in_order.tree_or_new(tree).add(key, delta);
                 gathered.push(tree, key, delta);
             }
-            gathered.apply(&mut sorted, 4);
+            gathered.apply(&mut sorted);
             for (tree, expected) in in_order.trees() {
                 proptest::prop_assert_eq!(sorted.tree(&tree).map(|t| t.entries()), Some(expected.entries()));
             }

@@ -109,9 +109,9 @@ impl Shard {
     /// dropped: this one includes everything it would have.
     pub(super) fn checkpoint_into(&mut self, batch: &mut fjall::OwnedWriteBatch) {
         self.abandon_checkpoint();
-        let leaves = &self.storage.leaves;
-        for (id, tree) in self.held.trees_mut() {
-            let written = SlicePicker::default().pick(tree.take_dirty(), self.leaf_encoding, |leaf, bytes| {
+        let (leaves, encoding) = (&self.storage.leaves, self.leaf_encoding);
+        self.held.visit_live_trees(|id, tree| {
+            let written = SlicePicker::default().pick(tree.take_dirty(), encoding, |leaf, bytes| {
                 match bytes {
                     Some(bytes) => batch.insert(leaves, leaf_key(id, leaf), bytes),
                     None => batch.remove(leaves, leaf_key(id, leaf)),
@@ -119,7 +119,7 @@ impl Shard {
                 Ok::<(), std::convert::Infallible>(())
             });
             let Ok(()) = written;
-        }
+        });
         batch.insert(leaves, LEAVES_THROUGH, self.log.next.to_be_bytes());
         self.log.logged = 0;
         self.close_log(batch, self.log.next);
@@ -130,7 +130,7 @@ impl Shard {
     /// read.
     pub(super) fn abandon_checkpoint(&mut self) {
         let handed_out = self.checkpoints.copying.take().map(|c| c.writer.abandon()).unwrap_or_default();
-        self.held.trees_mut().for_each(|(_, tree)| tree.abandon_snapshot());
+        self.held.visit_live_trees(|_, tree| tree.abandon_snapshot());
         for (id, leaves) in handed_out {
             if let Some(tree) = self.held.tree_mut(&id) {
                 tree.mark_changed(leaves);
@@ -162,13 +162,14 @@ impl Shard {
         // One pass: with a million small boards, each tree visited is a
         // wait for memory. Only trees that changed have leaves to copy.
         let (mut trees, mut burst) = (Vec::new(), 0);
-        for (id, tree) in self.held.trees_mut() {
+        // A tree left idle is frozen (see `Holdings::visit_live_trees`).
+        self.held.visit_live_trees(|id, tree| {
             tree.begin_snapshot();
             burst += usize::from(!tree.is_compact());
             if tree.has_snapshot() {
                 trees.push(id);
             }
-        }
+        });
         self.burst_trees = burst;
         trees.sort_unstable_by_key(TreeId::prefix);
         self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer });
@@ -201,6 +202,8 @@ impl Shard {
                 }
             }
             checkpoint.trees.pop_front();
+            // Handed out whole: a small tree not changed since is idle.
+            self.held.freeze_if_idle(&id);
         }
         checkpoint.trees.is_empty()
     }
@@ -268,7 +271,9 @@ mod tests {
     /// removed while the copy is under way (a root about to change is
     /// copied first), one abandoned half-way by a checkpoint taken at once,
     /// and a reopen mid-copy: every board holds what it held, and the
-    /// trees agree with the stored players.
+    /// trees agree with the stored players. Boards left idle between
+    /// checkpoints freeze and thaw again when written; a reopen loads the
+    /// checkpointed ones frozen.
     #[test]
     fn small_boards_survive_checkpoints_copied_in_slices_abandoned_or_cut_short() {
         use crate::board::{Board, BoardConfig, Window};
@@ -294,6 +299,7 @@ mod tests {
             rng ^= rng << 17;
             rng % n
         };
+        let mut most_frozen = 0;
         for round in 0..400u64 {
             for _ in 0..1 + next(6) {
                 let board = &boards[next(60) as usize];
@@ -309,6 +315,7 @@ mod tests {
                 }
             }
             shard.commit().unwrap();
+            most_frozen = most_frozen.max(shard.tree_forms().frozen);
             if round == 70 {
                 assert!(shard.checkpoints.copying.is_some(), "the test must abandon a checkpoint under way");
                 shard.checkpoint().unwrap();
@@ -318,8 +325,12 @@ mod tests {
             }
         }
         assert!(shard.checkpoints.copying.is_some(), "the test must reopen with a checkpoint under way");
+        assert!(most_frozen >= 10, "idle boards must freeze between checkpoints: at most {most_frozen} did");
         let shard = shard.reopen().unwrap();
         shard.check().unwrap();
+        let forms = shard.tree_forms();
+        assert!(forms.frozen > 0 && forms.burst == 0, "boards the log does not replay load frozen: {forms:?}");
+        assert_eq!(forms.frozen + forms.compact, shard.held.tree_count());
         for board in &boards {
             let players = oracle.get(&board.id).cloned().unwrap_or_default();
             let tree = TreeId::all_time(board.id);

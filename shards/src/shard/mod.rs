@@ -94,6 +94,7 @@ use std::sync::Arc;
 pub use self::apply::DenseChange;
 use self::checkpointing::Checkpoints;
 use self::holdings::Holdings;
+pub use self::holdings::TreeForms;
 pub use self::image::{ImageWriter, ShardImage, IMAGE_KEYSPACES};
 pub use self::options::{Durability, ShardOptions, CHECKPOINT_EVERY, CHECKPOINT_SLICE_LEAVES, RUN_EVERY};
 pub use self::prefetch::{Upcoming, UpcomingWrite};
@@ -213,12 +214,11 @@ impl Shard {
         self.max_board_id
     }
 
-    /// Trees this shard holds (a board's window period each), and how many
-    /// of them had burst past the compact form of one sorted leaf at the
-    /// last checkpoint.
-    pub fn tree_forms(&self) -> (usize, usize) {
-        let trees = self.held.tree_count();
-        (trees, self.burst_trees.min(trees))
+    /// The trees this shard holds (a board's window period each) by form.
+    pub fn tree_forms(&self) -> TreeForms {
+        let (trees, frozen) = (self.held.tree_count(), self.held.frozen_count());
+        let burst = self.burst_trees.min(trees - frozen);
+        TreeForms { frozen, compact: trees - frozen - burst, burst }
     }
 
     /// Players held in all trees of this shard.
@@ -228,8 +228,8 @@ impl Shard {
 
     /// Removes `tree` from the readable trees (dropped or expired).
     fn forget_tree(&mut self, tree: &TreeId) {
-        if let Some(gone) = self.held.remove_tree(tree) {
-            self.players -= gone.total();
+        if let Some(players) = self.held.remove_tree(tree) {
+            self.players -= players;
         }
         self.ties.forget(*tree);
     }

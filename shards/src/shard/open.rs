@@ -57,11 +57,12 @@ impl Shard {
         let run_every = options.run_every;
         let dedup_limits = options.dedup;
         let leaf_encoding = check_format(&storage.db, &storage.meta, options.branching)?;
+        let held = Holdings::new(options.branching);
         let mut shard = Self {
             storage,
             options,
             path: path.to_path_buf(),
-            held: Holdings::default(),
+            held,
             ties: TieGroups::default(),
             players: 0,
             burst_trees: 0,
@@ -110,7 +111,7 @@ impl Shard {
         let mut phase_start = Instant::now();
         let mut lap = || std::mem::replace(&mut phase_start, Instant::now()).elapsed();
         self.cache.get_mut().clear();
-        self.held = Holdings::default();
+        self.held = Holdings::new(self.options.branching);
         self.staged = Staged::default();
         self.overlay = self.empty_overlay();
         self.in_flight.clear();
@@ -127,7 +128,7 @@ impl Shard {
             let (name, config) = BoardConfig::decode(&value).ok_or(ShardError::Corrupt("board config"))?;
             boards.push(Board { id, name: name.into(), config: configs.intern(config) });
         }
-        self.held = Holdings::with_capacity(boards.len());
+        self.held = Holdings::with_capacity(boards.len(), self.options.branching);
         for board in &boards {
             self.held.insert_config(board.id, board.config.clone());
         }
@@ -143,8 +144,7 @@ impl Shard {
             let (prefix, depth) = rest.split_first_chunk::<16>().ok_or(ShardError::Corrupt("leaf key"))?;
             let &[depth] = depth else { return Err(ShardError::Corrupt("leaf key")) };
             let id = LeafId { prefix: u128::from_be_bytes(*prefix), depth };
-            let tree = self.held.tree_or_new(tree_id, self.options.branching);
-            tree.install_leaf(id, &value, self.leaf_encoding)?;
+            self.held.install_leaf(tree_id, id, &value, self.leaf_encoding)?;
         }
         phases.leaves = lap();
         let format = log_format(meta)?;
@@ -188,7 +188,6 @@ impl Shard {
         let runs_through = runs_through.max(leaves_through);
         self.log = LogPositions::default();
         let mut first = true;
-        let branching = self.options.branching;
         let mut gathered = GatheredCounts::default();
         for item in self.storage.changes.iter() {
             let (key, value) = item.into_inner()?;
@@ -208,7 +207,7 @@ impl Shard {
                         if self.held.config(change.tree.board).is_none() {
                             continue;
                         }
-                        let tree = self.held.tree_or_new(change.tree, branching);
+                        let tree = self.held.tree_or_new(change.tree);
                         if let Some(key) = change.removed {
                             tree.add(key, -1);
                         }
@@ -228,12 +227,12 @@ impl Shard {
                         self.log.logged += 1;
                     }
                     if gathered.is_full() {
-                        gathered.apply(&mut self.held, branching);
+                        gathered.apply(&mut self.held);
                     }
                 }
             }
         }
-        gathered.apply(&mut self.held, branching);
+        gathered.apply(&mut self.held);
         // Record numbers never go back: the marker may name a number past an
         // emptied log, and what it covers must stay covered.
         self.log.next = self.log.next.max(runs_through);

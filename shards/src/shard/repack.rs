@@ -35,11 +35,10 @@ impl Shard {
     pub fn repack_step(&mut self, budget: usize, mut should_move: impl FnMut(*const u8) -> bool) -> Repacked {
         let mut done = Repacked::default();
         while let Some((tree, from)) = self.repacking.last_mut() {
-            let Some(count_tree) = self.held.tree_mut(tree) else {
+            let Some((step, next)) = self.held.repack(tree, *from, budget - done.visited, &mut should_move) else {
                 self.repacking.pop(); // expired since the pass began
                 continue;
             };
-            let (step, next) = count_tree.repack(*from, budget - done.visited, &mut should_move);
             done.visited += step.visited;
             done.moved += step.moved;
             match next {

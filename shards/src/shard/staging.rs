@@ -177,7 +177,7 @@ impl Shard {
         self.staged.changes += 1;
         self.cache.get_mut().put(key.cached, new);
         let overlay = Some((&mut self.overlay, key.stored));
-        let counts = TreeCounts::Apply(self.held.tree_or_new(change.tree, self.options.branching));
+        let counts = TreeCounts::Apply(self.held.tree_or_new(change.tree));
         let applied = apply_change(counts, overlay, &board.config, &change);
         if board.config.ties == Ties::Dense {
             self.staged.dense.push(applied.dense);

@@ -5,7 +5,7 @@
 //! A count tree's inner nodes already count the players of fixed key
 //! ranges; its top levels are buckets. Taking one fixed level would give
 //! uniform *key* ranges, which on a skewed distribution (Zipf, normal) puts
-//! most players in a few buckets. So [`CountTree::bucket_bounds`] refines
+//! most players in a few buckets. So [`TreeView::bucket_bounds`] refines
 //! best first instead: it keeps splitting the bucket holding the most
 //! players into its child ranges (a leaf into its distinct keys) until
 //! every bucket holds at most `per_bucket` players or the bucket budget is
@@ -24,12 +24,12 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use super::node::{level_bits, Node, KEY_BITS};
-use super::CountTree;
+use super::TreeView;
 
 /// Score-key bits of a tree key: the high half. Below them lies the tiebreak.
 const SCORE_BITS: u32 = 64;
 
-/// How [`CountTree::bucket_bounds`] may split.
+/// How [`TreeView::bucket_bounds`] may split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketShape {
     /// Most players a bucket should hold (a single key or score may hold more).
@@ -123,7 +123,7 @@ impl<'a> Pieces<'a> {
     }
 }
 
-impl CountTree {
+impl TreeView<'_> {
     /// Sorted, distinct boundary keys of an equi-depth partition of this
     /// tree (see the module docs): both edges of every bucket (the end
     /// omitted when it would pass the last key). Empty for an empty tree.
@@ -132,7 +132,7 @@ impl CountTree {
         let mut heap = BinaryHeap::new();
         let total = self.total();
         if total > 0 {
-            heap.push(Candidate { count: total, start: 0, depth: 0, node: &self.root });
+            heap.push(Candidate { count: total, start: 0, depth: 0, node: self.root });
         }
         let per_bucket = shape.per_bucket.max(1);
         while let Some(c) = heap.pop() {
@@ -149,8 +149,8 @@ impl CountTree {
         let merged = merge_small(buckets, per_bucket);
         let mut bounds: Vec<u128> = merged.into_iter().flat_map(|b| [Some(b.start), b.end]).flatten().collect();
         if total > 0 {
-            bounds.push(edge(extreme(&self.root, false), shape.split_ties));
-            bounds.extend(end_after(extreme(&self.root, true), shape.split_ties));
+            bounds.push(edge(extreme(self.root, false), shape.split_ties));
+            bounds.extend(end_after(extreme(self.root, true), shape.split_ties));
         }
         bounds.sort_unstable();
         bounds.dedup();
@@ -212,12 +212,12 @@ impl CountTree {
     }
 
     /// For each of `keys` (ascending), how many players sort strictly
-    /// before it: [`CountTree::count_before`] of each, in one walk that
+    /// before it: [`TreeView::count_before`] of each, in one walk that
     /// visits each node on their paths once.
     pub fn count_before_sorted(&self, keys: &[u128]) -> Vec<u64> {
         debug_assert!(keys.is_sorted());
         let mut out = Vec::with_capacity(keys.len());
-        before_sorted(&self.root, self.bits, 0, 0, 0, keys, &mut out);
+        before_sorted(self.root, self.bits, 0, 0, 0, keys, &mut out);
         out
     }
 }
@@ -306,6 +306,7 @@ fn before_sorted(node: &Node, bits: u32, depth: u32, start: u128, base: u64, key
 mod tests {
     use super::*;
     use crate::tree::testing::extreme_key;
+    use crate::tree::CountTree;
     use crate::tree::BRANCHINGS;
     use proptest::prelude::*;
 
@@ -332,7 +333,7 @@ mod tests {
                 tree.add(key, 1);
             }
             let shape = BucketShape { per_bucket, max_buckets: 100_000, split_ties };
-            let bounds = tree.bucket_bounds(shape);
+            let bounds = tree.view().bucket_bounds(shape);
             prop_assert!(bounds.windows(2).all(|w| w[0] < w[1]));
             // Every player lies in a bucket, and a bucket over budget is one
             // key (or one score).
@@ -352,7 +353,7 @@ mod tests {
             }
             let mut sorted: Vec<u128> = bounds.iter().copied().chain(probes).chain(keys.iter().copied()).collect();
             sorted.sort_unstable();
-            let walked = tree.count_before_sorted(&sorted);
+            let walked = tree.view().count_before_sorted(&sorted);
             let single: Vec<u64> = sorted.iter().map(|&k| tree.count_before(k)).collect();
             prop_assert_eq!(walked, single);
         }
@@ -366,13 +367,14 @@ mod tests {
         }
         for max_buckets in [1, 2, 10, 100, 1000] {
             let shape = BucketShape { per_bucket: 1, max_buckets, split_ties: false };
-            let bounds = tree.bucket_bounds(shape);
+            let bounds = tree.view().bucket_bounds(shape);
             assert!(bounds.len() <= 2 * max_buckets + 2, "{max_buckets}: {}", bounds.len());
         }
         assert!(CountTree::new(16)
             .unwrap()
+            .view()
             .bucket_bounds(BucketShape { per_bucket: 1, max_buckets: 9, split_ties: true })
             .is_empty());
-        assert!(tree.count_before_sorted(&[]).is_empty());
+        assert!(tree.view().count_before_sorted(&[]).is_empty());
     }
 }

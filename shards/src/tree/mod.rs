@@ -23,23 +23,24 @@
 mod buckets;
 mod encoding;
 mod entries;
+mod frozen;
 mod node;
 mod repack;
 mod snapshot;
 #[cfg(test)]
 mod testing;
+mod view;
 
 pub use buckets::BucketShape;
 pub use encoding::{CorruptLeaf, LeafEncoding};
+pub use frozen::FrozenTree;
 pub use node::LeafId;
 pub use repack::Repacked;
 pub use snapshot::{LeafSlice, SlicePicker};
+pub use view::TreeView;
 
 use encoding::decode_leaf;
-use node::{
-    add_at, check_node, collect, collect_crowded, digit, empty_slots, leaf_id_of, level_width, max_depth,
-    prefetch_entries, Changes, Leaf, Node,
-};
+use node::{add_at, digit, empty_slots, leaf_id_of, level_width, max_depth, Changes, Leaf, Node};
 use snapshot::Snapshot;
 use std::collections::HashSet;
 
@@ -139,19 +140,19 @@ impl CountTree {
         })
     }
 
-    /// Whether the tree is still one sorted leaf of keys and counts (the
-    /// compact form every small board has) rather than burst into nodes.
-    pub fn is_compact(&self) -> bool {
-        matches!(self.root, Node::Leaf(_))
+    /// This tree's reads (see [`TreeView`]).
+    pub fn view(&self) -> TreeView<'_> {
+        TreeView { root: &self.root, bits: self.bits }
     }
 
-    /// Number of players (sum of all counts): the root's, summed from at
-    /// most [`LEAF_CAPACITY`] entries or 256 slots rather than stored.
+    /// See [`TreeView::is_compact`].
+    pub fn is_compact(&self) -> bool {
+        self.view().is_compact()
+    }
+
+    /// See [`TreeView::total`].
     pub fn total(&self) -> u64 {
-        match &self.root {
-            Node::Leaf(leaf) => leaf.entries.iter().map(|e| e.count()).sum(),
-            Node::Inner(slots) => slots.iter().map(|slot| slot.count).fold(0, u64::saturating_add),
-        }
+        self.view().total()
     }
 
     /// Adds `delta` players at `key` and returns how many hold it now.
@@ -168,87 +169,19 @@ impl CountTree {
         add_at(root, *bits, 0, key, delta, &mut changes)
     }
 
-    /// Starts loading the leaf that holds `key` into the CPU cache, so a
-    /// [`CountTree::add`] of it soon after does not wait for memory. A score
-    /// change removes one key and adds another, in leaves far apart: asking
-    /// for the second leaf first overlaps the two waits.
+    /// See [`TreeView::prefetch`].
     pub fn prefetch(&self, key: u128) {
-        self.prefetch_many(std::slice::from_ref(&key));
+        self.view().prefetch(key);
     }
 
-    /// Starts loading the leaves that hold `keys` into the CPU cache, the
-    /// paths walked side by side a level at a time: each level's nodes are
-    /// independent loads, so their waits for memory overlap, where walking
-    /// one path after another waits for every node in turn.
-    pub fn prefetch_many(&self, keys: &[u128]) {
-        const GROUP: usize = 16;
-        for group in keys.chunks(GROUP) {
-            let mut nodes: [Option<&Node>; GROUP] = [None; GROUP];
-            nodes[..group.len()].fill(Some(&self.root));
-            let mut depth = 0u32;
-            loop {
-                let mut walking = false;
-                for (node, &key) in nodes.iter_mut().zip(group) {
-                    match *node {
-                        Some(Node::Inner(slots)) => {
-                            *node = slots[digit(key, depth, self.bits)].child.as_ref();
-                            walking |= node.is_some();
-                        }
-                        Some(Node::Leaf(leaf)) => {
-                            prefetch_entries(&leaf.entries);
-                            *node = None;
-                        }
-                        None => {}
-                    }
-                }
-                if !walking {
-                    break;
-                }
-                depth += 1;
-            }
-        }
-    }
-
-    /// How many players have a key strictly less than `key` (rank before it).
+    /// See [`TreeView::count_before`].
     pub fn count_before(&self, key: u128) -> u64 {
-        let mut node = &self.root;
-        let mut depth = 0u32;
-        let mut before = 0u64;
-        loop {
-            match node {
-                Node::Leaf(leaf) => {
-                    prefetch_entries(&leaf.entries);
-                    let end = leaf.entries.partition_point(|e| e.key() < key);
-                    return before + leaf.entries[..end].iter().map(|e| e.count()).sum::<u64>();
-                }
-                Node::Inner(slots) => {
-                    let d = digit(key, depth, self.bits);
-                    before += slots[..d].iter().map(|slot| slot.count).sum::<u64>();
-                    match &slots[d].child {
-                        Some(child) => node = child,
-                        None => return before,
-                    }
-                    depth += 1;
-                }
-            }
-        }
+        self.view().count_before(key)
     }
 
-    /// All `(key, count)` pairs in key order.
+    /// See [`TreeView::entries`].
     pub fn entries(&self) -> Vec<(u128, u64)> {
-        let mut out = Vec::new();
-        collect(&self.root, &mut out);
-        out
-    }
-
-    /// The keys held by at least `min` players, in key order: found without
-    /// visiting the sub-ranges that hold fewer.
-    pub fn crowded_keys(&self, min: u64) -> Vec<u128> {
-        let mut out = Vec::new();
-        if self.total() >= min {
-            collect_crowded(&self.root, min, &mut out);
-        }
-        out
+        self.view().entries()
     }
 
     /// Places a stored leaf back into the tree while loading. Leaves may come
@@ -287,10 +220,9 @@ impl CountTree {
         }
     }
 
-    /// Verifies every inner count equals the sum below it and every leaf is
-    /// sorted, in range and positive. Used by tests and `rankd check`.
+    /// See [`TreeView::check`].
     pub fn check(&self) -> Result<(), String> {
-        check_node(&self.root, self.bits, 0, 0).map(|_| ())
+        self.view().check()
     }
 
     fn leaf_at(&self, id: LeafId) -> Option<&Leaf> {
@@ -383,7 +315,7 @@ mod tests {
             prop_assert_eq!(tree.total(), oracle.0.values().sum::<u64>());
             let entries = oracle.entries();
             prop_assert_eq!(tree.entries(), entries);
-            tree.prefetch_many(&probes); // walks any shape, keys in any order
+            tree.view().prefetch_many(&probes); // walks any shape, keys in any order
             for probe in probes.iter().chain(oracle.0.keys()) {
                 prop_assert_eq!(tree.count_before(*probe), oracle.before(*probe));
                 prop_assert_eq!(tree.count_before(probe.wrapping_add(1)), oracle.before(probe.wrapping_add(1)));

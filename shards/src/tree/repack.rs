@@ -1,8 +1,8 @@
 //! Repacking: moving leaves to fresh allocations, a few at a time, so the
 //! allocator can give back the memory their old places pinned.
 
-use super::node::leaves_from;
-use super::CountTree;
+use super::node::{leaves_from, Node};
+use super::{CountTree, FrozenTree};
 
 /// What a step of [`CountTree::repack`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,26 +34,51 @@ impl CountTree {
         budget: usize,
         should_move: impl FnMut(*const u8) -> bool,
     ) -> (Repacked, Option<u128>) {
-        let (mut left, mut done, mut should_move) = (budget, Repacked::default(), should_move);
-        let next = leaves_from(&mut self.root, self.bits, 0, 0, from, &mut |_, leaf| {
-            if leaf.entries.capacity() == 0 {
-                return true;
-            }
-            if left == 0 {
-                return false;
-            }
-            left -= 1;
-            done.visited += 1;
-            if should_move(leaf.entries.as_ptr().cast()) {
-                let mut fresh = Vec::with_capacity(leaf.entries.capacity());
-                fresh.extend_from_slice(&leaf.entries);
-                leaf.entries = fresh.into();
-                done.moved += 1;
-            }
-            true
-        });
-        (done, next)
+        repack_node(&mut self.root, self.bits, from, budget, should_move)
     }
+}
+
+impl FrozenTree {
+    /// [`CountTree::repack`] of the frozen root leaf, with the shard's
+    /// `branching`.
+    pub fn repack(
+        &mut self,
+        branching: u32,
+        from: u128,
+        budget: usize,
+        should_move: impl FnMut(*const u8) -> bool,
+    ) -> (Repacked, Option<u128>) {
+        repack_node(&mut self.root, branching.trailing_zeros(), from, budget, should_move)
+    }
+}
+
+/// [`CountTree::repack`] of the tree under `root`.
+fn repack_node(
+    root: &mut Node,
+    bits: u32,
+    from: u128,
+    budget: usize,
+    mut should_move: impl FnMut(*const u8) -> bool,
+) -> (Repacked, Option<u128>) {
+    let (mut left, mut done) = (budget, Repacked::default());
+    let next = leaves_from(root, bits, 0, 0, from, &mut |_, leaf| {
+        if leaf.entries.capacity() == 0 {
+            return true;
+        }
+        if left == 0 {
+            return false;
+        }
+        left -= 1;
+        done.visited += 1;
+        if should_move(leaf.entries.as_ptr().cast()) {
+            let mut fresh = Vec::with_capacity(leaf.entries.capacity());
+            fresh.extend_from_slice(&leaf.entries);
+            leaf.entries = fresh.into();
+            done.moved += 1;
+        }
+        true
+    });
+    (done, next)
 }
 
 #[cfg(test)]

@@ -35,7 +35,10 @@ pub struct ShardMetrics {
     pub logged_changes: IntGauge,
     /// Trees (dropped boards', expired periods') whose keys are still being deleted.
     pub trees_being_deleted: IntGauge,
-    /// Trees held in the compact form (one sorted leaf: every small board's).
+    /// Small, idle trees held frozen (one sorted leaf, inline).
+    pub frozen_trees: IntGauge,
+    /// Trees held in the compact form (one sorted leaf: every small board's),
+    /// taking writes or in a checkpoint.
     pub compact_trees: IntGauge,
     /// Trees burst into count-tree nodes (boards past ~64 distinct keys here).
     pub burst_trees: IntGauge,
@@ -129,8 +132,9 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
     let trees = IntGaugeVec::new(
         Opts::new(
             "rankd_shard_trees",
-            "Count trees held (one per board window period with players on the shard), by form: `compact` is one \
-             sorted leaf of keys and counts (every small board), `tree` has burst into nodes (as of the last \
+            "Count trees held (one per board window period with players on the shard), by form: `frozen` is one \
+             sorted leaf of keys and counts kept inline while idle (small boards' trees between writes), \
+             `compact` such a leaf taking writes or in a checkpoint, `tree` has burst into nodes (as of the last \
              checkpoint).",
         ),
         &["shard", "form"],
@@ -212,6 +216,7 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
                 unwritten_runs: unwritten_runs.with_label_values(&l),
                 logged_changes: logged_changes.with_label_values(&l),
                 trees_being_deleted: trees_being_deleted.with_label_values(&l),
+                frozen_trees: trees.with_label_values(&[label.as_str(), "frozen"]),
                 compact_trees: trees.with_label_values(&[label.as_str(), "compact"]),
                 burst_trees: trees.with_label_values(&[label.as_str(), "tree"]),
                 checkpoints: checkpoints.with_label_values(&l),

@@ -149,11 +149,12 @@ mod tests {
         let bounds = union_bounds(
             trees.iter().map(|t| {
                 let per_bucket = t.total().div_ceil(buckets as u64);
-                t.bucket_bounds(BucketShape { per_bucket, max_buckets: 8 * buckets, split_ties })
+                t.view().bucket_bounds(BucketShape { per_bucket, max_buckets: 8 * buckets, split_ties })
             }),
             max,
         );
-        let counts: Vec<(Vec<u64>, u64)> = trees.iter().map(|t| (t.count_before_sorted(&bounds), t.total())).collect();
+        let counts: Vec<(Vec<u64>, u64)> =
+            trees.iter().map(|t| (t.view().count_before_sorted(&bounds), t.total())).collect();
         Summary::merge(&bounds, counts.iter().map(|(c, t)| (c.as_slice(), *t))).unwrap()
     }
 

@@ -123,7 +123,7 @@ pub enum Command {
     /// `keys` (ascending, the same for every shard) and in total, and this
     /// shard's own bucket bounds: about `buckets` buckets of equal counts,
     /// split within a score only when `split_ties` (see
-    /// `CountTree::bucket_bounds`).
+    /// `TreeView::bucket_bounds`).
     Buckets { tree: TreeId, keys: Arc<[u128]>, buckets: usize, split_ties: bool, reply: Responder<Buckets> },
     /// Inside one crowded tree key of a competition or dense tree: the
     /// players of the group `path` leads to (`rankd_shards::ties`) whose

@@ -92,14 +92,15 @@ impl BatchLoop {
 
     /// Publishes how the shard's storage keeps up.
     fn observe_storage(&mut self) {
-        let Some((stats, deleting, (trees, burst))) =
+        let Some((stats, deleting, forms)) =
             self.engine.with(|shard| (shard.storage_stats(), shard.trees_being_deleted(), shard.tree_forms()))
         else {
             return;
         };
         let metrics = &self.metrics.shards[self.index];
-        metrics.compact_trees.set(i64::try_from(trees - burst).unwrap_or(i64::MAX));
-        metrics.burst_trees.set(i64::try_from(burst).unwrap_or(i64::MAX));
+        metrics.frozen_trees.set(i64::try_from(forms.frozen).unwrap_or(i64::MAX));
+        metrics.compact_trees.set(i64::try_from(forms.compact).unwrap_or(i64::MAX));
+        metrics.burst_trees.set(i64::try_from(forms.burst).unwrap_or(i64::MAX));
         metrics.trees_being_deleted.set(i64::try_from(deleting).unwrap_or(i64::MAX));
         metrics.memtable_bytes.set(i64::try_from(stats.memtable_bytes).unwrap_or(i64::MAX));
         metrics.sealed_memtables.set(i64::try_from(stats.sealed_memtables).unwrap_or(i64::MAX));
