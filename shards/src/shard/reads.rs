@@ -141,7 +141,7 @@ impl Shard {
     }
 
     /// The bucket boundaries of `tree` for approximate ranks, shaped by
-    /// `shape` (see [`CountTree::bucket_bounds`](crate::CountTree::bucket_bounds)); empty for an empty tree.
+    /// `shape` (see [`TreeView::bucket_bounds`](crate::TreeView::bucket_bounds)); empty for an empty tree.
     pub fn bucket_bounds(&self, tree: TreeId, shape: BucketShape) -> Vec<u128> {
         self.held.tree(&tree).map_or_else(Vec::new, |t| t.bucket_bounds(shape))
     }

@@ -10,7 +10,7 @@
 //! rank (as of the summary's counts) always lies within `rank ± error`.
 //!
 //! **How the boundaries are chosen.** Each shard proposes its own, read off
-//! its count tree (`CountTree::bucket_bounds` in `rankd-shards`): starting
+//! its count tree (`TreeView::bucket_bounds` in `rankd-shards`): starting
 //! from the root, it splits the range holding the most players into its
 //! child ranges (a leaf into its distinct keys), best first, until every
 //! range holds at most `1 / buckets` of the shard's players (4096 buckets
