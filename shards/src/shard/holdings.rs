@@ -44,12 +44,11 @@ struct Holding {
     all_time: AllTime,
 }
 
-/// A frozen tree inline (24 bytes) and its variant's tag: a page of 64
-/// entries is 2,560 bytes, one of jemalloc's size classes. Against a
-/// 16-byte entry and a 48-byte box per tree, an idle small board costs 24
-/// bytes less a shard; a page a live board of 64 ids (see [`IdTable`])
-/// costs 1.5 KB more.
-const _: () = assert!(std::mem::size_of::<Holding>() == 40);
+/// A frozen tree inline (16 bytes) and its variant's tag: a page of 64
+/// entries is 2 KiB. Against a 16-byte entry and a 48-byte box per tree,
+/// an idle small board costs 32 bytes less a shard; a page a live board of
+/// 64 ids (see [`IdTable`]) costs 1 KB more.
+const _: () = assert!(std::mem::size_of::<Holding>() == 32);
 
 impl Slot for Holding {
     fn is_vacant(&self) -> bool {
@@ -323,11 +322,10 @@ impl Holdings {
         budget: usize,
         should_move: impl FnMut(*const u8) -> bool,
     ) -> Option<(crate::tree::Repacked, Option<u128>)> {
-        let branching = self.branching;
         let live = match all_time_board(tree) {
             Some(board) => match &mut self.boards.get_mut(board)?.all_time {
                 AllTime::Absent => return None,
-                AllTime::Frozen(frozen) => return Some(frozen.repack(branching, from, budget, should_move)),
+                AllTime::Frozen(frozen) => return Some(frozen.repack(budget, should_move)),
                 AllTime::Live(tree) => tree,
             },
             None => self.periodic.get_mut(tree)?,

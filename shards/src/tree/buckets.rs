@@ -23,7 +23,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use super::node::{level_bits, Node, KEY_BITS};
+use super::node::{child_ref, level_bits, NodeRef, KEY_BITS};
 use super::TreeView;
 
 /// Score-key bits of a tree key: the high half. Below them lies the tiebreak.
@@ -50,7 +50,7 @@ struct Candidate<'a> {
     count: u64,
     start: u128,
     depth: u32,
-    node: &'a Node,
+    node: NodeRef<'a>,
 }
 
 impl PartialEq for Candidate<'_> {
@@ -161,9 +161,9 @@ impl TreeView<'_> {
     /// final buckets, or an inner node's non-empty children to refine on.
     fn pieces<'a>(&self, c: &Candidate<'a>, split_ties: bool) -> Option<Pieces<'a>> {
         match c.node {
-            Node::Leaf(leaf) => {
+            NodeRef::Leaf(entries) => {
                 let mut keys: Vec<Bucket> = Vec::new();
-                for entry in leaf.entries.iter() {
+                for entry in entries {
                     let start = edge(entry.key(), split_ties);
                     match keys.last_mut() {
                         Some(last) if last.start == start => last.count += entry.count(),
@@ -172,7 +172,7 @@ impl TreeView<'_> {
                 }
                 (keys.len() > 1).then_some(Pieces::Keys(keys))
             }
-            Node::Inner(slots) if !split_ties && self.bits * (c.depth + 1) > SCORE_BITS => {
+            NodeRef::Inner(slots) if !split_ties && self.bits * (c.depth + 1) > SCORE_BITS => {
                 // The children's digit straddles the score and tiebreak
                 // halves: split into whole scores instead, each final.
                 let shift = KEY_BITS - self.bits * c.depth - level_bits(c.depth, self.bits);
@@ -186,10 +186,10 @@ impl TreeView<'_> {
                 }
                 (scores.len() > 1).then_some(Pieces::Keys(scores))
             }
-            Node::Inner(slots) => {
+            NodeRef::Inner(slots) => {
                 let shift = KEY_BITS - self.bits * c.depth - level_bits(c.depth, self.bits);
                 let children = slots.iter().enumerate().filter_map(|(d, slot)| {
-                    let child = slot.child.as_ref().filter(|_| slot.count > 0)?;
+                    let child = child_ref(slot).filter(|_| slot.count > 0)?;
                     let start = c.start | ((d as u128) << shift);
                     Some(Candidate { count: slot.count, start, depth: c.depth + 1, node: child })
                 });
@@ -223,15 +223,15 @@ impl TreeView<'_> {
 }
 
 /// The first (or `last`) key under a non-empty node.
-fn extreme(mut node: &Node, last: bool) -> u128 {
+fn extreme(mut node: NodeRef<'_>, last: bool) -> u128 {
     loop {
         match node {
-            Node::Leaf(leaf) => {
-                let entry = if last { leaf.entries.last() } else { leaf.entries.first() };
+            NodeRef::Leaf(entries) => {
+                let entry = if last { entries.last() } else { entries.first() };
                 return entry.map_or(0, |e| e.key());
             }
-            Node::Inner(slots) => {
-                let mut children = slots.iter().filter(|s| s.count > 0).filter_map(|s| s.child.as_ref());
+            NodeRef::Inner(slots) => {
+                let mut children = slots.iter().filter(|s| s.count > 0).filter_map(child_ref);
                 let next = if last { children.next_back() } else { children.next() };
                 match next {
                     Some(child) => node = child,
@@ -265,19 +265,19 @@ fn end_after(key: u128, split_ties: bool) -> Option<u128> {
 /// Pushes onto `out` the count before each of `keys` (ascending, all within
 /// the node's range, which starts at `start`), `base` players lying before
 /// the node.
-fn before_sorted(node: &Node, bits: u32, depth: u32, start: u128, base: u64, keys: &[u128], out: &mut Vec<u64>) {
+fn before_sorted(node: NodeRef<'_>, bits: u32, depth: u32, start: u128, base: u64, keys: &[u128], out: &mut Vec<u64>) {
     match node {
-        Node::Leaf(leaf) => {
+        NodeRef::Leaf(entries) => {
             let (mut i, mut before) = (0, base);
             for &key in keys {
-                while let Some(entry) = leaf.entries.get(i).filter(|e| e.key() < key) {
+                while let Some(entry) = entries.get(i).filter(|e| e.key() < key) {
                     before += entry.count();
                     i += 1;
                 }
                 out.push(before);
             }
         }
-        Node::Inner(slots) => {
+        NodeRef::Inner(slots) => {
             let shift = KEY_BITS - bits * depth - level_bits(depth, bits);
             let mut rest = keys;
             let mut before = base;
@@ -289,7 +289,7 @@ fn before_sorted(node: &Node, bits: u32, depth: u32, start: u128, base: u64, key
                 let child_last = child_start | ((1u128 << shift) - 1);
                 let inside = rest.partition_point(|&k| k <= child_last);
                 let (here, after) = rest.split_at(inside);
-                match &slot.child {
+                match child_ref(slot) {
                     Some(child) if !here.is_empty() => {
                         before_sorted(child, bits, depth + 1, child_start, before, here, out);
                     }

@@ -4,28 +4,30 @@
 //! idle: a compact tree (one sorted leaf) whose change is already in a
 //! checkpoint and that no snapshot is copying. Such a tree needs none of a
 //! live [`CountTree`]'s bookkeeping (its checkpoint round, its snapshot
-//! epoch, the box of leaves changed): frozen, it is its root leaf alone,
-//! 24 bytes a shard keeps inline in the board's entry instead of a 48-byte
-//! box and the pointer to it. Reads take it as it is ([`TreeView`]); the
+//! epoch, the box of leaves changed): frozen, it is its root leaf's entries
+//! alone, 16 bytes a shard keeps inline in the board's entry instead of a
+//! 48-byte box and the pointer to it. Reads take it as it is ([`TreeView`]); the
 //! first write thaws it back into a live tree, and it freezes again once a
 //! checkpoint has taken its change.
 
 use super::encoding::decode_leaf;
-use super::node::{Leaf, Node};
+use super::entries::Entries;
+use super::node::{Leaf, Node, NodeRef};
 use super::{CorruptLeaf, CountTree, LeafEncoding, RootSnapshot, TreeView};
 
-/// An idle compact tree: see the module docs. Its root is always a leaf.
+/// An idle compact tree: see the module docs.
 #[derive(Debug)]
 pub struct FrozenTree {
-    pub(super) root: Node,
+    /// The root leaf's entries, sorted by key.
+    pub(super) entries: Entries,
 }
 
-const _: () = assert!(std::mem::size_of::<FrozenTree>() == 24);
+const _: () = assert!(std::mem::size_of::<FrozenTree>() == 16);
 
 impl FrozenTree {
     /// Its reads, for a shard whose trees branch `branching` ways.
     pub fn view(&self, branching: u32) -> TreeView<'_> {
-        TreeView { root: &self.root, bits: branching.trailing_zeros() }
+        TreeView { root: NodeRef::Leaf(&self.entries), bits: branching.trailing_zeros() }
     }
 
     /// The compact tree stored as `bytes`, its root leaf, loaded frozen
@@ -33,19 +35,17 @@ impl FrozenTree {
     /// boards' trees without a live tree's box for each.
     pub fn load_root(bytes: &[u8], encoding: LeafEncoding) -> Result<Option<Self>, CorruptLeaf> {
         let leaf = decode_leaf(bytes, encoding)?;
-        // Unmarked and of epoch 0, as a thawed tree's root must be; every
-        // key is inside the root's range.
-        Ok((!leaf.entries.is_empty()).then(|| Self { root: Node::Leaf(Leaf { epoch: 0, marked: 0, ..leaf }) }))
+        // Every key is inside the root's range.
+        Ok((!leaf.entries.is_empty()).then_some(Self { entries: leaf.entries }))
     }
 
     /// A live tree again, to change. `branching` is the shard's, validated
     /// when it opened.
     pub fn thaw(self, branching: u32) -> Box<CountTree> {
-        let Node::Leaf(leaf) = self.root else { unreachable!("a frozen tree is one leaf") };
         let mut tree = CountTree::new(branching).expect("branching validated at open");
         // Unmarked (not changed since the last checkpoint) and of the new
         // tree's epoch (nothing a snapshot needs).
-        tree.root = Node::Leaf(Leaf { entries: leaf.entries, epoch: tree.epoch, marked: 0 });
+        tree.root = Node::Leaf(Leaf { entries: self.entries, epoch: tree.epoch, marked: 0 });
         Box::new(tree)
     }
 }
@@ -62,7 +62,8 @@ impl CountTree {
         if !idle {
             return Err(self);
         }
-        Ok(FrozenTree { root: self.root })
+        let Node::Leaf(root) = self.root else { unreachable!("compact: the root is a leaf") };
+        Ok(FrozenTree { entries: root.entries })
     }
 }
 

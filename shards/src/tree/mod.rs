@@ -142,7 +142,7 @@ impl CountTree {
 
     /// This tree's reads (see [`TreeView`]).
     pub fn view(&self) -> TreeView<'_> {
-        TreeView { root: &self.root, bits: self.bits }
+        TreeView { root: self.root.as_node_ref(), bits: self.bits }
     }
 
     /// See [`TreeView::is_compact`].

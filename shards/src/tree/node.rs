@@ -38,6 +38,24 @@ pub(super) enum Node {
     Inner(Box<[Slot]>),
 }
 
+/// A node as reads see it: a leaf's sorted entries or an inner node's
+/// slots. A frozen tree's root is entries without a [`Leaf`] around them.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum NodeRef<'a> {
+    Leaf(&'a [Entry]),
+    Inner(&'a [Slot]),
+}
+
+impl Node {
+    /// This node as reads see it.
+    pub(super) fn as_node_ref(&self) -> NodeRef<'_> {
+        match self {
+            Node::Leaf(leaf) => NodeRef::Leaf(&leaf.entries),
+            Node::Inner(slots) => NodeRef::Inner(slots),
+        }
+    }
+}
+
 /// Sorted keys of one sub-range with their player counts.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Leaf {
@@ -341,37 +359,42 @@ pub(super) fn leaves_from(
     }
 }
 
-pub(super) fn collect(node: &Node, out: &mut Vec<(u128, u64)>) {
+/// The child of `slot`, as reads see it.
+pub(super) fn child_ref(slot: &Slot) -> Option<NodeRef<'_>> {
+    slot.child.as_ref().map(Node::as_node_ref)
+}
+
+pub(super) fn collect(node: NodeRef<'_>, out: &mut Vec<(u128, u64)>) {
     match node {
-        Node::Leaf(leaf) => out.extend(leaf.entries.iter().map(|e| (e.key(), e.count()))),
-        Node::Inner(slots) => slots.iter().filter_map(|slot| slot.child.as_ref()).for_each(|c| collect(c, out)),
+        NodeRef::Leaf(entries) => out.extend(entries.iter().map(|e| (e.key(), e.count()))),
+        NodeRef::Inner(slots) => slots.iter().filter_map(child_ref).for_each(|c| collect(c, out)),
     }
 }
 
 /// Appends the keys under `node` held by at least `min` players, skipping
 /// sub-ranges that hold fewer in all.
-pub(super) fn collect_crowded(node: &Node, min: u64, out: &mut Vec<u128>) {
+pub(super) fn collect_crowded(node: NodeRef<'_>, min: u64, out: &mut Vec<u128>) {
     match node {
-        Node::Leaf(leaf) => out.extend(leaf.entries.iter().filter(|e| e.count() >= min).map(|e| e.key())),
-        Node::Inner(slots) => slots
+        NodeRef::Leaf(entries) => out.extend(entries.iter().filter(|e| e.count() >= min).map(|e| e.key())),
+        NodeRef::Inner(slots) => slots
             .iter()
             .filter(|slot| slot.count >= min)
-            .filter_map(|slot| slot.child.as_ref())
+            .filter_map(child_ref)
             .for_each(|c| collect_crowded(c, min, out)),
     }
 }
 
-pub(super) fn check_node(node: &Node, bits: u32, depth: u32, prefix: u128) -> Result<u64, String> {
+pub(super) fn check_node(node: NodeRef<'_>, bits: u32, depth: u32, prefix: u128) -> Result<u64, String> {
     match node {
-        Node::Leaf(leaf) => {
+        NodeRef::Leaf(entries) => {
             let id = LeafId { prefix, depth: depth as u8 };
-            for pair in leaf.entries.windows(2) {
+            for pair in entries.windows(2) {
                 if pair[0].key() >= pair[1].key() {
                     return Err(format!("leaf {id:?} not sorted"));
                 }
             }
             let mut sum = 0u64;
-            for (key, count) in leaf.entries.iter().map(|e| (e.key(), e.count())) {
+            for (key, count) in entries.iter().map(|e| (e.key(), e.count())) {
                 if count == 0 || leaf_id_of(key, depth as u8, bits) != id {
                     return Err(format!("leaf {id:?} holds bad entry {key:#x}:{count}"));
                 }
@@ -379,12 +402,12 @@ pub(super) fn check_node(node: &Node, bits: u32, depth: u32, prefix: u128) -> Re
             }
             Ok(sum)
         }
-        Node::Inner(slots) => {
+        NodeRef::Inner(slots) => {
             let width = level_bits(depth, bits);
             let shift = KEY_BITS - bits * depth - width;
             let mut sum = 0u64;
             for (d, slot) in slots.iter().enumerate() {
-                let below = match &slot.child {
+                let below = match child_ref(slot) {
                     Some(c) => check_node(c, bits, depth + 1, prefix | ((d as u128) << shift))?,
                     None => 0,
                 };

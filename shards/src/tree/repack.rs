@@ -1,6 +1,7 @@
 //! Repacking: moving leaves to fresh allocations, a few at a time, so the
 //! allocator can give back the memory their old places pinned.
 
+use super::entries::Entries;
 use super::node::{leaves_from, Node};
 use super::{CountTree, FrozenTree};
 
@@ -39,17 +40,29 @@ impl CountTree {
 }
 
 impl FrozenTree {
-    /// [`CountTree::repack`] of the frozen root leaf, with the shard's
-    /// `branching`.
+    /// [`CountTree::repack`] of the one leaf: the walk starts at key 0 and
+    /// ends after it.
     pub fn repack(
         &mut self,
-        branching: u32,
-        from: u128,
         budget: usize,
-        should_move: impl FnMut(*const u8) -> bool,
+        mut should_move: impl FnMut(*const u8) -> bool,
     ) -> (Repacked, Option<u128>) {
-        repack_node(&mut self.root, branching.trailing_zeros(), from, budget, should_move)
+        if budget == 0 {
+            return (Repacked::default(), Some(0));
+        }
+        let moved = should_move(self.entries.as_ptr().cast());
+        if moved {
+            move_entries(&mut self.entries);
+        }
+        (Repacked { visited: 1, moved: usize::from(moved) }, None)
     }
+}
+
+/// Moves `entries` to a fresh allocation of the same capacity.
+fn move_entries(entries: &mut Entries) {
+    let mut fresh = Vec::with_capacity(entries.capacity());
+    fresh.extend_from_slice(entries);
+    *entries = fresh.into();
 }
 
 /// [`CountTree::repack`] of the tree under `root`.
@@ -71,9 +84,7 @@ fn repack_node(
         left -= 1;
         done.visited += 1;
         if should_move(leaf.entries.as_ptr().cast()) {
-            let mut fresh = Vec::with_capacity(leaf.entries.capacity());
-            fresh.extend_from_slice(&leaf.entries);
-            leaf.entries = fresh.into();
+            move_entries(&mut leaf.entries);
             done.moved += 1;
         }
         true

@@ -3,12 +3,12 @@
 //! frozen (a [`FrozenTree`](super::FrozenTree): a small board's idle root
 //! leaf kept without the live tree's bookkeeping).
 
-use super::node::{check_node, collect, collect_crowded, digit, prefetch_entries, Node};
+use super::node::{check_node, child_ref, collect, collect_crowded, digit, prefetch_entries, NodeRef};
 
 /// A tree's nodes and its branching, borrowed: every read of a tree.
 #[derive(Debug, Clone, Copy)]
 pub struct TreeView<'a> {
-    pub(super) root: &'a Node,
+    pub(super) root: NodeRef<'a>,
     /// Key bits each level takes: log2 of the branching factor.
     pub(super) bits: u32,
 }
@@ -17,7 +17,7 @@ impl TreeView<'_> {
     /// Whether the tree is still one sorted leaf of keys and counts (the
     /// compact form every small board has) rather than burst into nodes.
     pub fn is_compact(&self) -> bool {
-        matches!(self.root, Node::Leaf(_))
+        matches!(self.root, NodeRef::Leaf(_))
     }
 
     /// Number of players (sum of all counts): the root's, summed from at
@@ -25,8 +25,8 @@ impl TreeView<'_> {
     /// rather than stored.
     pub fn total(&self) -> u64 {
         match self.root {
-            Node::Leaf(leaf) => leaf.entries.iter().map(|e| e.count()).sum(),
-            Node::Inner(slots) => slots.iter().map(|slot| slot.count).fold(0, u64::saturating_add),
+            NodeRef::Leaf(entries) => entries.iter().map(|e| e.count()).sum(),
+            NodeRef::Inner(slots) => slots.iter().map(|slot| slot.count).fold(0, u64::saturating_add),
         }
     }
 
@@ -46,19 +46,19 @@ impl TreeView<'_> {
     pub fn prefetch_many(&self, keys: &[u128]) {
         const GROUP: usize = 16;
         for group in keys.chunks(GROUP) {
-            let mut nodes: [Option<&Node>; GROUP] = [None; GROUP];
+            let mut nodes: [Option<NodeRef<'_>>; GROUP] = [None; GROUP];
             nodes[..group.len()].fill(Some(self.root));
             let mut depth = 0u32;
             loop {
                 let mut walking = false;
                 for (node, &key) in nodes.iter_mut().zip(group) {
                     match *node {
-                        Some(Node::Inner(slots)) => {
-                            *node = slots[digit(key, depth, self.bits)].child.as_ref();
+                        Some(NodeRef::Inner(slots)) => {
+                            *node = child_ref(&slots[digit(key, depth, self.bits)]);
                             walking |= node.is_some();
                         }
-                        Some(Node::Leaf(leaf)) => {
-                            prefetch_entries(&leaf.entries);
+                        Some(NodeRef::Leaf(entries)) => {
+                            prefetch_entries(entries);
                             *node = None;
                         }
                         None => {}
@@ -79,15 +79,15 @@ impl TreeView<'_> {
         let mut before = 0u64;
         loop {
             match node {
-                Node::Leaf(leaf) => {
-                    prefetch_entries(&leaf.entries);
-                    let end = leaf.entries.partition_point(|e| e.key() < key);
-                    return before + leaf.entries[..end].iter().map(|e| e.count()).sum::<u64>();
+                NodeRef::Leaf(entries) => {
+                    prefetch_entries(entries);
+                    let end = entries.partition_point(|e| e.key() < key);
+                    return before + entries[..end].iter().map(|e| e.count()).sum::<u64>();
                 }
-                Node::Inner(slots) => {
+                NodeRef::Inner(slots) => {
                     let d = digit(key, depth, self.bits);
                     before += slots[..d].iter().map(|slot| slot.count).sum::<u64>();
-                    match &slots[d].child {
+                    match child_ref(&slots[d]) {
                         Some(child) => node = child,
                         None => return before,
                     }
