@@ -46,8 +46,8 @@ struct Holding {
 
 /// A frozen tree inline (16 bytes) and its variant's tag: a page of 64
 /// entries is 2 KiB. Against a 16-byte entry and a 48-byte box per tree,
-/// an idle small board costs 32 bytes less a shard; a page a live board of
-/// 64 ids (see [`IdTable`]) costs 1 KB more.
+/// an idle small board costs 32 bytes less a shard; a page whose other 63
+/// ids hold nothing here (see [`IdTable`]) costs 1 KB more.
 const _: () = assert!(std::mem::size_of::<Holding>() == 32);
 
 impl Slot for Holding {
