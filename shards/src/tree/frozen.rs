@@ -70,7 +70,7 @@ impl CountTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::testing::{loaded, store};
+    use crate::tree::testing::{extreme_key, loaded, store};
     use crate::tree::LeafId;
 
     fn tree_of(keys: &[u128]) -> Box<CountTree> {
@@ -107,6 +107,38 @@ mod tests {
         burst.take_dirty();
         assert!(burst.freeze().is_err());
         drop(tree);
+    }
+
+    proptest::proptest! {
+        /// A frozen tree answers every read as the live tree it was.
+        #[test]
+        fn a_frozen_tree_reads_as_it_did_live(
+            branching in proptest::sample::select(crate::tree::BRANCHINGS.to_vec()),
+            keys in proptest::collection::vec((extreme_key(), 1i64..4), 1..=crate::tree::LEAF_CAPACITY),
+            probes in proptest::collection::vec(extreme_key(), 1..20),
+        ) {
+            let mut tree = Box::new(CountTree::new(branching).expect("branching"));
+            for &(key, count) in &keys {
+                tree.add(key, count);
+            }
+            tree.take_dirty();
+            let (live, mut sorted) = (tree.view(), probes.clone());
+            sorted.sort_unstable();
+            let shape = crate::tree::BucketShape { per_bucket: 2, max_buckets: 16, split_ties: false };
+            let expected = (
+                live.total(), live.entries(), live.crowded_keys(3), live.bucket_bounds(shape),
+                live.count_before_sorted(&sorted), probes.iter().map(|&k| live.count_before(k)).collect::<Vec<_>>(),
+            );
+            let frozen = tree.freeze().expect("compact and idle");
+            let view = frozen.view(branching);
+            view.check().map_err(proptest::test_runner::TestCaseError::fail)?;
+            view.prefetch_many(&probes);
+            proptest::prop_assert!(view.is_compact());
+            proptest::prop_assert_eq!(expected, (
+                view.total(), view.entries(), view.crowded_keys(3), view.bucket_bounds(shape),
+                view.count_before_sorted(&sorted), probes.iter().map(|&k| view.count_before(k)).collect::<Vec<_>>(),
+            ));
+        }
     }
 
     #[test]
