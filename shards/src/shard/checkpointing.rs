@@ -208,6 +208,31 @@ impl Shard {
         checkpoint.trees.is_empty()
     }
 
+    /// Copies up to `budget` more leaves of the checkpoint under way while
+    /// the shard has nothing to seal: slices are otherwise copied as
+    /// batches are sealed, so an idle shard's copy would wait for the next
+    /// write, and its trees, handed out, could not freeze. The checkpoint
+    /// still ends with the next sealed batch. Returns whether a step now
+    /// would copy more (false also while the writer is behind).
+    pub fn copy_checkpoint_step(&mut self, budget: usize) -> bool {
+        if !self.checkpoint_copy_waits() {
+            return false;
+        }
+        !self.copy_checkpoint_slice(budget) && self.checkpoint_copy_waits()
+    }
+
+    /// Whether the checkpoint under way has leaves left to copy and its
+    /// writer room for them.
+    fn checkpoint_copy_waits(&self) -> bool {
+        self.checkpoint_copy_left()
+            && self.checkpoints.copying.as_ref().is_some_and(|c| c.writer.backlog() <= MAX_QUEUED_SLICES)
+    }
+
+    /// Whether the checkpoint under way has leaves left to copy.
+    pub fn checkpoint_copy_left(&self) -> bool {
+        self.checkpoints.copying.as_ref().is_some_and(|c| !c.trees.is_empty())
+    }
+
     /// Ends `checkpoint`, all of whose leaves are copied: adds to `batch`
     /// the deletion of the log they make redundant and the marker of the
     /// runs (which now cover every log record: this batch freezes the
@@ -339,6 +364,55 @@ mod tests {
                 assert_eq!(shard.get(tree, &player).unwrap().map(|r| r.score), Some(score), "{player} of {}", board.id);
             }
         }
+    }
+
+    /// A checkpoint begun as the writes stop is copied by steps between
+    /// rounds: every tree it hands out freezes without another write, and
+    /// the next write's batch ends it; the boards survive a reopen.
+    #[test]
+    fn an_idle_shards_checkpoint_is_copied_by_steps_and_its_trees_freeze() {
+        use crate::board::{Board, BoardConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let options =
+            ShardOptions { checkpoint_every: 1_000_000, checkpoint_slice_leaves: 4, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options).unwrap();
+        let config: std::sync::Arc<BoardConfig> = BoardConfig::default().into();
+        let boards: Vec<Board> =
+            (1..=100).map(|id| Board { id, name: format!("b{id}").into(), config: config.clone() }).collect();
+        for (i, board) in boards.iter().enumerate() {
+            shard.write(board, "p", i as i64, Mode::Set, i as u64 + 1).unwrap();
+        }
+        shard.commit().unwrap();
+        assert!(!shard.copy_checkpoint_step(8), "no checkpoint under way: nothing to copy");
+        shard.begin_checkpoint();
+        assert_eq!(shard.tree_forms().compact, 100);
+        let left = |shard: &Shard| shard.checkpoints.copying.as_ref().map_or(0, |c| c.trees.len());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while left(&shard) > 0 {
+            let before = shard.tree_forms().frozen;
+            if !shard.copy_checkpoint_step(8) && left(&shard) > 0 {
+                // The writer is behind: a step copies nothing until it catches up.
+                assert!(!shard.checkpoint_copy_waits() && shard.checkpoint_copy_left());
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert!(shard.tree_forms().frozen - before <= 8, "a step copies at most its budget");
+            assert!(std::time::Instant::now() < deadline, "the copy must finish");
+        }
+        assert_eq!(shard.tree_forms().frozen, 100, "every tree handed out froze");
+        assert!(shard.checkpoints.copying.is_some(), "the checkpoint ends with a batch");
+        assert!(!shard.checkpoint_copy_left());
+
+        shard.write(&boards[0], "q", 7, Mode::Set, 1000).unwrap();
+        shard.commit().unwrap();
+        assert!(shard.checkpoints.copying.is_none(), "the next batch ended it");
+        let shard = shard.reopen().unwrap();
+        shard.check().unwrap();
+        assert_eq!(shard.tree_forms().frozen, 99, "the first board changed after the checkpoint: replayed live");
+        for (i, board) in boards.iter().enumerate() {
+            let tree = TreeId::all_time(board.id);
+            assert_eq!(shard.get(tree, "p").unwrap().map(|r| r.score), Some(i as i64));
+        }
+        assert_eq!(shard.count(TreeId::all_time(1)), 2);
     }
 
     /// A crash after a checkpoint's leaves are written but before the log

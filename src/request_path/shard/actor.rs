@@ -1,7 +1,8 @@
 //! The tree-shard actor: a thin actix shell over [`BatchLoop`]. It runs a
 //! round once its mailbox is drained (a self-notified `Flush` is handled
 //! only after every queued message) or the queue is full, steps leaf
-//! repacking between requests, and hears from the commit pipeline.
+//! repacking and an idle shard's checkpoint copy between requests, and
+//! hears from the commit pipeline.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,8 @@ pub struct ShardActor {
     flush_scheduled: bool,
     /// A [`Repack`] is in the mailbox.
     repack_scheduled: bool,
+    /// A [`CopyCheckpoint`] is in the mailbox.
+    copy_scheduled: bool,
 }
 
 /// Sent to self so a round runs once the mailbox is drained.
@@ -36,6 +39,18 @@ impl Message for Repack {
     type Result = ();
 }
 
+/// Sent to self while a checkpoint's copy waits and the shard is idle: one
+/// step per message, as [`Repack`].
+struct CopyCheckpoint;
+
+/// How long a checkpoint's copy waits for its writer to catch up: a few
+/// dozen small slices' writing.
+const COPY_RETRY: Duration = Duration::from_millis(1);
+
+impl Message for CopyCheckpoint {
+    type Result = ();
+}
+
 /// From the pipeline's threads: a group's runs are written, or the
 /// pipeline failed. Groups the committer finishes alone are not told: the
 /// actor learns of them when it next looks.
@@ -48,7 +63,15 @@ impl Message for CommitDone {
 impl ShardActor {
     /// Wraps a batch loop.
     pub fn new(core: BatchLoop) -> Self {
-        Self { core, flush_scheduled: false, repack_scheduled: false }
+        Self { core, flush_scheduled: false, repack_scheduled: false, copy_scheduled: false }
+    }
+
+    /// Queues the next step of a checkpoint's copy if one waits.
+    fn schedule_copy(&mut self, ctx: &mut Context<Self>) {
+        if !self.copy_scheduled && self.core.checkpoint_copy_left() {
+            self.copy_scheduled = true;
+            ctx.notify(CopyCheckpoint);
+        }
     }
 
     /// Queues the next repacking step if a pass is under way.
@@ -62,6 +85,7 @@ impl ShardActor {
     fn run_round(&mut self, ctx: &mut Context<Self>) {
         self.core.run_round();
         self.schedule_repack(ctx);
+        self.schedule_copy(ctx);
     }
 }
 
@@ -74,7 +98,12 @@ impl Actor for ShardActor {
         let actor = ctx.address();
         self.core.start_pipeline(Arc::new(move || actor.do_send(CommitDone)));
         // Idle shards still drop expired periods; busy ones do it between rounds.
-        ctx.run_interval(Duration::from_secs(1), |actor, _| actor.core.maintain());
+        ctx.run_interval(Duration::from_secs(1), |actor, ctx| {
+            actor.core.maintain();
+            // A checkpoint begun by a seal off this thread (the committer's,
+            // an in-place write's) has no round here to start its copy.
+            actor.schedule_copy(ctx);
+        });
     }
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
@@ -114,6 +143,22 @@ impl Handler<Repack> for ShardActor {
         self.repack_scheduled = false;
         self.core.repack_step();
         self.schedule_repack(ctx);
+    }
+}
+
+impl Handler<CopyCheckpoint> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: CopyCheckpoint, ctx: &mut Self::Context) {
+        self.copy_scheduled = false;
+        if self.core.checkpoint_copy_step() {
+            self.schedule_copy(ctx);
+        } else if self.core.checkpoint_copy_left() {
+            // The writer is behind, or requests came: look again shortly
+            // (rounds copy their own slices meanwhile).
+            self.copy_scheduled = true;
+            ctx.notify_later(CopyCheckpoint, COPY_RETRY);
+        }
     }
 }
 

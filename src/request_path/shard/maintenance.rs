@@ -25,6 +25,10 @@ const WID_EXPIRY_BUDGET: usize = 50_000;
 /// long as a small round (see docs/performance-history.md).
 const REPACK_BUDGET: usize = 256;
 
+/// Checkpoint leaves copied per step while the shard is idle: as many as
+/// a repacking step looks at.
+const IDLE_COPY_BUDGET: usize = 256;
+
 impl BatchLoop {
     /// Catches up with the pipeline; while degraded, tries to reopen the
     /// storage. Once a second (rounds run thousands of times a second),
@@ -168,6 +172,23 @@ impl BatchLoop {
                 tracing::error!(shard = self.index, error = %e, "reopening storage failed; retrying");
             }
         }
+    }
+
+    /// Whether the checkpoint under way has leaves to copy that no sealed
+    /// batch has copied yet.
+    pub fn checkpoint_copy_left(&self) -> bool {
+        self.engine.with(|shard| shard.checkpoint_copy_left()) == Some(true)
+    }
+
+    /// Copies a step of the checkpoint under way if nothing waits to be
+    /// applied or sealed (a round's seal copies its own slice); returns
+    /// whether another step would copy more.
+    pub fn checkpoint_copy_step(&mut self) -> bool {
+        if self.has_queued() {
+            return false;
+        }
+        let step = |shard: &mut Shard| !shard.has_staged() && shard.copy_checkpoint_step(IDLE_COPY_BUDGET);
+        self.engine.with(step) == Some(true)
     }
 
     /// Whether a leaf-repacking pass is under way (a sealed batch may have
