@@ -208,17 +208,18 @@ impl Shard {
         checkpoint.trees.is_empty()
     }
 
-    /// Copies up to `budget` more leaves of the checkpoint under way while
-    /// the shard has nothing to seal: slices are otherwise copied as
-    /// batches are sealed, so an idle shard's copy would wait for the next
-    /// write, and its trees, handed out, could not freeze. The checkpoint
-    /// still ends with the next sealed batch. Returns whether a step now
-    /// would copy more (false also while the writer is behind).
-    pub fn copy_checkpoint_step(&mut self, budget: usize) -> bool {
+    /// Copies the next slice of the checkpoint under way (as many leaves
+    /// as a batch of one write copies) while the shard has nothing to seal:
+    /// slices are otherwise copied as batches are sealed, so an idle
+    /// shard's copy would wait for the next write, and the trees it has not
+    /// handed out could not freeze. The checkpoint still ends with the next
+    /// sealed batch. Returns whether a step now would copy more (false also
+    /// while the writer is behind).
+    pub fn copy_checkpoint_step(&mut self) -> bool {
         if !self.checkpoint_copy_waits() {
             return false;
         }
-        !self.copy_checkpoint_slice(budget) && self.checkpoint_copy_waits()
+        !self.copy_checkpoint_slice(1) && self.checkpoint_copy_waits()
     }
 
     /// Whether the checkpoint under way has leaves left to copy and its
@@ -367,8 +368,9 @@ mod tests {
     }
 
     /// A checkpoint begun as the writes stop is copied by steps between
-    /// rounds: every tree it hands out freezes without another write, and
-    /// the next write's batch ends it; the boards survive a reopen.
+    /// rounds, a slice of 4 leaves each: every tree it hands out freezes
+    /// without another write, and the next write's batch ends it; the
+    /// boards survive a reopen.
     #[test]
     fn an_idle_shards_checkpoint_is_copied_by_steps_and_its_trees_freeze() {
         use crate::board::{Board, BoardConfig};
@@ -383,19 +385,19 @@ mod tests {
             shard.write(board, "p", i as i64, Mode::Set, i as u64 + 1).unwrap();
         }
         shard.commit().unwrap();
-        assert!(!shard.copy_checkpoint_step(8), "no checkpoint under way: nothing to copy");
+        assert!(!shard.copy_checkpoint_step(), "no checkpoint under way: nothing to copy");
         shard.begin_checkpoint();
         assert_eq!(shard.tree_forms().compact, 100);
         let left = |shard: &Shard| shard.checkpoints.copying.as_ref().map_or(0, |c| c.trees.len());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while left(&shard) > 0 {
             let before = shard.tree_forms().frozen;
-            if !shard.copy_checkpoint_step(8) && left(&shard) > 0 {
+            if !shard.copy_checkpoint_step() && left(&shard) > 0 {
                 // The writer is behind: a step copies nothing until it catches up.
                 assert!(!shard.checkpoint_copy_waits() && shard.checkpoint_copy_left());
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
-            assert!(shard.tree_forms().frozen - before <= 8, "a step copies at most its budget");
+            assert!(shard.tree_forms().frozen - before <= 4, "a step copies a batch's slice at most");
             assert!(std::time::Instant::now() < deadline, "the copy must finish");
         }
         assert_eq!(shard.tree_forms().frozen, 100, "every tree handed out froze");

@@ -25,10 +25,6 @@ const WID_EXPIRY_BUDGET: usize = 50_000;
 /// long as a small round (see docs/performance-history.md).
 const REPACK_BUDGET: usize = 256;
 
-/// Checkpoint leaves copied per step while the shard is idle: as many as
-/// a repacking step looks at.
-const IDLE_COPY_BUDGET: usize = 256;
-
 impl BatchLoop {
     /// Catches up with the pipeline; while degraded, tries to reopen the
     /// storage. Once a second (rounds run thousands of times a second),
@@ -187,7 +183,7 @@ impl BatchLoop {
         if self.has_queued() {
             return false;
         }
-        let step = |shard: &mut Shard| !shard.has_staged() && shard.copy_checkpoint_step(IDLE_COPY_BUDGET);
+        let step = |shard: &mut Shard| !shard.has_staged() && shard.copy_checkpoint_step();
         self.engine.with(step) == Some(true)
     }
 
