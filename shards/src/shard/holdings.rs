@@ -77,8 +77,8 @@ impl AllTime {
         }
     }
 
-    /// Freezes a live tree that is small and idle.
-    fn freeze_if_idle(&mut self) {
+    /// Freezes a live tree that is small and idle; whether it did.
+    fn freeze_if_idle(&mut self) -> bool {
         if let Self::Live(_) = self {
             let Self::Live(tree) = std::mem::take(self) else { unreachable!("live just above") };
             *self = match tree.freeze() {
@@ -86,6 +86,7 @@ impl AllTime {
                 Err(tree) => Self::Live(tree),
             };
         }
+        matches!(self, Self::Frozen(_))
     }
 }
 
@@ -203,12 +204,12 @@ impl Holdings {
             Some(board) => {
                 let all_time = &mut self.boards.get_or_default(board).all_time;
                 match all_time {
-                    AllTime::Absent => self.all_time_trees += 1,
+                    AllTime::Absent => {
+                        self.all_time_trees += 1;
+                        *all_time = AllTime::Live(new());
+                    }
                     AllTime::Frozen(_) => self.frozen_trees -= 1,
                     AllTime::Live(_) => {}
-                }
-                if let AllTime::Absent = all_time {
-                    *all_time = AllTime::Live(new());
                 }
                 all_time.live(branching).expect("held: made above")
             }
@@ -291,8 +292,7 @@ impl Holdings {
         for (board, holding) in self.boards.iter_mut() {
             if let AllTime::Live(tree) = &mut holding.all_time {
                 visit(TreeId::all_time(board), tree);
-                holding.all_time.freeze_if_idle();
-                frozen += usize::from(matches!(holding.all_time, AllTime::Frozen(_)));
+                frozen += usize::from(holding.all_time.freeze_if_idle());
             }
         }
         self.frozen_trees += frozen;
@@ -301,10 +301,9 @@ impl Holdings {
 
     /// Freezes `tree` if it is a small, idle all-time tree.
     pub(super) fn freeze_if_idle(&mut self, tree: &TreeId) {
-        let Some(all_time) = all_time_board(tree).and_then(|board| self.boards.get_mut(board)) else { return };
-        if let AllTime::Live(_) = all_time.all_time {
-            all_time.all_time.freeze_if_idle();
-            self.frozen_trees += usize::from(matches!(all_time.all_time, AllTime::Frozen(_)));
+        let Some(holding) = all_time_board(tree).and_then(|board| self.boards.get_mut(board)) else { return };
+        if let AllTime::Live(_) = holding.all_time {
+            self.frozen_trees += usize::from(holding.all_time.freeze_if_idle());
         }
     }
 

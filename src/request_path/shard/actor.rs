@@ -66,26 +66,26 @@ impl ShardActor {
         Self { core, flush_scheduled: false, repack_scheduled: false, copy_scheduled: false }
     }
 
-    /// Queues the next step of a checkpoint's copy if one waits.
-    fn schedule_copy(&mut self, ctx: &mut Context<Self>) {
-        if !self.copy_scheduled && self.core.checkpoint_copy_left() {
+    /// Queues the next repacking step and the next step of a checkpoint's
+    /// copy, whichever waits and is not queued yet.
+    fn schedule_steps(&mut self, ctx: &mut Context<Self>) {
+        if self.repack_scheduled && self.copy_scheduled {
+            return;
+        }
+        let waiting = self.core.steps_waiting();
+        if waiting.repack && !self.repack_scheduled {
+            self.repack_scheduled = true;
+            ctx.notify(Repack);
+        }
+        if waiting.copy && !self.copy_scheduled {
             self.copy_scheduled = true;
             ctx.notify(CopyCheckpoint);
         }
     }
 
-    /// Queues the next repacking step if a pass is under way.
-    fn schedule_repack(&mut self, ctx: &mut Context<Self>) {
-        if !self.repack_scheduled && self.core.is_repacking() {
-            self.repack_scheduled = true;
-            ctx.notify(Repack);
-        }
-    }
-
     fn run_round(&mut self, ctx: &mut Context<Self>) {
         self.core.run_round();
-        self.schedule_repack(ctx);
-        self.schedule_copy(ctx);
+        self.schedule_steps(ctx);
     }
 }
 
@@ -102,7 +102,7 @@ impl Actor for ShardActor {
             actor.core.maintain();
             // A checkpoint begun by a seal off this thread (the committer's,
             // an in-place write's) has no round here to start its copy.
-            actor.schedule_copy(ctx);
+            actor.schedule_steps(ctx);
         });
     }
 
@@ -142,7 +142,7 @@ impl Handler<Repack> for ShardActor {
     fn handle(&mut self, _: Repack, ctx: &mut Self::Context) {
         self.repack_scheduled = false;
         self.core.repack_step();
-        self.schedule_repack(ctx);
+        self.schedule_steps(ctx);
     }
 }
 
@@ -152,8 +152,8 @@ impl Handler<CopyCheckpoint> for ShardActor {
     fn handle(&mut self, _: CopyCheckpoint, ctx: &mut Self::Context) {
         self.copy_scheduled = false;
         if self.core.checkpoint_copy_step() {
-            self.schedule_copy(ctx);
-        } else if self.core.checkpoint_copy_left() {
+            self.schedule_steps(ctx);
+        } else if self.core.steps_waiting().copy {
             // The writer is behind, or requests came: look again shortly
             // (rounds copy their own slices meanwhile).
             self.copy_scheduled = true;
@@ -167,8 +167,9 @@ impl Handler<CommitDone> for ShardActor {
 
     fn handle(&mut self, _: CommitDone, ctx: &mut Self::Context) {
         self.core.on_commit_progress();
-        // A batch sealed here may have finished a checkpoint, which starts
-        // a repacking pass: an idle shard must not leave it waiting.
-        self.schedule_repack(ctx);
+        // A batch sealed here may have begun a checkpoint (its copy waits)
+        // or finished one, which starts a repacking pass: an idle shard
+        // must not leave either waiting.
+        self.schedule_steps(ctx);
     }
 }

@@ -25,6 +25,13 @@ const WID_EXPIRY_BUDGET: usize = 50_000;
 /// long as a small round (see docs/performance-history.md).
 const REPACK_BUDGET: usize = 256;
 
+/// See [`BatchLoop::steps_waiting`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepsWaiting {
+    pub repack: bool,
+    pub copy: bool,
+}
+
 impl BatchLoop {
     /// Catches up with the pipeline; while degraded, tries to reopen the
     /// storage. Once a second (rounds run thousands of times a second),
@@ -170,12 +177,6 @@ impl BatchLoop {
         }
     }
 
-    /// Whether the checkpoint under way has leaves to copy that no sealed
-    /// batch has copied yet.
-    pub fn checkpoint_copy_left(&self) -> bool {
-        self.engine.with(|shard| shard.checkpoint_copy_left()) == Some(true)
-    }
-
     /// Copies a step of the checkpoint under way if nothing waits to be
     /// applied or sealed (a round's seal copies its own slice); returns
     /// whether another step would copy more.
@@ -187,10 +188,14 @@ impl BatchLoop {
         self.engine.with(step) == Some(true)
     }
 
-    /// Whether a leaf-repacking pass is under way (a sealed batch may have
-    /// checkpointed and started one).
-    pub fn is_repacking(&self) -> bool {
-        self.engine.with(|shard| shard.is_repacking()) == Some(true)
+    /// The steps between requests the shard has waiting, found under one
+    /// hold of its engine (asked after every round): a repacking pass (a
+    /// sealed batch may have checkpointed and started one) and a
+    /// checkpoint's leaves that no sealed batch has copied yet.
+    pub fn steps_waiting(&self) -> StepsWaiting {
+        let waiting =
+            |shard: &mut Shard| StepsWaiting { repack: shard.is_repacking(), copy: shard.checkpoint_copy_left() };
+        self.engine.with(waiting).unwrap_or_default()
     }
 
     /// Looks at a slice of count-tree leaves and moves those on sparse
