@@ -45,8 +45,8 @@ pub use error::ShardError;
 pub use key::TreeId;
 pub use record::Record;
 pub use shard::{
-    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, ImageWriter, ListEntry,
-    Lookups, SealedBatch, Shard, ShardImage, ShardOptions, StorageStats, TreeForms, Upcoming, UpcomingWrite,
+    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, IdleStep, ImageWriter,
+    ListEntry, Lookups, SealedBatch, Shard, ShardImage, ShardOptions, StorageStats, TreeForms, Upcoming, UpcomingWrite,
     WrittenBatch, IMAGE_KEYSPACES, MEMTABLE_OVERRUN,
 };
 pub use tree::{CountTree, FrozenTree, Repacked, TreeView};

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 
+use super::idle::IdleWatch;
 use super::storage::{board_meta_key, expiring_key, LEAVES_THROUGH};
 use super::Shard;
 use crate::checkpoint::{leaf_key, LeafWriter};
@@ -36,6 +37,8 @@ pub(super) struct Checkpoints {
     /// Whether a checkpoint was begun since opening (the first comes sooner
     /// by [`ShardOptions::checkpoint_phase`](super::ShardOptions::checkpoint_phase)).
     pub(super) begun: bool,
+    /// What an idle shard saw at its last look (see `super::idle`).
+    pub(super) idle: IdleWatch,
 }
 
 /// A checkpoint's leaves being copied, a slice each sealed batch, and
@@ -49,6 +52,16 @@ pub(super) struct Checkpointing {
     /// Writes each slice as it is copied; finished by the batch that copies
     /// the last one.
     writer: LeafWriter,
+    /// Whether the batch that ends it also has every memtable flushed: for
+    /// a checkpoint an idle shard took (see `super::idle`).
+    flush_memtables: bool,
+}
+
+impl Checkpointing {
+    /// Whether the batch that ends it is to flush every memtable.
+    pub(super) fn flushes_memtables(&self) -> bool {
+        self.flush_memtables
+    }
 }
 
 impl Shard {
@@ -172,7 +185,7 @@ impl Shard {
         });
         self.burst_trees = burst;
         trees.sort_unstable_by_key(TreeId::prefix);
-        self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer });
+        self.checkpoints.copying = Some(Checkpointing { through, trees: trees.into(), writer, flush_memtables: false });
         self.checkpoints.begun = true;
         self.log.logged = 0;
     }
@@ -227,6 +240,14 @@ impl Shard {
     fn checkpoint_copy_waits(&self) -> bool {
         self.checkpoint_copy_left()
             && self.checkpoints.copying.as_ref().is_some_and(|c| c.writer.backlog() <= MAX_QUEUED_SLICES)
+    }
+
+    /// Has the batch that ends the checkpoint under way flush every
+    /// memtable too (see `super::idle`).
+    pub(super) fn flush_memtables_after_checkpoint(&mut self) {
+        if let Some(checkpoint) = &mut self.checkpoints.copying {
+            checkpoint.flush_memtables = true;
+        }
     }
 
     /// Whether the checkpoint under way has leaves left to copy.

@@ -58,6 +58,7 @@
 //!   they froze;
 //! - `checkpointing`: when and how the trees' leaves are checkpointed (the
 //!   leaves' writer thread is `crate::checkpoint`);
+//! - `idle`: an idle shard checkpointing what its writes left in memory;
 //! - `repack`: moving leaves off sparse allocator slabs after a checkpoint;
 //! - `dedup`: the records of idempotent writes, staged with the writes
 //!   they guard and expired in bounded steps;
@@ -74,6 +75,7 @@ mod dedup;
 mod expiry;
 mod holdings;
 mod id_table;
+mod idle;
 mod image;
 mod in_flight;
 mod open;
@@ -95,6 +97,7 @@ pub use self::apply::DenseChange;
 use self::checkpointing::Checkpoints;
 use self::holdings::Holdings;
 pub use self::holdings::TreeForms;
+pub use self::idle::IdleStep;
 pub use self::image::{ImageWriter, ShardImage, IMAGE_KEYSPACES};
 pub use self::options::{Durability, ShardOptions, CHECKPOINT_EVERY, CHECKPOINT_SLICE_LEAVES, RUN_EVERY};
 pub use self::prefetch::{Upcoming, UpcomingWrite};

@@ -42,6 +42,9 @@ pub struct SealedBatch {
     pub writes: usize,
     /// Passed on to the written batch, which seals full memtables.
     memtables: Memtables,
+    /// Whether the written batch seals every memtable holding anything,
+    /// not only full ones: it ends a checkpoint an idle shard took.
+    flush_memtables: bool,
     /// Runs to write once the batch is durable.
     runs: Option<Runs>,
 }
@@ -83,7 +86,12 @@ impl SealedBatch {
         if let Some(batch) = self.batch {
             batch.commit()?;
         }
-        Ok(WrittenBatch { took: started.elapsed(), runs: self.runs, memtables: self.memtables })
+        Ok(WrittenBatch {
+            took: started.elapsed(),
+            runs: self.runs,
+            memtables: self.memtables,
+            flush_memtables: self.flush_memtables,
+        })
     }
 }
 
@@ -96,13 +104,15 @@ pub struct WrittenBatch {
     pub(super) runs: Option<Runs>,
     /// Full memtables to seal after the runs (see [`SealedBatch::write`]).
     memtables: Memtables,
+    /// Seal every memtable holding anything, not only full ones.
+    flush_memtables: bool,
 }
 
 impl WrittenBatch {
     /// Whether [`WrittenBatch::write_runs`] has anything to do: runs to
     /// write, or a full memtable to seal.
     pub fn has_work(&self) -> bool {
-        self.runs.is_some() || self.memtables.any_to_seal()
+        self.runs.is_some() || self.flush_memtables || self.memtables.any_to_seal()
     }
 
     /// Whether the batch ends a checkpoint: [`WrittenBatch::write_runs`]
@@ -112,7 +122,8 @@ impl WrittenBatch {
     }
 
     /// Writes the runs the batch carries, if any, and what follows them,
-    /// then seals full memtables for flushing; returns how long that took.
+    /// then seals full memtables (all that hold anything, at the end of an
+    /// idle shard's checkpoint) for flushing; returns how long that took.
     /// Call only once the batch is durable
     /// ([`DurabilityHandle::sync`] returned after [`SealedBatch::write`]),
     /// for batches in the order they were sealed: a run must never reach
@@ -127,7 +138,11 @@ impl WrittenBatch {
             }
             runs.after.commit()?;
         }
-        self.memtables.rotate_full()?;
+        if self.flush_memtables {
+            self.memtables.rotate_all()?;
+        } else {
+            self.memtables.rotate_full()?;
+        }
         Ok(started.elapsed())
     }
 }
@@ -224,6 +239,7 @@ impl Shard {
         }
         // The checkpoint under way, once its last slice is copied.
         let checkpoint = if self.copy_checkpoint_slice(staged.writes) { self.checkpoints.copying.take() } else { None };
+        let flush_memtables = checkpoint.as_ref().is_some_and(Checkpointing::flushes_memtables);
         let runs =
             (checkpoint.is_some() || self.overlay.players() >= self.options.run_every).then(|| self.freeze(checkpoint));
         self.in_flight.push(runs.as_ref().map(|runs| runs.overlay.clone()));
@@ -232,6 +248,7 @@ impl Shard {
             dense: staged.dense,
             writes: staged.writes,
             memtables: self.storage.memtables.clone(),
+            flush_memtables,
             runs,
         }
     }

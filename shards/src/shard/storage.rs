@@ -152,6 +152,16 @@ impl Memtables {
         Ok(())
     }
 
+    /// Seals every memtable holding anything, for fjall's worker to flush:
+    /// an idle shard's memory goes back, and a restart replays no journal
+    /// for it (see `super::idle`).
+    pub(super) fn rotate_all(&self) -> Result<(), ShardError> {
+        for keyspace in self.keyspaces.iter().filter(|keyspace| keyspace.tree.active_memtable().size() > 0) {
+            keyspace.rotate_memtable()?;
+        }
+        Ok(())
+    }
+
     /// Sealed memtables, all keyspaces, waiting for fjall's worker to flush them.
     fn sealed(&self) -> usize {
         self.keyspaces.iter().map(|keyspace| keyspace.tree.sealed_memtable_count()).sum()

@@ -94,7 +94,11 @@ impl BatchLoop {
     /// until [`BatchLoop::start_pipeline`].
     pub fn new(shard: Shard, parts: LoopParts) -> Self {
         let LoopParts { max_batch, dense, metrics, index, clock, relays } = parts;
-        metrics.shards[index].players.set(shard.players() as i64);
+        // What the open rebuilt: the log it replayed, the overlay it refilled.
+        let gauges = &metrics.shards[index];
+        gauges.players.set(shard.players() as i64);
+        gauges.logged_changes.set(i64::try_from(shard.logged_changes()).unwrap_or(i64::MAX));
+        gauges.unwritten_players.set(shard.unwritten_players() as i64);
         let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relays };
         let cell = CellParts { metrics: metrics.clone(), index, dense: dense.clone(), clock };
         Self {

@@ -1,9 +1,10 @@
-//! Between rounds: the once-a-second work (storage gauges, expired periods),
-//! reopening a failed storage, and repacking count-tree leaves.
+//! Between rounds: the once-a-second work (storage gauges, expired periods,
+//! an idle shard's checkpoint), reopening a failed storage, and repacking
+//! count-tree leaves.
 
 use std::time::Instant;
 
-use rankd_shards::Shard;
+use rankd_shards::{IdleStep, Shard};
 
 use super::batch_loop::BatchLoop;
 use crate::operations::allocator::Packer;
@@ -55,6 +56,7 @@ impl BatchLoop {
             return;
         }
         self.expire_wids(now);
+        self.settle_idle();
         let has_expired = self.engine.with(|shard| {
             shard.set_time(now);
             shard.has_expired()
@@ -97,14 +99,33 @@ impl BatchLoop {
         self.seal_and_submit(false);
     }
 
+    /// Lets an idle shard put what its writes left in memory into storage
+    /// (see `rankd_shards::Shard::settle_idle`): once a second, with
+    /// nothing queued. Its checkpoint is copied by steps between requests
+    /// (the actor schedules them after this); once copied, the batch that
+    /// ends it is sealed here.
+    fn settle_idle(&mut self) {
+        if self.has_queued() {
+            return;
+        }
+        if self.engine.with(Shard::settle_idle) == Some(IdleStep::Seal) {
+            self.engine.lock().staged_unanswered = true;
+            self.seal_and_submit(false);
+        }
+    }
+
     /// Publishes how the shard's storage keeps up.
     fn observe_storage(&mut self) {
-        let Some((stats, deleting, forms)) =
-            self.engine.with(|shard| (shard.storage_stats(), shard.trees_being_deleted(), shard.tree_forms()))
-        else {
+        let Some((stats, deleting, forms, logged, unwritten)) = self.engine.with(|shard| {
+            let logged = shard.logged_changes();
+            (shard.storage_stats(), shard.trees_being_deleted(), shard.tree_forms(), logged, shard.unwritten_players())
+        }) else {
             return;
         };
         let metrics = &self.metrics.shards[self.index];
+        // Also set as batches are sealed; here too for a shard with none.
+        metrics.logged_changes.set(i64::try_from(logged).unwrap_or(i64::MAX));
+        metrics.unwritten_players.set(i64::try_from(unwritten).unwrap_or(i64::MAX));
         metrics.frozen_trees.set(i64::try_from(forms.frozen).unwrap_or(i64::MAX));
         metrics.compact_trees.set(i64::try_from(forms.compact).unwrap_or(i64::MAX));
         metrics.burst_trees.set(i64::try_from(forms.burst).unwrap_or(i64::MAX));
