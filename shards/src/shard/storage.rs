@@ -154,9 +154,14 @@ impl Memtables {
 
     /// Seals every memtable holding anything, for fjall's worker to flush:
     /// an idle shard's memory goes back, and a restart replays no journal
-    /// for it (see `super::idle`).
+    /// for it (see `super::idle`). Not past [`MAX_SEALED_MEMTABLES`]: a
+    /// worker behind in a long compaction must not be given a keyspace's
+    /// fourth, which would halt its writes.
     pub(super) fn rotate_all(&self) -> Result<(), ShardError> {
-        for keyspace in self.keyspaces.iter().filter(|keyspace| keyspace.tree.active_memtable().size() > 0) {
+        let flushable = |keyspace: &&Keyspace| {
+            keyspace.tree.active_memtable().size() > 0 && keyspace.tree.sealed_memtable_count() < MAX_SEALED_MEMTABLES
+        };
+        for keyspace in self.keyspaces.iter().filter(flushable) {
             keyspace.rotate_memtable()?;
         }
         Ok(())
@@ -405,5 +410,26 @@ mod tests {
             largest <= LIMIT * MEMTABLE_OVERRUN + 16 * 1024,
             "the active memtable grew past the overrun to {largest} bytes"
         );
+    }
+
+    /// An idle shard's flush seals every memtable holding anything, but
+    /// never gives a keyspace whose worker flushes nothing (none here) more
+    /// than [`MAX_SEALED_MEMTABLES`].
+    #[test]
+    fn flushing_all_memtables_seals_the_nonempty_ones_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path()).worker_threads_unchecked(0).open().unwrap();
+        let created = || KeyspaceCreateOptions::default().max_memtable_size(u64::MAX);
+        let (written, untouched) =
+            (db.keyspace("written", created).unwrap(), db.keyspace("untouched", created).unwrap());
+        let memtables = Memtables { keyspaces: [written.clone(), untouched.clone()].into(), limit: 1 << 20 };
+        for round in 0..MAX_SEALED_MEMTABLES + 2 {
+            written.insert(round.to_be_bytes(), b"value").unwrap();
+            memtables.rotate_all().unwrap();
+            let sealed = (round + 1).min(MAX_SEALED_MEMTABLES);
+            assert_eq!(written.tree.sealed_memtable_count(), sealed, "round {round}");
+            assert_eq!(untouched.tree.sealed_memtable_count(), 0, "an empty memtable is left alone");
+        }
+        assert!(written.tree.active_memtable().size() > 0, "past the bound, writes stay in the active memtable");
     }
 }
