@@ -44,11 +44,12 @@ struct Holding {
     all_time: AllTime,
 }
 
-/// A frozen tree inline (16 bytes) and its variant's tag: a page of 64
-/// entries is 2 KiB. Against a 16-byte entry and a 48-byte box per tree,
-/// an idle small board costs 32 bytes less a shard; a page whose other 63
-/// ids hold nothing here (see [`IdTable`]) costs 1 KB more.
-const _: () = assert!(std::mem::size_of::<Holding>() == 32);
+/// A frozen tree inline (12 bytes) and its variant's tag in 16, a config
+/// in 8: a page of 64 entries is 1.5 KiB. Against a 16-byte entry and a
+/// 48-byte box per tree, an idle small board costs 40 bytes less a shard; a
+/// page whose other 63 ids hold nothing here (see [`IdTable`]) costs 504
+/// bytes more.
+const _: () = assert!(std::mem::size_of::<Holding>() == 24);
 
 impl Slot for Holding {
     fn is_vacant(&self) -> bool {

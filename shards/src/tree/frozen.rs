@@ -10,24 +10,106 @@
 //! ([`TreeView`]); the first write thaws it back into a live tree, and it
 //! freezes again once a checkpoint has taken its change.
 
+use std::fmt;
+use std::ptr::NonNull;
+
 use super::encoding::decode_leaf;
 use super::entries::Entries;
-use super::node::{Leaf, Node, NodeRef};
+use super::node::{Entry, Leaf, Node, NodeRef};
 use super::{CorruptLeaf, CountTree, LeafEncoding, RootSnapshot, TreeView};
 
 /// An idle compact tree: see the module docs.
 #[derive(Debug)]
 pub struct FrozenTree {
     /// The root leaf's entries, sorted by key.
-    pub(super) entries: Entries,
+    pub(super) entries: FrozenEntries,
 }
 
-const _: () = assert!(std::mem::size_of::<FrozenTree>() == 16);
+/// 12 bytes, 4-aligned: with its variant's tag a board's entry keeps it in
+/// 16 (see `shard::holdings`).
+const _: () = assert!(std::mem::size_of::<FrozenTree>() == 12);
+
+/// A frozen leaf's entries: a boxed slice (exactly as long as the leaf, as
+/// nothing is added to it) whose length is a `u32`, packed to 12 bytes. A
+/// frozen tree needs neither the spare capacity a live leaf keeps for its
+/// next insert nor the field that says how much.
+#[repr(C, packed(4))]
+pub(super) struct FrozenEntries {
+    ptr: NonNull<Entry>,
+    len: u32,
+}
+
+// SAFETY: `FrozenEntries` owns its buffer of plain `Copy` data, as a
+// `Box<[Entry]>` does, which is `Send` and `Sync`.
+unsafe impl Send for FrozenEntries {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for FrozenEntries {}
+
+impl FrozenEntries {
+    /// A leaf's entries, their buffer cut to their length. A leaf never
+    /// nears `u32::MAX` entries (see `entries`).
+    fn new(entries: Entries) -> Self {
+        let boxed = entries.into_vec().into_boxed_slice();
+        let len = u32::try_from(boxed.len()).expect("a leaf's entries number far fewer than u32::MAX");
+        // `Box::into_raw` is never null (dangling when nothing is allocated).
+        let ptr = NonNull::new(Box::into_raw(boxed).cast::<Entry>()).unwrap_or(NonNull::dangling());
+        Self { ptr, len }
+    }
+
+    fn as_slice(&self) -> &[Entry] {
+        let (ptr, len) = (self.ptr, self.len);
+        // SAFETY: `ptr` and `len` came from a boxed slice this owns (see
+        // `new`): initialized, aligned, non-null even when empty.
+        unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len as usize) }
+    }
+
+    /// The buffer back as the boxed slice it was.
+    fn into_boxed(self) -> Box<[Entry]> {
+        let this = std::mem::ManuallyDrop::new(self);
+        let (ptr, len) = (this.ptr, this.len);
+        // SAFETY: from the boxed slice `new` took apart, whose only owner
+        // was `this`, which is never dropped.
+        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), len as usize)) }
+    }
+
+    /// The entries, as a live leaf holds them.
+    fn into_entries(self) -> Entries {
+        Entries::from(self.into_boxed().into_vec())
+    }
+
+    /// The address of the buffer, for the allocator to judge.
+    pub(super) fn address(&self) -> *const u8 {
+        let ptr = self.ptr;
+        ptr.as_ptr().cast()
+    }
+
+    /// Moves the entries to a fresh allocation (see `repack`).
+    pub(super) fn move_buffer(&mut self) {
+        let fresh: Box<[Entry]> = self.as_slice().into();
+        let len = self.len;
+        let ptr = NonNull::new(Box::into_raw(fresh).cast::<Entry>()).unwrap_or(NonNull::dangling());
+        drop(std::mem::replace(self, Self { ptr, len }));
+    }
+}
+
+impl Drop for FrozenEntries {
+    fn drop(&mut self) {
+        let (ptr, len) = (self.ptr, self.len);
+        // SAFETY: as in `into_boxed`; `self` is not used after this.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), len as usize)) });
+    }
+}
+
+impl fmt::Debug for FrozenEntries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_slice(), f)
+    }
+}
 
 impl FrozenTree {
     /// Its reads, for a shard whose trees branch `branching` ways.
     pub fn view(&self, branching: u32) -> TreeView<'_> {
-        TreeView { root: NodeRef::Leaf(&self.entries), bits: branching.trailing_zeros() }
+        TreeView { root: NodeRef::Leaf(self.entries.as_slice()), bits: branching.trailing_zeros() }
     }
 
     /// The compact tree stored as `bytes`, its root leaf, loaded frozen
@@ -36,7 +118,7 @@ impl FrozenTree {
     pub fn load_root(bytes: &[u8], encoding: LeafEncoding) -> Result<Option<Self>, CorruptLeaf> {
         let leaf = decode_leaf(bytes, encoding)?;
         // Every key is inside the root's range.
-        Ok((!leaf.entries.is_empty()).then_some(Self { entries: leaf.entries }))
+        Ok((!leaf.entries.is_empty()).then(|| Self { entries: FrozenEntries::new(leaf.entries) }))
     }
 
     /// A live tree again, to change. `branching` is the shard's, validated
@@ -45,7 +127,8 @@ impl FrozenTree {
         let mut tree = CountTree::new(branching).expect("branching validated at open");
         // Unmarked (not changed since the last checkpoint) and of the new
         // tree's epoch (nothing a snapshot needs).
-        tree.root = Node::Leaf(Leaf { entries: self.entries, epoch: tree.epoch, marked: 0 });
+        let entries = self.entries.into_entries();
+        tree.root = Node::Leaf(Leaf { entries, epoch: tree.epoch, marked: 0 });
         Box::new(tree)
     }
 }
@@ -63,7 +146,7 @@ impl CountTree {
             return Err(self);
         }
         let Node::Leaf(root) = self.root else { unreachable!("compact: the root is a leaf") };
-        Ok(FrozenTree { entries: root.entries })
+        Ok(FrozenTree { entries: FrozenEntries::new(root.entries) })
     }
 }
 
@@ -79,6 +162,22 @@ mod tests {
             tree.add(key, 1);
         }
         tree
+    }
+
+    /// The packed buffer keeps a leaf's entries exactly, through a move
+    /// to a fresh allocation and back into a live leaf; empty too.
+    #[test]
+    fn frozen_entries_keep_the_leaf() {
+        for n in [0u64, 1, 2, 5, 64] {
+            let entries: Vec<Entry> = (0..n).map(|i| Entry::new(u128::from(i) * 3, i + 1)).collect();
+            let mut frozen = FrozenEntries::new(Entries::from(entries.clone()));
+            assert_eq!(frozen.as_slice(), entries.as_slice());
+            let before = frozen.address();
+            frozen.move_buffer();
+            assert!(n == 0 || frozen.address() != before, "moved to a fresh allocation");
+            assert_eq!(format!("{frozen:?}"), format!("{entries:?}"));
+            assert_eq!(&*frozen.into_entries(), entries.as_slice());
+        }
     }
 
     #[test]

@@ -50,9 +50,9 @@ impl FrozenTree {
         if budget == 0 {
             return (Repacked::default(), Some(0));
         }
-        let moved = should_move(self.entries.as_ptr().cast());
+        let moved = should_move(self.entries.address());
         if moved {
-            move_entries(&mut self.entries);
+            self.entries.move_buffer();
         }
         (Repacked { visited: 1, moved: usize::from(moved) }, None)
     }
