@@ -5,7 +5,7 @@
 //! checkpoint and that no snapshot is copying. Such a tree needs none of a
 //! live [`CountTree`]'s bookkeeping (its checkpoint round, its snapshot
 //! epoch, the box of leaves changed): frozen, it is its root leaf's entries
-//! alone, 16 bytes a shard keeps inline in the board's entry instead of a
+//! alone, 12 bytes a shard keeps inline in the board's entry instead of a
 //! 48-byte box and the pointer to it. Reads take it as it is
 //! ([`TreeView`]); the first write thaws it back into a live tree, and it
 //! freezes again once a checkpoint has taken its change.
