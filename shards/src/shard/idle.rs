@@ -62,8 +62,11 @@ impl Shard {
         }
         if self.log.logged.saturating_mul(IDLE_CHECKPOINT_SHARE) >= self.options.checkpoint_every.max(1) {
             self.begin_checkpoint();
-            self.flush_memtables_after_checkpoint();
-            return IdleStep::Began;
+            // Not begun if its writer's thread could not start: next look.
+            if self.checkpoints.copying.is_some() {
+                self.flush_memtables_after_checkpoint();
+                return IdleStep::Began;
+            }
         }
         IdleStep::Settled
     }
