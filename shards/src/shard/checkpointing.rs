@@ -76,10 +76,16 @@ impl Shard {
     /// log. The first after opening comes sooner by
     /// [`ShardOptions::checkpoint_phase`](super::ShardOptions::checkpoint_phase).
     pub(super) fn checkpoint_due(&self, logged: u64) -> bool {
+        logged >= self.checkpoint_wait()
+    }
+
+    /// The logged changes after which a checkpoint is due (see
+    /// [`Shard::checkpoint_due`]).
+    pub(super) fn checkpoint_wait(&self) -> u64 {
         let least = self.options.checkpoint_every;
         let wanted = (self.players() / 2).clamp(least, least.saturating_mul(CHECKPOINT_STRETCH));
         let phase = if self.checkpoints.begun { 0.0 } else { self.options.checkpoint_phase.clamp(0.0, 1.0) };
-        logged >= wanted - (wanted as f64 * phase) as u64
+        wanted - (wanted as f64 * phase) as u64
     }
 
     /// Writes every leaf changed since the last checkpoint and deletes the

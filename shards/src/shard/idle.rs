@@ -10,12 +10,14 @@
 
 use super::Shard;
 
-/// An idle shard checkpoints once it has logged this share of
-/// [`ShardOptions::checkpoint_every`](super::ShardOptions::checkpoint_every)
-/// changes (1/8: 12,500 by default). A checkpoint rewrites every changed
-/// leaf and makes fjall merge the leaves' keyspace again, whatever the
-/// number of changes: a trickle of writes must not bring one each quiet
-/// second.
+/// An idle shard checkpoints once it has logged this share (1/8) of the
+/// changes after which a checkpoint is due anyway (`Shard::checkpoint_due`:
+/// 100k to 400k as the shard's players grow, so 12.5k to 50k). A
+/// checkpoint rewrites every changed leaf and makes fjall merge the
+/// leaves' keyspace again, all of it for a big board, whatever the number
+/// of changes: a trickle of writes must not bring one each quiet second,
+/// and bursts with pauses between bring at most eight times as many as
+/// steady writes would.
 const IDLE_CHECKPOINT_SHARE: u64 = 8;
 
 /// What an idle shard remembers between looks.
@@ -60,7 +62,7 @@ impl Shard {
             self.staged.ops += 1;
             return IdleStep::Seal;
         }
-        if self.log.logged.saturating_mul(IDLE_CHECKPOINT_SHARE) >= self.options.checkpoint_every.max(1) {
+        if self.log.logged.saturating_mul(IDLE_CHECKPOINT_SHARE) >= self.checkpoint_wait().max(1) {
             self.begin_checkpoint();
             // Not begun if its writer's thread could not start: next look.
             if self.checkpoints.copying.is_some() {
@@ -156,6 +158,35 @@ mod tests {
         }
         assert_eq!(shard.get(crate::TreeId::all_time(boards[0].id), "q").unwrap().map(|r| r.score), Some(100));
         assert_eq!(shard.tree_forms().frozen, 29, "checkpointed trees load frozen");
+    }
+
+    /// The changes an idle checkpoint waits for grow with the shard's
+    /// players, as a regular checkpoint's do: at 1000 players and a least
+    /// wait of 100, a checkpoint is due after 400 changes, an idle one
+    /// after 50 (not 100 / 8).
+    #[test]
+    fn a_bigger_shard_waits_for_more_changes_before_an_idle_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ShardOptions { checkpoint_every: 100, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options).unwrap();
+        let (board, _) = all_time_board();
+        let mut seq = 0;
+        let mut write = |shard: &mut Shard, players: std::ops::Range<i64>, score: i64| {
+            for i in players {
+                seq += 1;
+                shard.write(&board, &format!("p{i}"), score + i, Mode::Set, seq).unwrap();
+            }
+            shard.commit().unwrap();
+        };
+        write(&mut shard, 0..1000, 0);
+        shard.checkpoint().unwrap();
+        assert_eq!(shard.logged_changes(), 0);
+        write(&mut shard, 0..49, 5_000);
+        assert_eq!(shard.settle_idle(), IdleStep::Busy);
+        assert_eq!(shard.settle_idle(), IdleStep::Settled, "49 changes: under an eighth of 400");
+        write(&mut shard, 49..50, 5_000);
+        assert_eq!(shard.settle_idle(), IdleStep::Busy);
+        assert_eq!(shard.settle_idle(), IdleStep::Began, "50 changes: an eighth of 400");
     }
 
     /// A shard with staged writes, or batches not yet landed, is busy: an
