@@ -234,6 +234,11 @@ impl Overlay {
         }
     }
 
+    /// Whether nothing waits to be written.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.players.is_empty() && self.index.is_empty()
+    }
+
     /// Players with a record waiting to be written.
     pub(crate) fn players(&self) -> usize {
         self.players.len()

@@ -79,6 +79,7 @@ mod tests {
     use super::super::{all_time_board, ShardOptions};
     use super::*;
     use crate::board::{Board, BoardConfig, Mode, Order, Ties, Window};
+    use fjall::AbstractTree as _;
 
     fn small_boards(count: u64) -> Vec<Board> {
         let config = BoardConfig {
@@ -143,21 +144,30 @@ mod tests {
         assert_eq!(wait_for_flushes(&shard), 0, "every memtable flushed");
         assert_eq!(shard.settle_idle(), IdleStep::Settled);
         assert_eq!(shard.settle_idle(), IdleStep::Settled, "nothing more to do");
+        // At rest, a shutdown has nothing to write: no table for the next
+        // start to merge.
+        let before = shard.storage.leaves.tree.table_count();
+        shard.prepare_shutdown(std::time::Duration::from_secs(20)).unwrap();
+        assert_eq!(shard.storage.leaves.tree.table_count(), before, "a shard at rest writes no checkpoint at shutdown");
 
         shard.write(&boards[0], "q", 100, Mode::Set, 100).unwrap();
         shard.commit().unwrap();
         assert_eq!(shard.settle_idle(), IdleStep::Busy);
         assert_eq!(shard.settle_idle(), IdleStep::Settled, "one change is too few to checkpoint for");
+        let before = shard.storage.leaves.tree.table_count();
+        shard.prepare_shutdown(std::time::Duration::from_secs(20)).unwrap();
+        assert!(shard.storage.leaves.tree.table_count() > before, "not at rest: the shutdown checkpoints");
+        assert_eq!(shard.logged_changes(), 0);
 
         drop(shard);
         let shard = Shard::open(dir.path(), options).unwrap();
-        assert_eq!(shard.logged_changes(), 1, "only the write after the checkpoint is replayed");
+        assert_eq!(shard.logged_changes(), 0, "the shutdown checkpointed the one write after the idle one");
         for (i, board) in boards.iter().enumerate() {
             let record = shard.get(crate::TreeId::all_time(board.id), "p").unwrap().expect("every player kept");
             assert_eq!(record.score, i as i64);
         }
         assert_eq!(shard.get(crate::TreeId::all_time(boards[0].id), "q").unwrap().map(|r| r.score), Some(100));
-        assert_eq!(shard.tree_forms().frozen, 29, "checkpointed trees load frozen");
+        assert_eq!(shard.tree_forms().frozen, 30, "checkpointed trees load frozen");
     }
 
     /// The changes an idle checkpoint waits for grow with the shard's

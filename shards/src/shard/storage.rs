@@ -322,6 +322,12 @@ impl Shard {
     /// journal, which holds everything the memtables do: the next start
     /// replays it.
     pub fn prepare_shutdown(&mut self, wait: Duration) -> Result<(), ShardError> {
+        if self.is_at_rest() {
+            // An idle shard that checkpointed and flushed (see `idle`): a
+            // checkpoint now would only write its marker again, a table
+            // that would make the next start merge the leaves' keyspace.
+            return Ok(());
+        }
         self.checkpoint()?;
         let storage = &self.storage;
         storage.db.persist(PersistMode::SyncAll)?;
@@ -347,6 +353,19 @@ impl Shard {
     /// worker is behind.
     pub fn largest_memtable_bytes(&self) -> u64 {
         self.storage.memtables.largest()
+    }
+
+    /// Whether everything the shard holds is in its tables: no log record
+    /// past its last checkpoint, nothing staged, in flight or in the
+    /// overlay, no checkpoint under way, every memtable empty.
+    fn is_at_rest(&self) -> bool {
+        self.log.first == self.log.next
+            && self.is_settled()
+            && self.overlay.is_empty()
+            && self.checkpoints.copying.is_none()
+            && self.storage.memtables.keyspaces.iter().all(|keyspace| {
+                keyspace.tree.active_memtable().size() == 0 && keyspace.tree.sealed_memtable_count() == 0
+            })
     }
 
     /// See [`StorageStats`].
