@@ -108,10 +108,15 @@ impl BatchLoop {
         if self.has_queued() {
             return;
         }
-        if self.engine.with(Shard::settle_idle) == Some(IdleStep::Seal) {
-            self.engine.lock().staged_unanswered = true;
-            self.seal_and_submit(false);
+        let mut engine = self.engine.lock();
+        if engine.shard.as_mut().map(Shard::settle_idle) != Some(IdleStep::Seal) {
+            return;
         }
+        // Marked under the same hold as the end was staged: whoever seals
+        // next (this, the committer, an in-place write) takes it.
+        engine.staged_unanswered = true;
+        drop(engine);
+        self.seal_and_submit(false);
     }
 
     /// Publishes how the shard's storage keeps up.
