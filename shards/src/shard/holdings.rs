@@ -44,11 +44,11 @@ struct Holding {
     all_time: AllTime,
 }
 
-/// A frozen tree inline (12 bytes) and its variant's tag in 16, a config
-/// in 8: a page of 64 entries is 1.5 KiB. Against a 16-byte entry and a
-/// 48-byte box per tree, an idle small board costs 40 bytes less a shard; a
-/// page whose other 63 ids hold nothing here (see [`IdTable`]) costs 504
-/// bytes more.
+/// A frozen tree inline (15 bytes: its packed leaf, or a pointer to it)
+/// and its variant's tag in 16, a config in 8: a page of 64 entries is 1.5
+/// KiB. Against a 16-byte entry and a 48-byte box per tree, an idle small
+/// board costs 40 bytes less a shard; a page whose other 63 ids hold
+/// nothing here (see [`IdTable`]) costs 504 bytes more.
 const _: () = assert!(std::mem::size_of::<Holding>() == 24);
 
 impl Slot for Holding {
@@ -422,6 +422,8 @@ mod tests {
         held.insert_config(1, BoardConfig::default().into());
         held.tree_or_new(TreeId::all_time(1)).add(5, 1);
         held.tree_or_new(TreeId::all_time(2)).add(6, 1);
+        // Keys far apart: board 2's leaf packs past what fits inline.
+        held.tree_or_new(TreeId::all_time(2)).add(1 << 120, 1);
         held.tree_or_new(daily(1, 3)).add(7, 1);
         // Changed since the last checkpoint: a visit leaves them live.
         held.visit_live_trees(|_, _| {});
@@ -436,10 +438,14 @@ mod tests {
         held.visit_live_trees(|id, _| visited.push(id));
         assert_eq!(visited, [daily(1, 3)], "a visit passes frozen trees by");
 
-        // Repacking moves a frozen tree's leaf and leaves it frozen.
+        // Repacking moves a frozen tree's leaf if it is on the heap (not
+        // if it is inline) and leaves it frozen.
         let (step, next) = held.repack(&TreeId::all_time(1), 0, 8, |_| true).expect("held");
+        assert_eq!((step.visited, step.moved, next, held.frozen_count()), (1, 0, None, 2));
+        let (step, next) = held.repack(&TreeId::all_time(2), 0, 8, |_| true).expect("held");
         assert_eq!((step.visited, step.moved, next, held.frozen_count()), (1, 1, None, 2));
         assert_eq!(held.tree(&TreeId::all_time(1)).map(|t| t.entries()), Some(vec![(5, 1)]));
+        assert_eq!(held.tree(&TreeId::all_time(2)).map(|t| t.entries()), Some(vec![(6, 1), (1 << 120, 1)]));
 
         // A write thaws a tree, and so does any change.
         assert_eq!(held.tree_or_new(TreeId::all_time(1)).add(5, 1), 2);
@@ -450,7 +456,7 @@ mod tests {
         assert_eq!(held.frozen_count(), 2);
 
         // A frozen tree removed takes its entry with it.
-        assert_eq!(held.remove_tree(&TreeId::all_time(2)), Some(1));
+        assert_eq!(held.remove_tree(&TreeId::all_time(2)), Some(2));
         assert_eq!((held.frozen_count(), held.tree_count()), (1, 2));
         assert_eq!(held.boards.iter().count(), 1, "board 2's entry went with its tree");
     }

@@ -128,11 +128,15 @@ impl TreeView<'_> {
     /// tree (see the module docs): both edges of every bucket (the end
     /// omitted when it would pass the last key). Empty for an empty tree.
     pub fn bucket_bounds(&self, shape: BucketShape) -> Vec<u128> {
+        self.with_root(|root| self.bucket_bounds_from(root, shape))
+    }
+
+    fn bucket_bounds_from(&self, root: NodeRef<'_>, shape: BucketShape) -> Vec<u128> {
         let mut buckets: Vec<Bucket> = Vec::new();
         let mut heap = BinaryHeap::new();
         let total = self.total();
         if total > 0 {
-            heap.push(Candidate { count: total, start: 0, depth: 0, node: self.root });
+            heap.push(Candidate { count: total, start: 0, depth: 0, node: root });
         }
         let per_bucket = shape.per_bucket.max(1);
         while let Some(c) = heap.pop() {
@@ -149,8 +153,8 @@ impl TreeView<'_> {
         let merged = merge_small(buckets, per_bucket);
         let mut bounds: Vec<u128> = merged.into_iter().flat_map(|b| [Some(b.start), b.end]).flatten().collect();
         if total > 0 {
-            bounds.push(edge(extreme(self.root, false), shape.split_ties));
-            bounds.extend(end_after(extreme(self.root, true), shape.split_ties));
+            bounds.push(edge(extreme(root, false), shape.split_ties));
+            bounds.extend(end_after(extreme(root, true), shape.split_ties));
         }
         bounds.sort_unstable();
         bounds.dedup();
@@ -217,7 +221,7 @@ impl TreeView<'_> {
     pub fn count_before_sorted(&self, keys: &[u128]) -> Vec<u64> {
         debug_assert!(keys.is_sorted());
         let mut out = Vec::with_capacity(keys.len());
-        before_sorted(self.root, self.bits, 0, 0, 0, keys, &mut out);
+        self.with_root(|root| before_sorted(root, self.bits, 0, 0, 0, keys, &mut out));
         out
     }
 }

@@ -4,9 +4,11 @@
 //! idle: a compact tree (one sorted leaf) whose change is already in a
 //! checkpoint and that no snapshot is copying. Such a tree needs none of a
 //! live [`CountTree`]'s bookkeeping (its checkpoint round, its snapshot
-//! epoch, the box of leaves changed): frozen, it is its root leaf's entries
-//! alone, 12 bytes a shard keeps inline in the board's entry instead of a
-//! 48-byte box and the pointer to it. Reads take it as it is
+//! epoch, the box of leaves changed), nor its entries' 20 bytes each:
+//! frozen, it is its root leaf's entries packed (see `packed`), 15 bytes a
+//! shard keeps in the board's own entry, holding the packed bytes when they
+//! fit (a leaf of two players, as most boards of five have on each of two
+//! shards) and a pointer to them otherwise. Reads unpack it onto the stack
 //! ([`TreeView`]); the first write thaws it back into a live tree, and it
 //! freezes again once a checkpoint has taken its change.
 
@@ -14,102 +16,121 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use super::encoding::decode_leaf;
-use super::entries::Entries;
-use super::node::{Entry, Leaf, Node, NodeRef};
-use super::{CorruptLeaf, CountTree, LeafEncoding, RootSnapshot, TreeView};
+use super::node::{Entry, Leaf, Node};
+use super::packed::{pack, unpack, Trim, Unpacked};
+use super::{CorruptLeaf, CountTree, LeafEncoding, RootSnapshot, TreeView, LEAF_CAPACITY};
+
+/// Packed bytes a frozen tree holds without an allocation.
+const INLINE: usize = 14;
+
+/// Bit of [`FrozenTree::head`]: the packed bytes are on the heap.
+const ON_HEAP: u8 = 0x80;
+/// Bit of [`FrozenTree::head`]: the packed tiebreaks are trimmed in front.
+const TRIM_LEADING: u8 = 0x40;
+/// Bits of [`FrozenTree::head`]: how many bytes are inline.
+const INLINE_LEN: u8 = 0x0f;
 
 /// An idle compact tree: see the module docs.
-#[derive(Debug)]
 pub struct FrozenTree {
-    /// The root leaf's entries, sorted by key.
-    pub(super) entries: FrozenEntries,
+    /// [`ON_HEAP`], [`TRIM_LEADING`] and, inline, [`INLINE_LEN`].
+    head: u8,
+    body: Body,
 }
 
-/// 12 bytes, 4-aligned: with its variant's tag a board's entry keeps it in
+/// 15 bytes, 1-aligned: with its variant's tag a board's entry keeps it in
 /// 16 (see `shard::holdings`).
-const _: () = assert!(std::mem::size_of::<FrozenTree>() == 12);
+const _: () = assert!(std::mem::size_of::<FrozenTree>() == 15 && std::mem::align_of::<FrozenTree>() == 1);
 
-/// A frozen leaf's entries: a boxed slice (exactly as long as the leaf, as
-/// nothing is added to it) whose length is a `u32`, packed to 12 bytes. A
-/// frozen tree needs neither the spare capacity a live leaf keeps for its
-/// next insert nor the field that says how much.
-#[repr(C, packed(4))]
-pub(super) struct FrozenEntries {
-    ptr: NonNull<Entry>,
+/// The packed bytes, or where they are.
+#[derive(Clone, Copy)]
+#[repr(C, packed)]
+union Body {
+    inline: [u8; INLINE],
+    heap: HeapBytes,
+}
+
+/// A boxed byte slice taken apart, its length a `u32` (a packed leaf is at
+/// most a few KiB).
+#[derive(Clone, Copy)]
+#[repr(C, packed)]
+struct HeapBytes {
+    ptr: NonNull<u8>,
     len: u32,
 }
 
-// SAFETY: `FrozenEntries` owns its buffer of plain `Copy` data, as a
-// `Box<[Entry]>` does, which is `Send` and `Sync`.
-unsafe impl Send for FrozenEntries {}
+// SAFETY: `FrozenTree` owns its heap bytes, if any, as a `Box<[u8]>` does,
+// which is `Send` and `Sync`.
+unsafe impl Send for FrozenTree {}
 // SAFETY: as above; shared access only reads.
-unsafe impl Sync for FrozenEntries {}
-
-impl FrozenEntries {
-    /// A leaf's entries, their buffer cut to their length. A leaf never
-    /// nears `u32::MAX` entries (see `entries`).
-    fn new(entries: Entries) -> Self {
-        let boxed = entries.into_vec().into_boxed_slice();
-        let len = u32::try_from(boxed.len()).expect("a leaf's entries number far fewer than u32::MAX");
-        // `Box::into_raw` is never null (dangling when nothing is allocated).
-        let ptr = NonNull::new(Box::into_raw(boxed).cast::<Entry>()).unwrap_or(NonNull::dangling());
-        Self { ptr, len }
-    }
-
-    fn as_slice(&self) -> &[Entry] {
-        let (ptr, len) = (self.ptr, self.len);
-        // SAFETY: `ptr` and `len` came from a boxed slice this owns (see
-        // `new`): initialized, aligned, non-null even when empty.
-        unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len as usize) }
-    }
-
-    /// The buffer back as the boxed slice it was.
-    fn into_boxed(self) -> Box<[Entry]> {
-        let this = std::mem::ManuallyDrop::new(self);
-        let (ptr, len) = (this.ptr, this.len);
-        // SAFETY: from the boxed slice `new` took apart, whose only owner
-        // was `this`, which is never dropped.
-        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), len as usize)) }
-    }
-
-    /// The entries, as a live leaf holds them.
-    fn into_entries(self) -> Entries {
-        Entries::from(self.into_boxed().into_vec())
-    }
-
-    /// The address of the buffer, for the allocator to judge.
-    pub(super) fn address(&self) -> *const u8 {
-        let ptr = self.ptr;
-        ptr.as_ptr().cast()
-    }
-
-    /// Moves the entries to a fresh allocation (see `repack`).
-    pub(super) fn move_buffer(&mut self) {
-        let fresh: Box<[Entry]> = self.as_slice().into();
-        let len = self.len;
-        let ptr = NonNull::new(Box::into_raw(fresh).cast::<Entry>()).unwrap_or(NonNull::dangling());
-        drop(std::mem::replace(self, Self { ptr, len }));
-    }
-}
-
-impl Drop for FrozenEntries {
-    fn drop(&mut self) {
-        let (ptr, len) = (self.ptr, self.len);
-        // SAFETY: as in `into_boxed`; `self` is not used after this.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), len as usize)) });
-    }
-}
-
-impl fmt::Debug for FrozenEntries {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_slice(), f)
-    }
-}
+unsafe impl Sync for FrozenTree {}
 
 impl FrozenTree {
+    /// A compact leaf's entries (at most [`LEAF_CAPACITY`]), frozen.
+    fn new(entries: &[Entry]) -> Self {
+        debug_assert!(entries.len() <= LEAF_CAPACITY);
+        let (trim, bytes) = pack(entries);
+        let trim_bit = if trim == Trim::Leading { TRIM_LEADING } else { 0 };
+        if bytes.len() <= INLINE {
+            let mut inline = [0u8; INLINE];
+            inline[..bytes.len()].copy_from_slice(&bytes);
+            return Self { head: trim_bit | bytes.len() as u8, body: Body { inline } };
+        }
+        Self { head: ON_HEAP | trim_bit, body: Body { heap: HeapBytes::new(bytes.into_boxed_slice()) } }
+    }
+
+    fn trim(&self) -> Trim {
+        if self.head & TRIM_LEADING != 0 {
+            Trim::Leading
+        } else {
+            Trim::Trailing
+        }
+    }
+
+    /// The heap bytes, if that is where they are.
+    fn heap(&self) -> Option<HeapBytes> {
+        if self.head & ON_HEAP == 0 {
+            return None;
+        }
+        // SAFETY: `ON_HEAP` says `new` wrote this field (only this is read:
+        // inline bytes read as a pointer could be null).
+        Some(unsafe { self.body.heap })
+    }
+
+    /// The packed bytes.
+    fn bytes(&self) -> &[u8] {
+        match self.heap() {
+            // SAFETY: a boxed slice (see `HeapBytes::new`) this tree owns
+            // and frees only when dropped or moved, which `&self` excludes.
+            Some(heap) => unsafe { std::slice::from_raw_parts(heap.ptr.as_ptr(), heap.len as usize) },
+            // SAFETY: no `ON_HEAP`: `new` wrote the inline bytes.
+            None => unsafe { &self.body.inline[..usize::from(self.head & INLINE_LEN)] },
+        }
+    }
+
+    /// The entries, on the stack.
+    pub(super) fn unpack(&self) -> Unpacked {
+        unpack(self.bytes(), self.trim())
+    }
+
+    /// The address of the heap bytes (`None` if inline), for the allocator
+    /// to judge.
+    pub(super) fn address(&self) -> Option<*const u8> {
+        self.heap().map(|heap| heap.ptr.as_ptr().cast_const())
+    }
+
+    /// Moves the heap bytes to a fresh allocation (see `repack`).
+    pub(super) fn move_buffer(&mut self) {
+        if let Some(old) = self.heap() {
+            self.body.heap = HeapBytes::new(self.bytes().into());
+            // SAFETY: `old` came from `HeapBytes::new` and nothing else
+            // points at it any more.
+            drop(unsafe { old.into_boxed() });
+        }
+    }
+
     /// Its reads, for a shard whose trees branch `branching` ways.
     pub fn view(&self, branching: u32) -> TreeView<'_> {
-        TreeView { root: NodeRef::Leaf(self.entries.as_slice()), bits: branching.trailing_zeros() }
+        TreeView::frozen(self, branching.trailing_zeros())
     }
 
     /// The compact tree stored as `bytes`, its root leaf, loaded frozen
@@ -117,8 +138,12 @@ impl FrozenTree {
     /// boards' trees without a live tree's box for each.
     pub fn load_root(bytes: &[u8], encoding: LeafEncoding) -> Result<Option<Self>, CorruptLeaf> {
         let leaf = decode_leaf(bytes, encoding)?;
-        // Every key is inside the root's range.
-        Ok((!leaf.entries.is_empty()).then(|| Self { entries: FrozenEntries::new(leaf.entries) }))
+        // Every key is inside the root's range; a root past the capacity
+        // has burst before it was stored.
+        if leaf.entries.len() > LEAF_CAPACITY {
+            return Err(CorruptLeaf("a root leaf past the leaf capacity"));
+        }
+        Ok((!leaf.entries.is_empty()).then(|| Self::new(&leaf.entries)))
     }
 
     /// A live tree again, to change. `branching` is the shard's, validated
@@ -127,9 +152,43 @@ impl FrozenTree {
         let mut tree = CountTree::new(branching).expect("branching validated at open");
         // Unmarked (not changed since the last checkpoint) and of the new
         // tree's epoch (nothing a snapshot needs).
-        let entries = self.entries.into_entries();
+        let entries = self.unpack().to_vec().into();
         tree.root = Node::Leaf(Leaf { entries, epoch: tree.epoch, marked: 0 });
         Box::new(tree)
+    }
+}
+
+impl HeapBytes {
+    fn new(bytes: Box<[u8]>) -> Self {
+        let len = u32::try_from(bytes.len()).expect("a packed leaf is a few KiB");
+        // `Box::into_raw` is never null.
+        let ptr = NonNull::new(Box::into_raw(bytes).cast::<u8>()).unwrap_or(NonNull::dangling());
+        Self { ptr, len }
+    }
+
+    /// The boxed slice back.
+    ///
+    /// # Safety
+    /// Once only, for bytes from [`HeapBytes::new`].
+    unsafe fn into_boxed(self) -> Box<[u8]> {
+        let (ptr, len) = (self.ptr, self.len);
+        // SAFETY: the caller's promise.
+        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), len as usize)) }
+    }
+}
+
+impl Drop for FrozenTree {
+    fn drop(&mut self) {
+        if let Some(heap) = self.heap() {
+            // SAFETY: the tree owned the bytes and is gone after this.
+            drop(unsafe { heap.into_boxed() });
+        }
+    }
+}
+
+impl fmt::Debug for FrozenTree {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrozenTree").field("entries", &self.unpack().as_slice()).finish()
     }
 }
 
@@ -146,7 +205,7 @@ impl CountTree {
             return Err(self);
         }
         let Node::Leaf(root) = self.root else { unreachable!("compact: the root is a leaf") };
-        Ok(FrozenTree { entries: FrozenEntries::new(root.entries) })
+        Ok(FrozenTree::new(&root.entries))
     }
 }
 
@@ -164,19 +223,23 @@ mod tests {
         tree
     }
 
-    /// The packed buffer keeps a leaf's entries exactly, through a move
-    /// to a fresh allocation and back into a live leaf; empty too.
+    /// A frozen leaf keeps its entries exactly: inline while they pack in
+    /// 14 bytes, on the heap past that, through a move to a fresh
+    /// allocation, and back into a live leaf.
     #[test]
-    fn frozen_entries_keep_the_leaf() {
-        for n in [0u64, 1, 2, 5, 64] {
-            let entries: Vec<Entry> = (0..n).map(|i| Entry::new(u128::from(i) * 3, i + 1)).collect();
-            let mut frozen = FrozenEntries::new(Entries::from(entries.clone()));
-            assert_eq!(frozen.as_slice(), entries.as_slice());
+    fn a_frozen_leaf_keeps_its_entries_inline_or_on_the_heap() {
+        let named = |i: u64| u128::from(0x7fff_ffff_c465_3600 + i * 1000) << 64 | u128::from(0x7030 + i) << 48;
+        for n in [1u64, 2, 3, 5, 64] {
+            let entries: Vec<Entry> = (0..n).map(|i| Entry::new(named(i), i + 1)).collect();
+            let mut frozen = FrozenTree::new(&entries);
+            assert_eq!(frozen.unpack().as_slice(), entries.as_slice());
+            assert_eq!(frozen.address().is_none(), n <= 2, "{n} entries: {} bytes packed", frozen.bytes().len());
             let before = frozen.address();
             frozen.move_buffer();
-            assert!(n == 0 || frozen.address() != before, "moved to a fresh allocation");
-            assert_eq!(format!("{frozen:?}"), format!("{entries:?}"));
-            assert_eq!(&*frozen.into_entries(), entries.as_slice());
+            assert!(before.is_none() || frozen.address() != before, "moved to a fresh allocation");
+            assert_eq!(format!("{frozen:?}"), format!("FrozenTree {{ entries: {entries:?} }}"));
+            let thawed = frozen.thaw(16);
+            assert_eq!(thawed.entries(), entries.iter().map(|e| (e.key(), e.count())).collect::<Vec<_>>());
         }
     }
 

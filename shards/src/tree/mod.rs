@@ -25,6 +25,7 @@ mod encoding;
 mod entries;
 mod frozen;
 mod node;
+mod packed;
 mod repack;
 mod snapshot;
 #[cfg(test)]
@@ -142,7 +143,7 @@ impl CountTree {
 
     /// This tree's reads (see [`TreeView`]).
     pub fn view(&self) -> TreeView<'_> {
-        TreeView { root: self.root.as_node_ref(), bits: self.bits }
+        TreeView::live(self.root.as_node_ref(), self.bits)
     }
 
     /// See [`TreeView::is_compact`].

@@ -50,9 +50,9 @@ impl FrozenTree {
         if budget == 0 {
             return (Repacked::default(), Some(0));
         }
-        let moved = should_move(self.entries.address());
+        let moved = self.address().is_some_and(&mut should_move);
         if moved {
-            self.entries.move_buffer();
+            self.move_buffer();
         }
         (Repacked { visited: 1, moved: usize::from(moved) }, None)
     }

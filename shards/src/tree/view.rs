@@ -1,33 +1,64 @@
 //! Reading a count tree: what a tree answers, whether it is live (a
 //! [`CountTree`](super::CountTree), which takes writes and checkpoints) or
-//! frozen (a [`FrozenTree`](super::FrozenTree): a small board's idle root
-//! leaf kept without the live tree's bookkeeping).
+//! frozen (a [`FrozenTree`]: a small board's idle root leaf, packed,
+//! kept without the live tree's bookkeeping).
 
 use super::node::{check_node, child_ref, collect, collect_crowded, digit, prefetch_entries, NodeRef};
+use super::FrozenTree;
 
 /// A tree's nodes and its branching, borrowed: every read of a tree.
 #[derive(Debug, Clone, Copy)]
 pub struct TreeView<'a> {
-    pub(super) root: NodeRef<'a>,
+    root: Root<'a>,
     /// Key bits each level takes: log2 of the branching factor.
     pub(super) bits: u32,
 }
 
+/// Where a read starts.
+#[derive(Debug, Clone, Copy)]
+enum Root<'a> {
+    /// A live tree's root node.
+    Node(NodeRef<'a>),
+    /// A frozen tree: one leaf, packed, unpacked by each read.
+    Frozen(&'a FrozenTree),
+}
+
+impl<'a> TreeView<'a> {
+    /// The reads of a live tree whose root is `root`.
+    pub(super) fn live(root: NodeRef<'a>, bits: u32) -> Self {
+        Self { root: Root::Node(root), bits }
+    }
+
+    /// The reads of a frozen tree.
+    pub(super) fn frozen(tree: &'a FrozenTree, bits: u32) -> Self {
+        Self { root: Root::Frozen(tree), bits }
+    }
+}
+
 impl TreeView<'_> {
+    /// Runs `read` from the root node: a frozen tree's leaf unpacked onto
+    /// the stack for it.
+    pub(super) fn with_root<R>(&self, read: impl FnOnce(NodeRef<'_>) -> R) -> R {
+        match self.root {
+            Root::Node(root) => read(root),
+            Root::Frozen(tree) => read(NodeRef::Leaf(&tree.unpack())),
+        }
+    }
+
     /// Whether the tree is still one sorted leaf of keys and counts (the
     /// compact form every small board has) rather than burst into nodes.
     pub fn is_compact(&self) -> bool {
-        matches!(self.root, NodeRef::Leaf(_))
+        matches!(self.root, Root::Frozen(_) | Root::Node(NodeRef::Leaf(_)))
     }
 
     /// Number of players (sum of all counts): the root's, summed from at
     /// most [`LEAF_CAPACITY`](super::LEAF_CAPACITY) entries or 256 slots
     /// rather than stored.
     pub fn total(&self) -> u64 {
-        match self.root {
+        self.with_root(|root| match root {
             NodeRef::Leaf(entries) => entries.iter().map(|e| e.count()).sum(),
             NodeRef::Inner(slots) => slots.iter().map(|slot| slot.count).fold(0, u64::saturating_add),
-        }
+        })
     }
 
     /// Starts loading the leaf that holds `key` into the CPU cache, so a
@@ -44,10 +75,12 @@ impl TreeView<'_> {
     /// independent loads, so their waits for memory overlap, where walking
     /// one path after another waits for every node in turn.
     pub fn prefetch_many(&self, keys: &[u128]) {
+        // A frozen tree's leaf is unpacked by the read itself.
+        let Root::Node(root) = self.root else { return };
         const GROUP: usize = 16;
         for group in keys.chunks(GROUP) {
             let mut nodes: [Option<NodeRef<'_>>; GROUP] = [None; GROUP];
-            nodes[..group.len()].fill(Some(self.root));
+            nodes[..group.len()].fill(Some(root));
             let mut depth = 0u32;
             loop {
                 let mut walking = false;
@@ -74,7 +107,10 @@ impl TreeView<'_> {
 
     /// How many players have a key strictly less than `key` (rank before it).
     pub fn count_before(&self, key: u128) -> u64 {
-        let mut node = self.root;
+        self.with_root(|root| self.count_before_from(root, key))
+    }
+
+    fn count_before_from(&self, mut node: NodeRef<'_>, key: u128) -> u64 {
         let mut depth = 0u32;
         let mut before = 0u64;
         loop {
@@ -100,7 +136,7 @@ impl TreeView<'_> {
     /// All `(key, count)` pairs in key order.
     pub fn entries(&self) -> Vec<(u128, u64)> {
         let mut out = Vec::new();
-        collect(self.root, &mut out);
+        self.with_root(|root| collect(root, &mut out));
         out
     }
 
@@ -109,7 +145,7 @@ impl TreeView<'_> {
     pub fn crowded_keys(&self, min: u64) -> Vec<u128> {
         let mut out = Vec::new();
         if self.total() >= min {
-            collect_crowded(self.root, min, &mut out);
+            self.with_root(|root| collect_crowded(root, min, &mut out));
         }
         out
     }
@@ -117,6 +153,6 @@ impl TreeView<'_> {
     /// Verifies every inner count equals the sum below it and every leaf is
     /// sorted, in range and positive. Used by tests and `rankd check`.
     pub fn check(&self) -> Result<(), String> {
-        check_node(self.root, self.bits, 0, 0).map(|_| ())
+        self.with_root(|root| check_node(root, self.bits, 0, 0).map(|_| ()))
     }
 }
