@@ -8,16 +8,17 @@
 //! frozen, it is its root leaf's entries packed (see `packed`), 15 bytes a
 //! shard keeps in the board's own entry, holding the packed bytes when they
 //! fit (a leaf of two players, as most boards of five have on each of two
-//! shards) and a pointer to them otherwise. Reads unpack it onto the stack
-//! ([`TreeView`]); the first write thaws it back into a live tree, and it
-//! freezes again once a checkpoint has taken its change.
+//! shards) and a pointer to them otherwise. A rank and a count read the
+//! packed bytes in place, other reads unpack them onto the stack
+//! ([`TreeView`]); the first write thaws the tree back into a live one, and
+//! it freezes again once a checkpoint has taken its change.
 
 use std::fmt;
 use std::ptr::NonNull;
 
 use super::encoding::decode_leaf;
 use super::node::{Entry, Leaf, Node};
-use super::packed::{pack, unpack, Trim, Unpacked};
+use super::packed::{pack, Packed, PackedLeaf, Trim, Unpacked};
 use super::{CorruptLeaf, CountTree, LeafEncoding, RootSnapshot, TreeView, LEAF_CAPACITY};
 
 /// Packed bytes a frozen tree holds without an allocation.
@@ -68,16 +69,18 @@ impl FrozenTree {
     /// A compact leaf's entries (at most [`LEAF_CAPACITY`]), frozen.
     fn new(entries: &[Entry]) -> Self {
         debug_assert!(entries.len() <= LEAF_CAPACITY);
-        let (trim, bytes) = pack(entries);
+        let mut bytes = Packed::new();
+        let trim = pack(entries, &mut bytes);
         let trim_bit = if trim == Trim::Leading { TRIM_LEADING } else { 0 };
         if bytes.len() <= INLINE {
             let mut inline = [0u8; INLINE];
             inline[..bytes.len()].copy_from_slice(&bytes);
             return Self { head: trim_bit | bytes.len() as u8, body: Body { inline } };
         }
-        Self { head: ON_HEAP | trim_bit, body: Body { heap: HeapBytes::new(bytes.into_boxed_slice()) } }
+        Self { head: ON_HEAP | trim_bit, body: Body { heap: HeapBytes::new(bytes.as_slice().into()) } }
     }
 
+    #[inline]
     fn trim(&self) -> Trim {
         if self.head & TRIM_LEADING != 0 {
             Trim::Leading
@@ -87,6 +90,7 @@ impl FrozenTree {
     }
 
     /// The heap bytes, if that is where they are.
+    #[inline]
     fn heap(&self) -> Option<HeapBytes> {
         if self.head & ON_HEAP == 0 {
             return None;
@@ -97,6 +101,7 @@ impl FrozenTree {
     }
 
     /// The packed bytes.
+    #[inline]
     fn bytes(&self) -> &[u8] {
         match self.heap() {
             // SAFETY: a boxed slice (see `HeapBytes::new`) this tree owns
@@ -107,9 +112,17 @@ impl FrozenTree {
         }
     }
 
+    /// The packed leaf, to read in place.
+    #[inline]
+    pub(super) fn leaf(&self) -> PackedLeaf<'_> {
+        PackedLeaf::new(self.bytes(), self.trim())
+    }
+
     /// The entries, on the stack.
-    pub(super) fn unpack(&self) -> Unpacked {
-        unpack(self.bytes(), self.trim())
+    fn unpack(&self) -> Unpacked {
+        let mut entries = Unpacked::new();
+        self.leaf().unpack_into(&mut entries);
+        entries
     }
 
     /// The address of the heap bytes (`None` if inline), for the allocator

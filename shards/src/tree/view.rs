@@ -4,6 +4,7 @@
 //! kept without the live tree's bookkeeping).
 
 use super::node::{check_node, child_ref, collect, collect_crowded, digit, prefetch_entries, NodeRef};
+use super::packed::Unpacked;
 use super::FrozenTree;
 
 /// A tree's nodes and its branching, borrowed: every read of a tree.
@@ -41,7 +42,11 @@ impl TreeView<'_> {
     pub(super) fn with_root<R>(&self, read: impl FnOnce(NodeRef<'_>) -> R) -> R {
         match self.root {
             Root::Node(root) => read(root),
-            Root::Frozen(tree) => read(NodeRef::Leaf(&tree.unpack())),
+            Root::Frozen(tree) => {
+                let mut entries = Unpacked::new();
+                tree.leaf().unpack_into(&mut entries);
+                read(NodeRef::Leaf(&entries))
+            }
         }
     }
 
@@ -55,10 +60,11 @@ impl TreeView<'_> {
     /// most [`LEAF_CAPACITY`](super::LEAF_CAPACITY) entries or 256 slots
     /// rather than stored.
     pub fn total(&self) -> u64 {
-        self.with_root(|root| match root {
-            NodeRef::Leaf(entries) => entries.iter().map(|e| e.count()).sum(),
-            NodeRef::Inner(slots) => slots.iter().map(|slot| slot.count).fold(0, u64::saturating_add),
-        })
+        match self.root {
+            Root::Frozen(tree) => tree.leaf().total(),
+            Root::Node(NodeRef::Leaf(entries)) => entries.iter().map(|e| e.count()).sum(),
+            Root::Node(NodeRef::Inner(slots)) => slots.iter().map(|slot| slot.count).fold(0, u64::saturating_add),
+        }
     }
 
     /// Starts loading the leaf that holds `key` into the CPU cache, so a
@@ -107,10 +113,11 @@ impl TreeView<'_> {
 
     /// How many players have a key strictly less than `key` (rank before it).
     pub fn count_before(&self, key: u128) -> u64 {
-        self.with_root(|root| self.count_before_from(root, key))
-    }
-
-    fn count_before_from(&self, mut node: NodeRef<'_>, key: u128) -> u64 {
+        let mut node = match self.root {
+            Root::Node(root) => root,
+            // Searched in place: a rank unpacks nothing.
+            Root::Frozen(tree) => return tree.leaf().count_before(key),
+        };
         let mut depth = 0u32;
         let mut before = 0u64;
         loop {
