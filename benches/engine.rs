@@ -242,6 +242,49 @@ fn small_trees(c: &mut Criterion) {
     group.finish();
 }
 
+/// A compact tree of `entries` players (random scores below 10^9, short
+/// names' tiebreaks, as a small board's), its change taken by a checkpoint,
+/// and keys to rank.
+fn compact_tree(entries: usize) -> (Box<CountTree>, Vec<u128>) {
+    let mut rng = StdRng::seed_from_u64(SEED ^ entries as u64 ^ 0x6);
+    let mut tree = Box::new(CountTree::new(DEFAULT_BRANCHING).expect("the default branching"));
+    let name = |i: usize| tiebreak(Ties::Competition, &format!("p{i}"), 0);
+    let keys: Vec<u128> =
+        (0..entries).map(|i| tree_key(score_key(rng.gen_range(0..1_000_000_000), Order::Desc), name(i))).collect();
+    for &k in &keys {
+        tree.add(k, 1);
+    }
+    drop(tree.take_dirty());
+    (tree, keys)
+}
+
+/// Reads of a small board's idle tree, live and frozen (packed, unpacked
+/// by every read), and a thaw and freeze: what packing costs a read and a
+/// first write.
+fn frozen_tree(c: &mut Criterion) {
+    let mut group = c.benchmark_group("frozen_tree");
+    group.throughput(Throughput::Elements(1));
+    for entries in [2, 16, 64] {
+        let (live, keys) = compact_tree(entries);
+        let mut probe = keys.iter().copied().cycle();
+        group.bench_function(BenchmarkId::new("rank_live", entries), |b| {
+            b.iter(|| black_box(live.view().count_before(probe.next().unwrap_or_default())))
+        });
+        let mut frozen = Some(live.freeze().expect("compact and idle"));
+        group.bench_function(BenchmarkId::new("rank_frozen", entries), |b| {
+            let view = frozen.as_ref().expect("frozen").view(DEFAULT_BRANCHING);
+            b.iter(|| black_box(view.count_before(probe.next().unwrap_or_default())))
+        });
+        group.bench_function(BenchmarkId::new("thaw_and_freeze", entries), |b| {
+            b.iter(|| {
+                let tree = frozen.take().expect("frozen").thaw(DEFAULT_BRANCHING);
+                frozen = Some(tree.freeze().expect("unchanged"));
+            })
+        });
+    }
+    group.finish();
+}
+
 /// Registers `add` and `rank` benchmarks sharing one lazily built fixture.
 fn add_and_rank(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -426,5 +469,5 @@ fn shard_scaling(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, tree, small_trees, tree_branching, shard_commit, shard_scaling);
+criterion_group!(benches, tree, small_trees, frozen_tree, tree_branching, shard_commit, shard_scaling);
 criterion_main!(benches);
