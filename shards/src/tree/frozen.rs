@@ -72,12 +72,13 @@ impl FrozenTree {
         let mut bytes = Packed::new();
         let trim = pack(entries, &mut bytes);
         let trim_bit = if trim == Trim::Leading { TRIM_LEADING } else { 0 };
+        let bytes = bytes.as_slice();
         if bytes.len() <= INLINE {
             let mut inline = [0u8; INLINE];
-            inline[..bytes.len()].copy_from_slice(&bytes);
+            inline[..bytes.len()].copy_from_slice(bytes);
             return Self { head: trim_bit | bytes.len() as u8, body: Body { inline } };
         }
-        Self { head: ON_HEAP | trim_bit, body: Body { heap: HeapBytes::new(bytes.as_slice().into()) } }
+        Self { head: ON_HEAP | trim_bit, body: Body { heap: HeapBytes::new(bytes.into()) } }
     }
 
     #[inline]
@@ -165,7 +166,9 @@ impl FrozenTree {
         let mut tree = CountTree::new(branching).expect("branching validated at open");
         // Unmarked (not changed since the last checkpoint) and of the new
         // tree's epoch (nothing a snapshot needs).
-        let entries = self.unpack().to_vec().into();
+        let mut entries = Vec::with_capacity(self.leaf().len());
+        self.leaf().unpack_into(&mut entries);
+        let entries = entries.into();
         tree.root = Node::Leaf(Leaf { entries, epoch: tree.epoch, marked: 0 });
         Box::new(tree)
     }

@@ -43,7 +43,31 @@ pub(super) type Unpacked = ArrayVec<Entry, LEAF_CAPACITY>;
 const MAX_PACKED: usize = 2 + 8 + LEAF_CAPACITY * (8 + 8 + 4);
 
 /// A leaf packed, on the stack: a frozen tree copies out what it keeps.
-pub(super) type Packed = ArrayVec<u8, MAX_PACKED>;
+/// Each field is written as eight bytes and the length moves on by its
+/// width (a slack of eight past the most a leaf takes): one store a field,
+/// where appending byte by byte made a 64-entry freeze three times slower.
+pub(super) struct Packed {
+    buf: [u8; MAX_PACKED + 8],
+    len: usize,
+}
+
+impl Packed {
+    pub(super) fn new() -> Self {
+        Self { buf: [0; MAX_PACKED + 8], len: 0 }
+    }
+
+    pub(super) fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Appends the last `len` (at most eight) bytes of `value`, big-endian.
+    #[inline]
+    fn put(&mut self, value: u64, len: usize) {
+        let first = value.checked_shl(64 - 8 * len as u32).unwrap_or(0);
+        self.buf[self.len..self.len + 8].copy_from_slice(&first.to_be_bytes());
+        self.len += len;
+    }
+}
 
 /// The middle of the key space: the score key of a score of 0.
 const MIDDLE: u64 = 1 << 63;
@@ -52,44 +76,34 @@ const MIDDLE: u64 = 1 << 63;
 /// it stays so if `entries` is); returns the trim they were packed with.
 pub(super) fn pack(entries: &[Entry], out: &mut Packed) -> Trim {
     let Some(first) = entries.first() else { return Trim::Trailing };
-    // The widest of each field, in one pass.
-    let ([mut leading, mut trailing, mut offset], mut most) = ([0; 3], 1);
+    // The widest of each field: the width of all of them or-ed together.
+    let (mut offsets, mut lows, mut counts) = (0u64, 0u64, 0u64);
     for e in entries {
-        leading = leading.max(tiebreak_len(e.key_low, Trim::Leading));
-        trailing = trailing.max(tiebreak_len(e.key_low, Trim::Trailing));
-        offset = offset.max(significant_len(e.key_high - first.key_high));
-        most = most.max(e.count());
+        offsets |= e.key_high - first.key_high;
+        lows |= e.key_low;
+        counts |= e.count();
     }
-    // Counts take no bytes while every one is 1.
-    let count = if most == 1 { 0 } else { significant_len(most) };
+    let (offset, leading, trailing) =
+        (significant_len(offsets), tiebreak_len(lows, Trim::Leading), tiebreak_len(lows, Trim::Trailing));
+    // Counts take no bytes while every one is 1 (none is 0).
+    let count = if counts == 1 { 0 } else { significant_len(counts) };
     let (trim, tiebreak) = if leading < trailing { (Trim::Leading, leading) } else { (Trim::Trailing, trailing) };
     let base = zigzag(first.key_high ^ MIDDLE);
     let base_len = significant_len(base);
-    out.push((offset * 9 + tiebreak) as u8);
-    out.push((base_len * 5 + count) as u8);
-    put(out, base, base_len);
+    out.put(((offset * 9 + tiebreak) << 8 | (base_len * 5 + count)) as u64, 2);
+    out.put(base, base_len);
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
-            put(out, entry.key_high - first.key_high, offset);
+            out.put(entry.key_high - first.key_high, offset);
         }
         let low = match trim {
             Trim::Trailing if tiebreak > 0 => entry.key_low >> (8 * (8 - tiebreak)),
             _ => entry.key_low,
         };
-        put(out, low, tiebreak);
-        put(out, entry.count(), count);
+        out.put(low, tiebreak);
+        out.put(entry.count(), count);
     }
     trim
-}
-
-/// Appends the last `len` bytes of `value`, big-endian, a byte at a time (a
-/// copy of a slice of them is a call for so few); `out` holds any leaf's
-/// (see [`MAX_PACKED`]).
-#[inline]
-fn put(out: &mut Packed, value: u64, len: usize) {
-    for &byte in &value.to_be_bytes()[8 - len..] {
-        out.push(byte);
-    }
 }
 
 /// A packed leaf, read in place.
@@ -125,6 +139,11 @@ impl<'a> PackedLeaf<'a> {
         Self { bytes, trim, widths, first_high, start, len }
     }
 
+    /// Number of entries.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Where entry `i`'s tiebreak starts: its offset (if it has one) is
     /// right before, its count right after.
     #[inline]
@@ -145,12 +164,17 @@ impl<'a> PackedLeaf<'a> {
             0 => self.first_high,
             _ => self.first_high + be_u64(self.bytes, at - offset, offset),
         };
-        let low = be_u64(self.bytes, at, tiebreak);
-        let low = match self.trim {
-            Trim::Trailing if tiebreak > 0 => low << (8 * (8 - tiebreak)),
-            _ => low,
-        };
+        let low = self.tiebreak(be_u64(self.bytes, at, tiebreak));
         (u128::from(high) << 64) | u128::from(low)
+    }
+
+    /// A tiebreak as stored, back in its place in the key's low half.
+    #[inline]
+    fn tiebreak(&self, stored: u64) -> u64 {
+        match self.trim {
+            Trim::Trailing if self.widths[1] > 0 => stored << (8 * (8 - self.widths[1])),
+            _ => stored,
+        }
     }
 
     /// Entry `i`'s count.
@@ -189,9 +213,22 @@ impl<'a> PackedLeaf<'a> {
         }
     }
 
-    /// Unpacks the entries into `entries` (empty).
-    pub(super) fn unpack_into(&self, entries: &mut Unpacked) {
-        entries.extend((0..self.len).map(|i| Entry::new(self.key(i), self.count(i))));
+    /// Unpacks the entries into `entries` (empty): the stack for a read, a
+    /// leaf's vector to thaw.
+    pub(super) fn unpack_into(&self, entries: &mut impl Extend<Entry>) {
+        let [offset, tiebreak, count] = self.widths;
+        let mut at = self.start;
+        for i in 0..self.len {
+            let high = match i {
+                0 => self.first_high,
+                _ => self.first_high + be_u64(self.bytes, at, offset),
+            };
+            at += if i == 0 { 0 } else { offset };
+            let low = self.tiebreak(be_u64(self.bytes, at, tiebreak));
+            let players = if count == 0 { 1 } else { be_u64(self.bytes, at + tiebreak, count) };
+            at += tiebreak + count;
+            entries.extend([Entry::new((u128::from(high) << 64) | u128::from(low), players)]);
+        }
     }
 }
 
@@ -243,6 +280,13 @@ mod tests {
     fn packed(entries: &[Entry]) -> (Trim, Packed) {
         let mut bytes = Packed::new();
         (pack(entries, &mut bytes), bytes)
+    }
+
+    impl std::ops::Deref for Packed {
+        type Target = [u8];
+        fn deref(&self) -> &[u8] {
+            self.as_slice()
+        }
     }
 
     fn unpacked(bytes: &[u8], trim: Trim) -> Unpacked {
