@@ -103,7 +103,7 @@ impl FrozenTree {
 
     /// The packed bytes.
     #[inline]
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         match self.heap() {
             // SAFETY: a boxed slice (see `HeapBytes::new`) this tree owns
             // and frees only when dropped or moved, which `&self` excludes.

@@ -174,10 +174,11 @@ pub(super) fn leaf_id_of(key: u128, depth: u8, bits: u32) -> LeafId {
     LeafId { prefix, depth }
 }
 
-/// Asks the CPU to load a leaf's entries ahead of the binary search. A
-/// leaf is up to ~1.3 KB, and the search's probes each waited for memory in
-/// turn; asked for all at once, the waits overlap.
-pub(super) fn prefetch_entries(entries: &[Entry]) {
+/// Asks the CPU to load a leaf's entries (or a frozen leaf's packed bytes)
+/// ahead of the binary search. A leaf is up to ~1.3 KB, and the search's
+/// probes each waited for memory in turn; asked for all at once, the waits
+/// overlap.
+pub(super) fn prefetch_entries<T>(entries: &[T]) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = entries;
     #[cfg(target_arch = "x86_64")]

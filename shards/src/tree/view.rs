@@ -81,8 +81,11 @@ impl TreeView<'_> {
     /// independent loads, so their waits for memory overlap, where walking
     /// one path after another waits for every node in turn.
     pub fn prefetch_many(&self, keys: &[u128]) {
-        // A frozen tree's leaf is unpacked by the read itself.
-        let Root::Node(root) = self.root else { return };
+        let root = match self.root {
+            Root::Node(root) => root,
+            // One leaf: its packed bytes (on the heap past 14 bytes).
+            Root::Frozen(tree) => return prefetch_entries(tree.bytes()),
+        };
         const GROUP: usize = 16;
         for group in keys.chunks(GROUP) {
             let mut nodes: [Option<NodeRef<'_>>; GROUP] = [None; GROUP];
