@@ -219,11 +219,11 @@ impl<'a> PackedLeaf<'a> {
         let [offset, tiebreak, count] = self.widths;
         let mut at = self.start;
         for i in 0..self.len {
-            let high = match i {
-                0 => self.first_high,
-                _ => self.first_high + be_u64(self.bytes, at, offset),
-            };
-            at += if i == 0 { 0 } else { offset };
+            let mut high = self.first_high;
+            if i > 0 {
+                high += be_u64(self.bytes, at, offset);
+                at += offset;
+            }
             let low = self.tiebreak(be_u64(self.bytes, at, tiebreak));
             let players = if count == 0 { 1 } else { be_u64(self.bytes, at + tiebreak, count) };
             at += tiebreak + count;

@@ -20,7 +20,8 @@ pub struct TreeView<'a> {
 enum Root<'a> {
     /// A live tree's root node.
     Node(NodeRef<'a>),
-    /// A frozen tree: one leaf, packed, unpacked by each read.
+    /// A frozen tree: one leaf, packed, searched in place by a rank and a
+    /// total, unpacked onto the stack by other reads.
     Frozen(&'a FrozenTree),
 }
 
