@@ -92,6 +92,15 @@ mod tests {
         (1..=count).map(|id| Board { id, name: format!("b{id}").into(), config: config.clone().into() }).collect()
     }
 
+    /// A fresh shard checkpointing after `checkpoint_every` changes (at
+    /// least), and a board to write to.
+    fn one_board_shard(checkpoint_every: u64) -> (tempfile::TempDir, Shard, Board) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ShardOptions { checkpoint_every, ..ShardOptions::default() };
+        let shard = Shard::open(dir.path(), options).unwrap();
+        (dir, shard, all_time_board().0)
+    }
+
     /// Waits (up to 20 s) for fjall's worker to flush every memtable;
     /// returns the bytes memtables still hold.
     fn wait_for_flushes(shard: &Shard) -> u64 {
@@ -176,10 +185,7 @@ mod tests {
     /// after 50 (not 100 / 8).
     #[test]
     fn a_bigger_shard_waits_for_more_changes_before_an_idle_checkpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = ShardOptions { checkpoint_every: 100, ..ShardOptions::default() };
-        let mut shard = Shard::open(dir.path(), options).unwrap();
-        let (board, _) = all_time_board();
+        let (_dir, mut shard, board) = one_board_shard(100);
         let mut seq = 0;
         let mut write = |shard: &mut Shard, players: std::ops::Range<i64>, score: i64| {
             for i in players {
@@ -203,10 +209,7 @@ mod tests {
     /// idle checkpoint never overtakes writes.
     #[test]
     fn staged_or_unlanded_writes_keep_a_shard_busy() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = ShardOptions { checkpoint_every: 40, ..ShardOptions::default() };
-        let mut shard = Shard::open(dir.path(), options).unwrap();
-        let (board, _) = all_time_board();
+        let (_dir, mut shard, board) = one_board_shard(40);
         for i in 0..4 {
             shard.write(&board, &format!("p{i}"), i, Mode::Set, i as u64 + 1).unwrap();
         }

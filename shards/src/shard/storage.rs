@@ -171,6 +171,11 @@ impl Memtables {
     fn sealed(&self) -> usize {
         self.keyspaces.iter().map(|keyspace| keyspace.tree.sealed_memtable_count()).sum()
     }
+
+    /// Whether no memtable, active or sealed, holds anything.
+    fn is_empty(&self) -> bool {
+        self.largest() == 0 && self.sealed() == 0
+    }
 }
 
 /// How a shard's storage keeps up with its background work, for operators:
@@ -363,9 +368,7 @@ impl Shard {
             && self.is_settled()
             && self.overlay.is_empty()
             && self.checkpoints.copying.is_none()
-            && self.storage.memtables.keyspaces.iter().all(|keyspace| {
-                keyspace.tree.active_memtable().size() == 0 && keyspace.tree.sealed_memtable_count() == 0
-            })
+            && self.storage.memtables.is_empty()
     }
 
     /// See [`StorageStats`].

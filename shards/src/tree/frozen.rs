@@ -166,8 +166,9 @@ impl FrozenTree {
         let mut tree = CountTree::new(branching).expect("branching validated at open");
         // Unmarked (not changed since the last checkpoint) and of the new
         // tree's epoch (nothing a snapshot needs).
-        let mut entries = Vec::with_capacity(self.leaf().len());
-        self.leaf().unpack_into(&mut entries);
+        let leaf = self.leaf();
+        let mut entries = Vec::with_capacity(leaf.len());
+        leaf.unpack_into(&mut entries);
         let entries = entries.into();
         tree.root = Node::Leaf(Leaf { entries, epoch: tree.epoch, marked: 0 });
         Box::new(tree)
