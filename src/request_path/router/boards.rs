@@ -2,20 +2,20 @@
 //! decides alone, before any shard is asked.
 
 use std::borrow::Borrow;
-use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
 use rankd_shards::{window, Board, BoardConfig, ConfigInterner, SharedBoard, Ties, TreeId, Window};
 
+use super::name_order::NameOrder;
 use crate::error::Error;
 use crate::protocol::View;
 
-/// A board keyed by its name. The registry's hash set and ordered set both
-/// hold these, so a board costs a pointer in each: a map from a shared name
-/// to a shared board took three words a bucket, and a million boards'
-/// table has two million buckets.
+/// A board keyed by its name, as the registry's hash set holds it: a board
+/// costs a pointer there, where a map from a shared name to a shared board
+/// took three words a bucket, and a million boards' table has two million
+/// buckets.
 #[derive(Clone)]
 struct ByName(SharedBoard);
 
@@ -40,25 +40,12 @@ impl PartialEq for ByName {
 
 impl Eq for ByName {}
 
-/// Byte order of the names, as `str`'s.
-impl Ord for ByName {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.name.cmp(&other.0.name)
-    }
-}
-
-impl PartialOrd for ByName {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
 /// What the router recovered from the shards at start-up.
 pub struct RouterState {
     /// Every live board, by name.
     boards: HashSet<ByName>,
     /// The same boards in name order.
-    names: BTreeSet<ByName>,
+    names: NameOrder,
     /// Highest board id ever used.
     max_board_id: u64,
     /// Highest arrival sequence ever stored.
@@ -68,21 +55,29 @@ pub struct RouterState {
 impl RouterState {
     /// The live boards among `held` (every board the shards hold, once, in
     /// id order). A half-finished drop can leave an older board of a name
-    /// in some shard: the newest id is the live one. The ordered set is
-    /// built on a second thread from the boards in id order, the order
+    /// in some shard: the newest id is the live one. The name order is
+    /// sorted on a second thread from the boards in id order, the order
     /// their names were allocated in: a million of them sort in a fraction
     /// of the time they take in hash order. The highest board id and
     /// arrival sequence stored come with [`RouterState::with_stored_maxima`].
     pub fn from_held(held: Vec<Board>) -> Self {
         let held: Vec<SharedBoard> = held.into_iter().map(SharedBoard::new).collect();
         std::thread::scope(|scope| {
-            let names = scope.spawn(|| held.iter().cloned().map(ByName).collect::<BTreeSet<_>>());
-            let (boards, successors) = Self::by_name(&held);
-            let mut names = names.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            // Of a name held twice, the ordered set kept either board.
-            for board in successors {
-                names.replace(ByName(board));
-            }
+            let names = scope.spawn(|| {
+                let mut sorted = held.clone();
+                // Stable: of one name, the newest (last in id order) last.
+                sorted.sort_by(|a, b| a.name.cmp(&b.name));
+                let mut live: Vec<SharedBoard> = Vec::with_capacity(sorted.len());
+                for board in sorted {
+                    match live.last_mut() {
+                        Some(last) if last.name == board.name => *last = board,
+                        _ => live.push(board),
+                    }
+                }
+                NameOrder::from_sorted(live)
+            });
+            let boards = Self::by_name(&held);
+            let names = names.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             Self { boards, names, max_board_id: 0, max_seq: 0 }
         })
     }
@@ -93,18 +88,15 @@ impl RouterState {
         Self { max_board_id, max_seq, ..self }
     }
 
-    /// The live boards of `held` by name (see [`RouterState::from_held`]),
-    /// and the boards that replaced an older one of their name, in id order.
-    fn by_name(held: &[SharedBoard]) -> (HashSet<ByName>, Vec<SharedBoard>) {
+    /// The live boards of `held` by name (see [`RouterState::from_held`]).
+    fn by_name(held: &[SharedBoard]) -> HashSet<ByName> {
         let mut boards = HashSet::with_capacity(held.len());
-        let mut successors = Vec::new();
         for board in held {
             if let Some(older) = boards.replace(ByName(board.clone())) {
                 debug_assert!(older.0.id < board.id, "boards come in id order");
-                successors.push(board.clone());
             }
         }
-        (boards, successors)
+        boards
     }
 
     /// Ids of the live boards that rank `dense`.
@@ -123,7 +115,7 @@ pub struct Boards {
     /// The boards in name order, for `boards` pages: kept beside the hash
     /// set so a write's lookup stays a hash, and a page is a range, not a
     /// sort.
-    names: BTreeSet<ByName>,
+    names: NameOrder,
     configs: ConfigInterner,
     /// Where the number of boards is published, once given.
     gauge: Option<prometheus::IntGauge>,
@@ -161,6 +153,7 @@ impl Boards {
     }
 
     fn count_changed(&self) {
+        debug_assert_eq!(self.names.len(), self.by_name.len(), "both indexes hold every board");
         if let Some(gauge) = &self.gauge {
             gauge.set(i64::try_from(self.by_name.len()).unwrap_or(i64::MAX));
         }
@@ -190,7 +183,7 @@ impl Boards {
         let board = SharedBoard::new(Board { id: self.next_board_id, name: name.into(), config });
         self.next_board_id += 1;
         self.by_name.insert(ByName(board.clone()));
-        self.names.insert(ByName(board.clone()));
+        self.names.insert(board.clone());
         self.count_changed();
         board
     }
@@ -220,12 +213,7 @@ impl Boards {
             Some(after) if after >= prefix => Bound::Excluded(after),
             _ => Bound::Included(prefix),
         };
-        self.names
-            .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|board| board.0.name.starts_with(prefix))
-            .take(limit)
-            .map(|board| board.0.clone())
-            .collect()
+        self.names.range_from(start).take_while(|board| board.name.starts_with(prefix)).take(limit).cloned().collect()
     }
 
     /// The next write's arrival sequence.
@@ -282,7 +270,7 @@ mod tests {
         let ids: Vec<(String, u64)> = boards.sorted().iter().map(|b| (b.name.to_string(), b.id)).collect();
         assert_eq!(ids, [("a".into(), 5), ("b".into(), 2), ("c".into(), 4)]);
         assert_eq!(boards.get("a").map(|b| b.id), Some(5));
-        let same = |b: &ByName| boards.names.get(&*b.0.name).is_some_and(|n| SharedBoard::ptr_eq(&n.0, &b.0));
+        let same = |b: &ByName| boards.names.get(&b.0.name).is_some_and(|n| SharedBoard::ptr_eq(n, &b.0));
         assert!(boards.by_name.iter().all(same), "one copy of each board");
         assert_eq!(boards.next_board_id, 6);
     }

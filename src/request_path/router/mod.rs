@@ -23,6 +23,7 @@
 //!
 //! - [`actor`]: the router's actor, for callers on other threads;
 //! - [`boards`]: the registry and the sequence (decided here alone);
+//! - `name_order`: the boards in name order, compact, for `boards` pages;
 //! - `dispatch`: one op routed to its shards' commands;
 //! - [`outbox`]: a batch's commands, one mailbox message per shard;
 //! - [`reads`]: combining the shards' answers (sums, merges, searches);
@@ -32,6 +33,7 @@ pub mod actor;
 mod approx;
 pub mod boards;
 mod dispatch;
+mod name_order;
 pub mod outbox;
 pub mod reads;
 
