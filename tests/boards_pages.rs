@@ -1,6 +1,7 @@
 //! `boards` in pages (protocol 1.1, "Many boards"): byte order of names,
 //! `prefix`, `after` and `limit`, a default page of 1000, the bounds, and
-//! the CLI's flags, over TCP against the real server.
+//! the CLI's flags, creates and drops between pages against an oracle,
+//! over TCP against the real server.
 
 mod common;
 
@@ -118,4 +119,113 @@ async fn board_gauges_count_boards_and_trees_by_form() {
         (forms(&text, "frozen"), forms(&text, "compact"), forms(&text, "tree")) == (298.0, 1.0, 2.0)
     })
     .await;
+}
+
+/// Pages against an oracle of the live names while boards are created
+/// (in name order, as games make them, and at random) and dropped between
+/// pages, then again after kill -9: every page is exactly what the names
+/// held at its request give, whatever the router's name order did to hold
+/// them (chunks filled in order, split, joined after drops, rebuilt at
+/// start).
+#[tokio::test]
+async fn pages_equal_an_oracle_while_boards_come_and_go_and_after_kill_9() {
+    use std::collections::BTreeSet;
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let mut server = common::Server::start(2);
+    let mut client = server.client().await;
+    let mut rng = StdRng::seed_from_u64(38);
+    let mut live = BTreeSet::new();
+    let mut next_in_order = 0;
+    // A page of `prefix` after `after` must be the oracle's.
+    async fn check_page(
+        client: &mut rankd_client::Client,
+        live: &BTreeSet<String>,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Vec<String> {
+        let page = client.boards_page(prefix, after, limit as u64).await.unwrap();
+        let page: Vec<String> = page.into_iter().map(|b| b.board).collect();
+        let from = after.filter(|after| *after >= prefix).unwrap_or(prefix);
+        let want: Vec<String> = live
+            .range::<str, _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+            .filter(|name| Some(name.as_str()) != after)
+            .take_while(|name| name.starts_with(prefix))
+            .take(limit)
+            .cloned()
+            .collect();
+        assert_eq!(page, want, "prefix {prefix:?} after {after:?} limit {limit}");
+        page
+    }
+
+    for round in 0..40 {
+        // Creates: a run in name order, then some at random.
+        let mut made: Vec<String> = (0..rng.gen_range(0..400))
+            .map(|_| {
+                next_in_order += 1;
+                format!("lvl:{next_in_order:06}")
+            })
+            .collect();
+        made.extend((0..rng.gen_range(0..150)).map(|_| format!("guild:{}", rng.gen_range(0..5000))));
+        let calls: Vec<Call> = made.iter().map(|board| set_call(board, "p", round, Mode::Set)).collect();
+        for reply in client.pipeline::<i64>(&calls).await.unwrap() {
+            reply.unwrap();
+        }
+        live.extend(made);
+        // Drops: most of a stretch of names now and then (chunks emptied), a few at random.
+        let mut dropped: Vec<String> = live.iter().filter(|_| rng.gen_bool(0.03)).cloned().collect();
+        if round % 5 == 4 {
+            let start = rng.gen_range(0..live.len());
+            dropped.extend(live.iter().skip(start).take(600).filter(|_| rng.gen_bool(0.9)).cloned());
+        }
+        for board in dropped {
+            if live.remove(&board) {
+                assert!(client.drop_board(&board).await.unwrap(), "{board} was live");
+            }
+        }
+        // A walk through one prefix (or all), the names changing between pages.
+        let prefix = ["", "lvl:", "guild:", "guild:1", "lvl:0002"][rng.gen_range(0..5)];
+        let limit = rng.gen_range(1..700);
+        let mut after: Option<String> = None;
+        for _ in 0..4 {
+            let page = check_page(&mut client, &live, prefix, after.as_deref(), limit).await;
+            let Some(last) = page.last() else { break };
+            after = Some(last.clone());
+            let made = format!("lvl:{:06}", rng.gen_range(0..=next_in_order));
+            client.set(&made, "q", 1, Mode::Set).await.unwrap();
+            live.insert(made);
+            if let Some(gone) = live.iter().nth(rng.gen_range(0..live.len())).cloned() {
+                assert!(client.drop_board(&gone).await.unwrap());
+                live.remove(&gone);
+            }
+        }
+    }
+
+    drop(client);
+    server.kill9();
+    server.restart();
+    let mut client = server.client().await;
+    for prefix in ["", "lvl:", "guild:"] {
+        let mut after: Option<String> = None;
+        let mut seen = 0;
+        loop {
+            let page = check_page(&mut client, &live, prefix, after.as_deref(), 997).await;
+            seen += page.len();
+            match page.last() {
+                Some(last) if page.len() == 997 => after = Some(last.clone()),
+                _ => break,
+            }
+        }
+        assert_eq!(seen, live.iter().filter(|name| name.starts_with(prefix)).count(), "prefix {prefix:?}");
+    }
+    // The rebuilt order takes creates and drops as before.
+    client.set("lvl:000000", "p", 1, Mode::Set).await.unwrap();
+    live.insert("lvl:000000".into());
+    let gone = live.iter().nth(live.len() / 2).cloned().unwrap();
+    assert!(client.drop_board(&gone).await.unwrap());
+    live.remove(&gone);
+    check_page(&mut client, &live, "", None, 10_000).await;
 }
