@@ -1,10 +1,14 @@
 //! Player records in memory, so a write or a rank does not search the
 //! LSM-tree for the player's current score.
 //!
-//! Keys are the 128-bit xxHash3 of the player's storage key (tree prefix and
-//! name): 16 bytes instead of the name, and a collision is as unlikely as in
-//! content-addressed storage. Absence is cached too (a new player's first
-//! write), as a record with the [`ABSENT`] sequence: 32 bytes a record.
+//! Keys are a 128-bit SipHash-1-3 of the player's storage key (tree prefix
+//! and name), keyed at random once per process: 16 bytes instead of the
+//! name, and two names share a key only by a chance of 2^-128 that no
+//! client can improve on. An unkeyed hash would not do: the 128-bit xxHash3
+//! this cache used gives the same hash to names a client can craft in
+//! milliseconds (see the tests), and two players sharing a key corrupt
+//! their board. Absence is cached too (a new player's first write), as a
+//! record with the [`ABSENT`] sequence: 32 bytes a record.
 //! The shard is the only writer, so the cache is updated with every staged
 //! write and is always exact; it is cleared whenever the in-memory state is
 //! rebuilt.
@@ -22,6 +26,10 @@
 //! Keys crafted to share sets only evict each other.
 
 use std::cell::Cell;
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
+
+use siphasher::sip128::SipHasher13;
 
 use crate::record::Record;
 
@@ -78,9 +86,15 @@ impl RecordCache {
         Self { slots: Vec::new(), sets: players / ways, ways, next_victim: 0, lookups: Cell::default() }
     }
 
-    /// The cache key of a player's storage key.
+    /// The cache key of a player's storage key (see the module docs).
     pub(crate) fn key(storage_key: &[u8]) -> u128 {
-        xxhash_rust::xxh3::xxh3_128(storage_key)
+        static HASHER: OnceLock<SipHasher13> = OnceLock::new();
+        let hasher = HASHER.get_or_init(|| {
+            // std's hash maps key SipHash at random per process the same way.
+            let random = std::collections::hash_map::RandomState::new();
+            SipHasher13::new_with_keys(random.hash_one(0u8), random.hash_one(1u8))
+        });
+        hasher.hash(storage_key).into()
     }
 
     /// The slots of `key`'s two sets (empty before the first put): each
@@ -195,6 +209,15 @@ fn key_of(slot: &Slot) -> u128 {
     (u128::from(slot[0]) << 64) | u128::from(slot[1])
 }
 
+/// Two player names whose storage keys collide under the unkeyed 128-bit
+/// xxHash3 in any tree (see the test
+/// `names_crafted_to_collide_under_an_unkeyed_hash_are_two_keys`).
+#[cfg(any(test, feature = "test-hooks"))]
+pub const CRAFTED_PAIR: (&str, &str) = (
+    "player:player:player:player:pla\u{525}\u{8198}O8Jx1%\u{2ec}l\u{20e}",
+    "player:player:player:player:pla\u{525}\u{c198}O8Jx1!\u{2ec}l\u{20e}",
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +283,23 @@ mod tests {
         let mut disabled = RecordCache::new(0);
         disabled.put(1, Some(record(1)));
         assert_eq!(disabled.get(1), None);
+    }
+
+    /// Two names whose storage keys (any tree's prefix, then the name) have
+    /// one unkeyed 128-bit xxHash3, found by a search of under a second:
+    /// their last 16 bytes differ in a way xxHash3's mixing of 16-byte
+    /// pairs cancels. Under the keyed hash they are two keys.
+    #[test]
+    fn names_crafted_to_collide_under_an_unkeyed_hash_are_two_keys() {
+        let (a, b) = CRAFTED_PAIR;
+        let prefix = crate::key::TreeId::all_time(7).prefix();
+        let [a, b] = [a, b].map(|name| [&prefix[..], name.as_bytes()].concat());
+        assert_ne!(a, b);
+        assert_eq!(xxhash_rust::xxh3::xxh3_128(&a), xxhash_rust::xxh3::xxh3_128(&b), "the pair collides unkeyed");
+        assert_ne!(RecordCache::key(&a), RecordCache::key(&b));
+        let mut cache = RecordCache::new(64);
+        cache.put(RecordCache::key(&a), Some(record(1)));
+        assert_eq!(cache.get(RecordCache::key(&b)), None, "b is not a's record");
     }
 
     /// Against a map of everything put: whatever the cache answers is the

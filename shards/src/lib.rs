@@ -39,6 +39,9 @@ pub mod tree;
 pub mod window;
 
 pub use board::{Amount, Board, BoardConfig, ConfigInterner, Mode, Order, SharedBoard, Ties, Window};
+/// For tests of hostile input: see [`cache::CRAFTED_PAIR`].
+#[cfg(feature = "test-hooks")]
+pub use cache::CRAFTED_PAIR;
 pub use dedup::{DedupLimits, Outcome, Wid};
 pub use dense::DenseIndex;
 pub use error::ShardError;
