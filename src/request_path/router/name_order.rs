@@ -76,9 +76,8 @@ impl NameOrder {
 
     /// Removes and returns the board called `name`, if held.
     pub fn remove(&mut self, name: &str) -> Option<SharedBoard> {
-        let at = self.chunk_for(name);
-        let chunk = self.chunks.get_mut(at)?;
-        let pos = chunk.binary_search_by(|held| (*held.name).cmp(name)).ok()?;
+        let (at, pos) = self.find(name)?;
+        let chunk = &mut self.chunks[at];
         let board = chunk.remove(pos);
         self.len -= 1;
         if chunk.is_empty() {
@@ -100,20 +99,26 @@ impl NameOrder {
     /// The board called `name`, if held.
     #[cfg(test)]
     pub fn get(&self, name: &str) -> Option<&SharedBoard> {
-        let chunk = self.chunks.get(self.chunk_for(name))?;
-        chunk.binary_search_by(|held| (*held.name).cmp(name)).ok().map(|pos| &chunk[pos])
+        self.find(name).map(|(at, pos)| &self.chunks[at][pos])
     }
 
     /// The boards from `start` on, in name order.
     pub fn range_from<'a>(&'a self, start: Bound<&str>) -> impl Iterator<Item = &'a SharedBoard> + 'a {
-        let past = |held: &SharedBoard| match start {
+        let before_start = |held: &SharedBoard| match start {
             Bound::Included(start) => *held.name < *start,
             Bound::Excluded(start) => *held.name <= *start,
             Bound::Unbounded => false,
         };
-        let at = self.chunks.partition_point(|chunk| chunk.last().is_some_and(past));
-        let skip = self.chunks.get(at).map_or(0, |chunk| chunk.partition_point(past));
+        let at = self.chunks.partition_point(|chunk| chunk.last().is_some_and(before_start));
+        let skip = self.chunks.get(at).map_or(0, |chunk| chunk.partition_point(before_start));
         self.chunks[at..].iter().flatten().skip(skip)
+    }
+
+    /// Where the board called `name` is held: its chunk and its place there.
+    fn find(&self, name: &str) -> Option<(usize, usize)> {
+        let at = self.chunk_for(name);
+        let pos = self.chunks.get(at)?.binary_search_by(|held| (*held.name).cmp(name)).ok()?;
+        Some((at, pos))
     }
 
     /// The index of the first chunk whose last name is `name` or past it
