@@ -214,7 +214,9 @@ impl<'a> PackedLeaf<'a> {
     }
 
     /// Unpacks the entries into `entries` (empty): the stack for a read, a
-    /// leaf's vector to thaw.
+    /// leaf's vector to thaw. It walks the bytes in order rather than place
+    /// each entry as [`PackedLeaf::key`] and [`PackedLeaf::count`] do: a
+    /// thaw of 16 or 64 entries took a fifth longer that way.
     pub(super) fn unpack_into(&self, entries: &mut impl Extend<Entry>) {
         let [offset, tiebreak, count] = self.widths;
         let mut at = self.start;

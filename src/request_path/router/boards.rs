@@ -64,16 +64,10 @@ impl RouterState {
         let held: Vec<SharedBoard> = held.into_iter().map(SharedBoard::new).collect();
         std::thread::scope(|scope| {
             let names = scope.spawn(|| {
-                let mut sorted = held.clone();
-                // Stable: of one name, the newest (last in id order) last.
-                sorted.sort_by(|a, b| a.name.cmp(&b.name));
-                let mut live: Vec<SharedBoard> = Vec::with_capacity(sorted.len());
-                for board in sorted {
-                    match live.last_mut() {
-                        Some(last) if last.name == board.name => *last = board,
-                        _ => live.push(board),
-                    }
-                }
+                let mut live = held.clone();
+                // Of one name, the newest first, and only it kept.
+                live.sort_by(|a, b| a.name.cmp(&b.name).then(b.id.cmp(&a.id)));
+                live.dedup_by(|later, kept| later.name == kept.name);
                 NameOrder::from_sorted(live)
             });
             let boards = Self::by_name(&held);
