@@ -2,13 +2,13 @@
 //! LSM-tree for the player's current score.
 //!
 //! Keys are a 128-bit SipHash-1-3 of the player's storage key (tree prefix
-//! and name), keyed at random once per process: 16 bytes instead of the
-//! name, and two names share a key only by a chance of 2^-128 that no
-//! client can improve on. An unkeyed hash would not do: the 128-bit xxHash3
-//! this cache used gives the same hash to names a client can craft in
+//! and name), keyed at random once per process, of which a slot stores 80
+//! bits (see [`Slot`]): two names share them only by a chance no client
+//! can improve on. An unkeyed hash would not do: the 128-bit xxHash3 this
+//! cache used gives the same hash to names a client can craft in
 //! milliseconds (see the tests), and two players sharing a key corrupt
 //! their board. Absence is cached too (a new player's first write), as a
-//! record with the [`ABSENT`] sequence: 32 bytes a record.
+//! record with the [`ABSENT`] sequence: 24 bytes a record.
 //! The shard is the only writer, so the cache is updated with every staged
 //! write and is always exact; it is cleared whenever the in-memory state is
 //! rebuilt.
@@ -33,19 +33,54 @@ use siphasher::sip128::SipHasher13;
 
 use crate::record::Record;
 
-/// The sequence marking a cached absence (real sequences never reach it).
-const ABSENT: u64 = u64::MAX;
+/// Bits of a record's sequence a slot holds. A sequence counts writes, so
+/// 2^48 is about nine years at a million writes a second; a record whose
+/// sequence does not fit is simply not cached.
+const SEQ_BITS: u32 = 48;
 
-/// Bytes per slot: the key and the record.
-const SLOT_BYTES: u64 = 32;
+/// The stored sequence marking a cached absence (the largest that fits;
+/// real records there are not cached).
+const ABSENT: u64 = (1 << SEQ_BITS) - 1;
 
-/// Slots per set: four 32-byte slots are two cache lines.
+/// Bytes per slot: 80 bits of the key, the score and 48 bits of sequence.
+const SLOT_BYTES: u64 = 24;
+
+/// Slots per set: four 24-byte slots are one and a half cache lines.
 const WAYS: usize = 4;
 
-/// One slot: key high and low halves, score, sequence. Plain words, so a
-/// new cache is a zeroed allocation the OS hands out lazily; key 0 marks an
-/// empty slot (a real key of 0 is simply never cached).
-type Slot = [u64; 4];
+/// One slot: the key's high half (0: empty; a real key with a high half of
+/// 0 is simply never cached), the score, and the key's next 16 bits above
+/// the 48-bit sequence. Plain words, so a new cache is a zeroed allocation
+/// the OS hands out lazily.
+///
+/// 80 bits of a keyed PRF and the sets a key may sit in tell keys apart:
+/// a lookup takes another player's record by a chance of 2^-77 (see
+/// [`RecordCache::sets_of`]), once in billions of years at a million
+/// lookups a second, which no client can improve on. Storing them rather
+/// than all 128 bits holds a third more records in the same budget.
+type Slot = [u64; 3];
+
+/// The part of a key a slot stores, as its first word and the top 16 bits
+/// of its third.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Tag {
+    high: u64,
+    next: u64,
+}
+
+impl Tag {
+    fn of_key(key: u128) -> Self {
+        Self { high: (key >> 64) as u64, next: (key as u64) >> SEQ_BITS }
+    }
+
+    fn of_slot(slot: &Slot) -> Self {
+        Self { high: slot[0], next: slot[2] >> SEQ_BITS }
+    }
+
+    fn is_empty(self) -> bool {
+        self.high == 0
+    }
+}
 
 /// How many records a cache of `bytes` holds.
 pub fn cached_players_for(bytes: u64) -> usize {
@@ -97,13 +132,39 @@ impl RecordCache {
         hasher.hash(storage_key).into()
     }
 
-    /// The slots of `key`'s two sets (empty before the first put): each
-    /// half of the key, uniform, scaled onto the sets.
-    fn sets_of(&self, key: u128) -> [std::ops::Range<usize>; 2] {
-        [(key >> 64) as u64, key as u64].map(|half| {
-            let set = ((u128::from(half) * self.sets as u128) >> 64) as usize;
-            let start = (set * self.ways).min(self.slots.len());
-            start..(start + self.ways).min(self.slots.len())
+    /// A key's two sets, in the manner of a cuckoo filter: the first from
+    /// bits of the key no slot stores, the second such that the two add up
+    /// to a number the stored high half picks (mod the number of sets). So
+    /// a slot's other set follows from its tag and where it sits (see
+    /// [`RecordCache::other_set`]), and two keys meet only if their tags
+    /// match *and* they share a set: 2^-80 × 2 / sets for each key held,
+    /// 2^-77 a lookup with four held a set. Both parts of the key are
+    /// uniform, so both sets are.
+    fn sets_of(&self, key: u128) -> [usize; 2] {
+        let unstored = (key as u64) & ((1 << SEQ_BITS) - 1);
+        let first = ((u128::from(unstored) * self.sets as u128) >> SEQ_BITS) as usize;
+        [first, self.other_set(Tag::of_key(key), first)]
+    }
+
+    /// The set a key of `tag` pairs with `set`.
+    fn other_set(&self, tag: Tag, set: usize) -> usize {
+        let sum = ((u128::from(tag.high) * self.sets as u128) >> 64) as usize;
+        (sum + self.sets - set) % self.sets
+    }
+
+    /// The slots of set `set` (empty before the first put).
+    fn slots_of(&self, set: usize) -> std::ops::Range<usize> {
+        let start = (set * self.ways).min(self.slots.len());
+        start..(start + self.ways).min(self.slots.len())
+    }
+
+    /// Where `key` is held, if it is.
+    fn find(&self, key: u128) -> Option<usize> {
+        let tag = Tag::of_key(key);
+        self.sets_of(key).into_iter().find_map(|set| {
+            let set = self.slots_of(set);
+            let way = self.slots[set.clone()].iter().position(|slot| Tag::of_slot(slot) == tag)?;
+            Some(set.start + way)
         })
     }
 
@@ -122,11 +183,11 @@ impl RecordCache {
 
     /// Like [`RecordCache::get`], uncounted: a look ahead, not a lookup.
     pub(crate) fn peek(&self, key: u128) -> Option<Option<Record>> {
-        if key == 0 {
+        if Tag::of_key(key).is_empty() || self.slots.is_empty() {
             return None;
         }
-        let slot = self.sets_of(key).into_iter().find_map(|set| self.slots[set].iter().find(|s| key_of(s) == key))?;
-        let record = Record { score: slot[2] as i64, seq: slot[3] };
+        let slot = &self.slots[self.find(key)?];
+        let record = Record { score: slot[1] as i64, seq: slot[2] & ABSENT };
         Some((record.seq != ABSENT).then_some(record))
     }
 
@@ -137,28 +198,34 @@ impl RecordCache {
 
     /// Caches `record` (`None`: absent) as the player's current state.
     pub(crate) fn put(&mut self, key: u128, record: Option<Record>) {
-        if key == 0 || self.sets == 0 {
+        let tag = Tag::of_key(key);
+        if tag.is_empty() || self.sets == 0 {
             return;
         }
         if self.slots.is_empty() {
-            self.slots = vec![[0; 4]; self.sets * self.ways];
+            self.slots = vec![[0; 3]; self.sets * self.ways];
         }
-        let record = record.unwrap_or(Record { score: 0, seq: ABSENT });
-        let slot = [(key >> 64) as u64, key as u64, record.score as u64, record.seq];
-        let sets = self.sets_of(key);
-        let slots = &mut self.slots;
-        // Held already: replaced where it is (a set fills from its start,
-        // and nothing is ever removed alone, so a key precedes any empty
-        // slot of its set).
-        for set in &sets {
-            if let Some(way) = slots[set.clone()].iter().position(|s| key_of(s) == key) {
-                slots[set.start + way] = slot;
+        let held = self.find(key);
+        let seq = match record {
+            None => ABSENT,
+            Some(record) if record.seq < ABSENT => record.seq,
+            Some(_) => {
+                // Too late a sequence to store: the key must not keep an
+                // older record.
+                if let Some(index) = held {
+                    self.remove(index);
+                }
                 return;
             }
+        };
+        let slot = [tag.high, record.map_or(0, |record| record.score as u64), (tag.next << SEQ_BITS) | seq];
+        // Held already: replaced where it is.
+        if let Some(index) = held {
+            self.slots[index] = slot;
+            return;
         }
-        let held = |set: &std::ops::Range<usize>| slots[set.clone()].iter().take_while(|s| key_of(s) != 0).count();
-        let [first, second] = sets;
-        let (held_first, held_second) = (held(&first), held(&second));
+        let [first, second] = self.sets_of(key).map(|set| self.slots_of(set));
+        let (held_first, held_second) = (self.held(&first), self.held(&second));
         let index = if held_first.min(held_second) < self.ways {
             if held_first <= held_second {
                 first.start + held_first
@@ -175,15 +242,29 @@ impl RecordCache {
         self.slots[index] = slot;
     }
 
+    /// How many keys `set` holds: a set fills from its start, and a removal
+    /// moves its last key into the gap, so its keys precede its empty slots.
+    fn held(&self, set: &std::ops::Range<usize>) -> usize {
+        self.slots[set.clone()].iter().take_while(|slot| !Tag::of_slot(slot).is_empty()).count()
+    }
+
+    /// Empties the slot at `index`, keeping its set's keys first.
+    fn remove(&mut self, index: usize) {
+        let set = self.slots_of(index / self.ways);
+        let last = set.start + self.held(&set) - 1;
+        self.slots[index] = self.slots[last];
+        self.slots[last] = [0; 3];
+    }
+
     /// With both of a new key's sets full: moves a key of one of them to
     /// its other set, if that has room, and returns the slot it freed. One
     /// step of cuckoo hashing: at 85% full it keeps all but ~1 key in 1000,
     /// where choosing between two sets alone lost 1 in 40.
     fn make_room(&mut self, first: &std::ops::Range<usize>, second: &std::ops::Range<usize>) -> Option<usize> {
         for index in first.clone().chain(second.clone()) {
-            let held = key_of(&self.slots[index]);
-            let Some(other) = self.sets_of(held).into_iter().find(|set| !set.contains(&index)) else { continue };
-            let free = self.slots[other.clone()].iter().position(|s| key_of(s) == 0);
+            let held = Tag::of_slot(&self.slots[index]);
+            let other = self.slots_of(self.other_set(held, index / self.ways));
+            let free = self.slots[other.clone()].iter().position(|slot| Tag::of_slot(slot).is_empty());
             if let Some(way) = free {
                 self.slots[other.start + way] = self.slots[index];
                 return Some(index);
@@ -200,13 +281,8 @@ impl RecordCache {
     /// Records held now.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.slots.iter().filter(|slot| key_of(slot) != 0).count()
+        self.slots.iter().filter(|slot| !Tag::of_slot(slot).is_empty()).count()
     }
-}
-
-/// The key a slot holds (0: empty).
-fn key_of(slot: &Slot) -> u128 {
-    (u128::from(slot[0]) << 64) | u128::from(slot[1])
 }
 
 /// Two player names whose storage keys collide under the unkeyed 128-bit
@@ -285,6 +361,34 @@ mod tests {
         assert_eq!(disabled.get(1), None);
     }
 
+    /// A record whose sequence a slot cannot hold is not cached, and the
+    /// key's older record goes: its set keeps its keys first.
+    #[test]
+    fn a_sequence_past_48_bits_is_not_cached_and_drops_the_older_record() {
+        let mut cache = RecordCache::new(WAYS);
+        let keys: Vec<u128> = (0..64u64).map(|i| RecordCache::key(&i.to_be_bytes())).collect();
+        for (i, key) in keys.iter().enumerate() {
+            cache.put(*key, Some(record(i as u64)));
+        }
+        let held: Vec<usize> = (0..keys.len()).filter(|i| cache.peek(keys[*i]).is_some()).collect();
+        assert_eq!(held.len(), WAYS, "one set, full");
+        let late = Record { score: 3, seq: ABSENT };
+        cache.put(keys[held[0]], Some(late));
+        assert_eq!(cache.get(keys[held[0]]), None, "not the older record");
+        assert_eq!(cache.len(), WAYS - 1);
+        for i in &held[1..] {
+            assert_eq!(cache.get(keys[*i]), Some(Some(record(*i as u64))), "the others stay");
+        }
+        // The freed way takes the next key; the largest storable sequence
+        // and a cached absence are told apart.
+        let edge = Record { score: -1, seq: ABSENT - 1 };
+        cache.put(keys[held[0]], Some(edge));
+        assert_eq!(cache.get(keys[held[0]]), Some(Some(edge)));
+        cache.put(keys[held[1]], None);
+        assert_eq!(cache.get(keys[held[1]]), Some(None));
+        assert_eq!(cache.len(), WAYS);
+    }
+
     /// Two names whose storage keys (any tree's prefix, then the name) have
     /// one unkeyed 128-bit xxHash3, found by a search of under a second:
     /// their last 16 bytes differ in a way xxHash3's mixing of 16-byte
@@ -322,6 +426,12 @@ mod tests {
                 }
                 1 if step % 1000 == 0 => {
                     cache.clear();
+                }
+                2 if step % 5 == 0 => {
+                    // Too late to store: the cache must forget the key.
+                    let late = Record { score: step as i64, seq: ABSENT + step };
+                    cache.put(key, Some(late));
+                    truth.insert(key, Some(late));
                 }
                 _ => {
                     cache.put(key, Some(record(step)));
