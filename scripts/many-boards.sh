@@ -22,7 +22,9 @@
 # - the write spread: `set` at CONNS x DEPTH for DURATION seconds (after
 #   WARM unmeasured ones), each on a random board and a random one of its
 #   players, against `set` on one board of ONE_BOARD players on a fresh
-#   server (what scripts/compare-redis.sh measures).
+#   server (what scripts/compare-redis.sh measures). ONE_BOARD=5000000
+#   compares against one board of the spread's own 5M players instead: what
+#   the boards cost, apart from how many players the record cache holds.
 #
 # Env: SHARDS (2), ONE_BOARD (1000000), WARM (10), DURATION (10), CONNS (8),
 # DEPTH (64), SETTLE (5: seconds to wait before each memory reading),
