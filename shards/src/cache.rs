@@ -38,9 +38,13 @@ use crate::record::Record;
 /// sequence does not fit is simply not cached.
 const SEQ_BITS: u32 = 48;
 
+/// The bits of a slot's third word that hold the sequence; the rest hold
+/// key bits.
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
 /// The stored sequence marking a cached absence (the largest that fits;
 /// real records there are not cached).
-const ABSENT: u64 = (1 << SEQ_BITS) - 1;
+const ABSENT: u64 = SEQ_MASK;
 
 /// Bytes per slot: 80 bits of the key, the score and 48 bits of sequence.
 const SLOT_BYTES: u64 = 24;
@@ -141,7 +145,7 @@ impl RecordCache {
     /// 2^-77 a lookup with four held a set. Both parts of the key are
     /// uniform, so both sets are.
     fn sets_of(&self, key: u128) -> [usize; 2] {
-        let unstored = (key as u64) & ((1 << SEQ_BITS) - 1);
+        let unstored = (key as u64) & SEQ_MASK;
         let first = ((u128::from(unstored) * self.sets as u128) >> SEQ_BITS) as usize;
         [first, self.other_set(Tag::of_key(key), first)]
     }
@@ -187,7 +191,7 @@ impl RecordCache {
             return None;
         }
         let slot = &self.slots[self.find(key)?];
-        let record = Record { score: slot[1] as i64, seq: slot[2] & ABSENT };
+        let record = Record { score: slot[1] as i64, seq: slot[2] & SEQ_MASK };
         Some((record.seq != ABSENT).then_some(record))
     }
 
