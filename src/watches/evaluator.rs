@@ -100,7 +100,7 @@ async fn look(hub: &WatchHub, router: &Addr<RouterActor>, groups: &[Group]) -> R
                     hub.metrics.watches.pushes.inc();
                     hub.metrics.watches.coalesced.inc_by(u64::from(coalesced));
                 }
-                Offered::Unchanged | Offered::Gone => {}
+                Offered::Unchanged | Offered::Gone | Offered::Withheld => {}
             }
         }
     }

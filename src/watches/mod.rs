@@ -100,6 +100,18 @@ impl WatchHub {
         self.wake.notify_one();
     }
 
+    /// A drop of `board` has begun: its watches push nothing until it
+    /// ends (see [`Registry::dropping`]).
+    pub fn dropping(&self, board: &str) {
+        self.registry.lock().dropping(board);
+    }
+
+    /// A drop of `board` failed: its watches look again.
+    pub fn drop_failed(&self, board: &str) {
+        self.registry.lock().drop_failed(board);
+        self.wake.notify_one();
+    }
+
     /// `board` was dropped: each of its watches gets a last push, nil.
     pub fn dropped(&self, board: &str) {
         let (ended, open) = {

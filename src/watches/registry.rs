@@ -69,6 +69,9 @@ pub enum Offered {
     Unchanged,
     /// The watch ended meanwhile.
     Gone,
+    /// Its board is being dropped: nothing is pushed until the drop is
+    /// done (the watch ends with a nil push) or fails (it looks again).
+    Withheld,
 }
 
 /// Every open watch. See the module docs.
@@ -76,6 +79,11 @@ pub enum Offered {
 pub struct Registry {
     watches: HashMap<WatchKey, Watch>,
     by_board: HashMap<String, BoardWatches>,
+    /// Boards whose drop is in flight, with how many (a name can be
+    /// dropped, made again and dropped again before the first is done).
+    /// A read meanwhile sees no board, a state no one acknowledged: were
+    /// the drop lost in a crash, the board would be back as it was.
+    dropping: HashMap<String, u32>,
 }
 
 impl Registry {
@@ -171,6 +179,9 @@ impl Registry {
     /// watch's next push waits out its interval.
     pub fn offer(&mut self, key: WatchKey, event: &[u8], frame: impl FnOnce() -> Vec<u8>, now: Instant) -> Offered {
         let Some(watch) = self.watches.get_mut(&key) else { return Offered::Gone };
+        if self.dropping.contains_key(&watch.spec.board) {
+            return Offered::Withheld;
+        }
         if watch.last.as_deref() == Some(event) {
             return Offered::Unchanged;
         }
@@ -179,11 +190,36 @@ impl Registry {
         Offered::Pushed { coalesced: watch.pushes.put(key.watch, frame(), false) }
     }
 
+    /// A drop of `board` has begun: its watches push nothing until it ends
+    /// ([`Registry::dropped`] or [`Registry::drop_failed`]).
+    pub fn dropping(&mut self, board: &str) {
+        *self.dropping.entry(board.to_owned()).or_default() += 1;
+    }
+
     /// Ends every watch of `board` (it was dropped); returns each with
     /// where its last push goes.
     pub fn dropped(&mut self, board: &str) -> Vec<(WatchKey, Arc<PushBox>)> {
+        self.drop_ended(board);
         let keys = self.by_board.remove(board).unwrap_or_default().keys;
         keys.into_iter().filter_map(|key| self.watches.remove(&key).map(|watch| (key, watch.pushes))).collect()
+    }
+
+    /// A drop of `board` failed: its watches look again, at what reads
+    /// answer now.
+    pub fn drop_failed(&mut self, board: &str) {
+        self.drop_ended(board);
+        let keys: Vec<WatchKey> =
+            self.by_board.get(board).map(|b| b.keys.iter().copied().collect()).unwrap_or_default();
+        self.retry(keys);
+    }
+
+    fn drop_ended(&mut self, board: &str) {
+        if let Some(count) = self.dropping.get_mut(board) {
+            *count -= 1;
+            if *count == 0 {
+                self.dropping.remove(board);
+            }
+        }
     }
 }
 
@@ -239,6 +275,42 @@ mod tests {
         // Another board's writes do not touch it.
         registry.changed("other");
         assert!(registry.take_due(t1 + Duration::from_secs(1)).0.is_empty());
+    }
+
+    /// Between a drop's start and its end, a read sees no board, which
+    /// no one acknowledged: nothing is pushed. A failed drop looks again.
+    #[test]
+    fn a_board_being_dropped_pushes_nothing_until_the_drop_ends() {
+        let (mut registry, now, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        let (k, other) = (key(1, 1), key(1, 2));
+        registry.add(k, spec("b", WatchTarget::Top(3), 10), pushes.clone(), now);
+        registry.add(other, spec("c", WatchTarget::Top(3), 10), pushes.clone(), now);
+        registry.take_due(now);
+        assert_eq!(registry.offer(k, b"alice", || b"f1".to_vec(), now), Offered::Pushed { coalesced: false });
+        pushes.take(|_| true);
+        // A look taken before the drop answers after it began.
+        registry.changed("b");
+        let later = now + Duration::from_millis(10);
+        assert_eq!(registry.take_due(later).0.len(), 1);
+        registry.dropping("b");
+        assert_eq!(registry.offer(k, b"[]", || b"f2".to_vec(), later), Offered::Withheld);
+        assert_eq!(registry.offer(other, b"[]", || b"f3".to_vec(), later), Offered::Pushed { coalesced: false });
+        assert_eq!(pushes.take(|_| true).bytes, b"f3", "only the other board's");
+        // Failed: due again, and what reads answer now is pushed.
+        registry.drop_failed("b");
+        let groups = registry.take_due(later).0;
+        assert_eq!(groups.iter().map(|g| g.board.as_str()).collect::<Vec<_>>(), vec!["b"]);
+        assert_eq!(registry.offer(k, b"[]", || b"f2".to_vec(), later), Offered::Pushed { coalesced: false });
+        assert_eq!(pushes.take(|_| true).bytes, b"f2");
+        // Dropped twice over (made again meanwhile): withheld until both end.
+        registry.dropping("b");
+        registry.dropping("b");
+        assert_eq!(registry.dropped("b").len(), 1);
+        registry.add(k, spec("b", WatchTarget::Top(3), 10), pushes.clone(), later);
+        registry.take_due(later);
+        assert_eq!(registry.offer(k, b"v", || b"f4".to_vec(), later), Offered::Withheld);
+        registry.drop_failed("b");
+        assert_eq!(registry.offer(k, b"v", || b"f4".to_vec(), later), Offered::Pushed { coalesced: false });
     }
 
     #[test]

@@ -142,10 +142,16 @@ impl Router {
             Op::DropBoard { board } => {
                 let Some(board) = boards.remove(&board) else { return ready(Ok(Reply::Bool(false))) };
                 let board_id = board.id;
+                // From here reads see no board, which the drop's answer
+                // has not acknowledged: watches must not push it.
+                self.watches.dropping(&board.name);
                 let pending = outbox.ask_all(|reply| Command::DropBoard { board_id, reply });
                 let (dense, watches, name) = (self.dense.clone(), self.watches.clone(), board.name.clone());
                 Routed::Later(Box::pin(async move {
-                    try_join_all(pending.into_iter().map(answer)).await?;
+                    if let Err(e) = try_join_all(pending.into_iter().map(answer)).await {
+                        watches.drop_failed(&name);
+                        return Err(e);
+                    }
                     dense.forget_board(board_id);
                     watches.dropped(&name);
                     Ok(Reply::Bool(true))
