@@ -147,14 +147,23 @@ impl Router {
                 self.watches.dropping(&board.name);
                 let pending = outbox.ask_all(|reply| Command::DropBoard { board_id, reply });
                 let (dense, watches, name) = (self.dense.clone(), self.watches.clone(), board.name.clone());
-                Routed::Later(Box::pin(async move {
-                    if let Err(e) = try_join_all(pending.into_iter().map(answer)).await {
-                        watches.drop_failed(&name);
-                        return Err(e);
+                // The drop's end is awaited on a task of its own: a client
+                // that leaves meanwhile must not leave its watches withheld
+                // or its dense index held.
+                let (ended, end) = tokio::sync::oneshot::channel();
+                actix::spawn(async move {
+                    let result = try_join_all(pending.into_iter().map(answer)).await;
+                    match &result {
+                        Ok(_) => {
+                            dense.forget_board(board_id);
+                            watches.dropped(&name);
+                        }
+                        Err(_) => watches.drop_failed(&name),
                     }
-                    dense.forget_board(board_id);
-                    watches.dropped(&name);
-                    Ok(Reply::Bool(true))
+                    let _ = ended.send(result.map(|_| Reply::Bool(true)));
+                });
+                Routed::Later(Box::pin(async move {
+                    end.await.unwrap_or_else(|_| Err(Error::Internal("the drop's task stopped".into())))
                 }))
             }
             Op::Boards { prefix, after, limit } => {
