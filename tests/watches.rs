@@ -316,6 +316,27 @@ async fn a_watcher_that_never_reads_holds_neither_memory_nor_writers() {
     drop(idle);
 }
 
+/// A drop whose client leaves before the answer still ends the board's
+/// watches: the drop's end does not depend on the connection that asked.
+/// Commits are slowed so the client is gone while the drop is in flight.
+#[tokio::test]
+async fn a_drop_whose_client_left_still_ends_the_watches() {
+    let server = Server::start_with(2, &["--debug-commit-delay-ms", "300"]);
+    let mut w = watcher(&server).await;
+    let top = w.watch(&WatchSpec::top("left", 3).interval(Duration::from_millis(10))).await.unwrap();
+    assert_eq!(top_of(&next_push(&mut w, Duration::from_secs(5)).await), vec![]);
+    server.client().await.set("left", "alice", 5, Mode::Set).await.unwrap();
+    assert_eq!(top_of(&next_push(&mut w, Duration::from_secs(5)).await), vec![("alice".into(), 5, 1)]);
+    let mut dropper = server.client().await;
+    let asked = tokio::spawn(async move { dropper.drop_board("left").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    asked.abort(); // the client and its connection go
+    let push = next_push(&mut w, Duration::from_secs(5)).await;
+    assert_eq!((push.watch, push.event), (top, WatchEvent::Ended));
+    let mut client = server.client().await;
+    assert_eq!(client.top("left", 10, 0).await.unwrap(), vec![], "dropped");
+}
+
 /// `rankd watch BOARD --top N --json` prints each push as a JSON line and
 /// exits 0 once the board is dropped; `rankd set --wid` applies once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
