@@ -153,7 +153,13 @@ impl RecordCache {
     /// The set a key of `tag` pairs with `set`.
     fn other_set(&self, tag: Tag, set: usize) -> usize {
         let sum = ((u128::from(tag.high) * self.sets as u128) >> 64) as usize;
-        (sum + self.sets - set) % self.sets
+        // `sum - set` mod the sets, without a division: both are below it.
+        let other = sum + self.sets - set;
+        if other >= self.sets {
+            other - self.sets
+        } else {
+            other
+        }
     }
 
     /// The slots of set `set` (empty before the first put).
@@ -162,11 +168,14 @@ impl RecordCache {
         start..(start + self.ways).min(self.slots.len())
     }
 
-    /// Where `key` is held, if it is.
-    fn find(&self, key: u128) -> Option<usize> {
-        let tag = Tag::of_key(key);
-        self.sets_of(key).into_iter().find_map(|set| {
-            let set = self.slots_of(set);
+    /// The slots of `key`'s two sets.
+    fn set_slots(&self, key: u128) -> [std::ops::Range<usize>; 2] {
+        self.sets_of(key).map(|set| self.slots_of(set))
+    }
+
+    /// Where `tag` is held in `sets` (its key's, from [`Self::set_slots`]).
+    fn find(&self, sets: &[std::ops::Range<usize>; 2], tag: Tag) -> Option<usize> {
+        sets.iter().find_map(|set| {
             let way = self.slots[set.clone()].iter().position(|slot| Tag::of_slot(slot) == tag)?;
             Some(set.start + way)
         })
@@ -187,10 +196,11 @@ impl RecordCache {
 
     /// Like [`RecordCache::get`], uncounted: a look ahead, not a lookup.
     pub(crate) fn peek(&self, key: u128) -> Option<Option<Record>> {
-        if Tag::of_key(key).is_empty() || self.slots.is_empty() {
+        let tag = Tag::of_key(key);
+        if tag.is_empty() || self.slots.is_empty() {
             return None;
         }
-        let slot = &self.slots[self.find(key)?];
+        let slot = &self.slots[self.find(&self.set_slots(key), tag)?];
         let record = Record { score: slot[1] as i64, seq: slot[2] & SEQ_MASK };
         Some((record.seq != ABSENT).then_some(record))
     }
@@ -209,7 +219,9 @@ impl RecordCache {
         if self.slots.is_empty() {
             self.slots = vec![[0; 3]; self.sets * self.ways];
         }
-        let held = self.find(key);
+        // The two sets, found once for the lookup and the placing.
+        let sets = self.set_slots(key);
+        let held = self.find(&sets, tag);
         let seq = match record {
             None => ABSENT,
             Some(record) if record.seq < ABSENT => record.seq,
@@ -228,7 +240,7 @@ impl RecordCache {
             self.slots[index] = slot;
             return;
         }
-        let [first, second] = self.sets_of(key).map(|set| self.slots_of(set));
+        let [first, second] = sets;
         let (held_first, held_second) = (self.held(&first), self.held(&second));
         let index = if held_first.min(held_second) < self.ways {
             if held_first <= held_second {
