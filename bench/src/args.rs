@@ -161,9 +161,12 @@ pub struct LoadArgs {
     /// Scores are drawn from 0..score-range (ties grow as it shrinks).
     #[arg(long, default_value_t = 1_000_000_000)]
     pub score_range: i64,
-    /// Random seed.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Random seed of the operations (and the prefill's scores); drawn at
+    /// random when not given, and reported, so a run can be repeated. A
+    /// fixed default would make a measurement replay the warm-up run before
+    /// it, key for key, and find every key it touched already cached.
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// No progress bar (it is also hidden when stderr is not a terminal).
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -175,6 +178,11 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
+    /// The run's seed: `--seed`, or the one `run_on` drew before prefilling.
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed.unwrap_or_default()
+    }
+
     pub(crate) fn validate(&self) -> Result<(), BenchError> {
         let bad = |msg: &str| Err(BenchError::Invalid(msg.into()));
         if self.connections == 0 || self.pipeline == 0 {

@@ -48,6 +48,8 @@ pub async fn run_on(
     if reset && load.boards > 1 {
         return Err(BenchError::Invalid("--reset empties one board: not with --boards".into()));
     }
+    // One seed for the whole run, the prefill's and the measurement's.
+    let load = &LoadArgs { seed: Some(load.seed.unwrap_or_else(rand::random)), ..load.clone() };
     let setup = target::Setup::probe(target, &load.board, connect).await?;
     if reset {
         setup.reset(&load.board).await?;
@@ -95,7 +97,7 @@ async fn prefill(setup: &target::Setup, load: &LoadArgs) -> Result<(), BenchErro
             let chunk = conn.prefill_chunk();
             let per_board = load.players.div_ceil(chunk);
             let requests = per_board * load.boards;
-            let mut rng = StdRng::seed_from_u64(load.seed ^ ((c as u64) << 32));
+            let mut rng = StdRng::seed_from_u64(load.seed() ^ ((c as u64) << 32));
             loop {
                 let first = next.fetch_add(in_flight, Ordering::Relaxed);
                 if first >= requests {
@@ -214,6 +216,7 @@ async fn measure(setup: &target::Setup, load: &LoadArgs) -> Result<Report, Bench
         connections: load.connections,
         pipeline: load.pipeline,
         offered_rate: load.rate,
+        seed: load.seed,
         ops,
         errors,
         seconds,
@@ -256,7 +259,7 @@ async fn connection_load(
 ) -> Result<(Histogram<u64>, u64, u64), BenchError> {
     let mut conn = setup.connect().await?;
     let names = Names::new(load);
-    let mut generator = Generator::new(load, load.seed.wrapping_mul(31).wrapping_add(id))?;
+    let mut generator = Generator::new(load, load.seed().wrapping_mul(31).wrapping_add(id))?;
     let mut histogram = new_histogram()?;
     let (mut ok, mut err) = (0u64, 0u64);
     let mut ops = Vec::with_capacity(load.pipeline);
@@ -533,6 +536,7 @@ mod tests {
             connections: 1,
             pipeline: 1,
             offered_rate: Some(100.0),
+            seed: Some(9),
             ops: 5,
             errors: 0,
             seconds: 1.0,

@@ -37,6 +37,10 @@ pub struct Report {
     /// The `--rate` offered, ops/s (none: as fast as answered).
     #[serde(default)]
     pub offered_rate: Option<f64>,
+    /// The random seed the operations were drawn with (`--seed` repeats
+    /// them); absent in reports older than the field.
+    #[serde(default)]
+    pub seed: Option<u64>,
     /// Operations answered successfully.
     pub ops: u64,
     /// Operations answered with an error.
@@ -181,6 +185,7 @@ pub fn print(report: &Report) {
     };
     let version = report.server_version.as_ref().map(|v| format!(" (v{v})")).unwrap_or_default();
     let offered = report.offered_rate.map(|r| format!(", offered {r:.0} ops/s")).unwrap_or_default();
+    let seed = report.seed.map(|s| format!(", seed {s}")).unwrap_or_default();
     let mode = match report.workload {
         Workload::Set | Workload::Mixed if report.wid => format!("mode {} with wids, ", report.mode.name()),
         Workload::Set | Workload::Mixed => format!("mode {}, ", report.mode.name()),
@@ -188,7 +193,7 @@ pub fn print(report: &Report) {
     };
     println!(
         "{}{version} {:?} ({mode}{} players, {skew}): {} ops in {:.2} s = {:.0} ops/s ({} errors); \
-         latency p50 {} us, p99 {} us, p99.9 {} us, max {} us [{} connections x {} in flight{offered}]",
+         latency p50 {} us, p99 {} us, p99.9 {} us, max {} us [{} connections x {} in flight{offered}{seed}]",
         report.target,
         report.workload,
         report.players,

@@ -62,9 +62,12 @@ impl SweepArgs {
     }
 
     /// The load at one connection count, the `index`th run on its server:
-    /// only the first prefills, the others find the board filled.
+    /// only the first prefills, the others find the board filled. A given
+    /// `--seed` moves on by one a run, so no run replays the keys of the one
+    /// before it on the same server (and finds them all cached).
     fn load_at(&self, connections: usize, index: usize, server_metrics: Option<String>) -> LoadArgs {
-        LoadArgs { connections, prefill: self.load.prefill && index == 0, server_metrics, ..self.load.clone() }
+        let seed = self.load.seed.map(|seed| seed.wrapping_add(index as u64));
+        LoadArgs { connections, prefill: self.load.prefill && index == 0, server_metrics, seed, ..self.load.clone() }
     }
 }
 
@@ -296,5 +299,21 @@ mod tests {
         assert_eq!((second.connections, second.prefill), (64, false));
         let args = Cli::parse_from(["x", "-c", "8"]).sweep;
         assert_eq!(args.connection_counts(), vec![8], "--connections when no counts are given");
+    }
+
+    #[test]
+    fn no_run_replays_the_keys_of_the_run_before_it() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweep: SweepArgs,
+        }
+        let given = Cli::parse_from(["x", "--seed", "5", "--connection-counts", "1,64"]).sweep;
+        let seeds: Vec<_> = (0..3).map(|index| given.load_at(8, index, None).seed).collect();
+        assert_eq!(seeds, vec![Some(5), Some(6), Some(7)]);
+        // Without one, each run draws its own (`load::run_on`).
+        let drawn = Cli::parse_from(["x"]).sweep;
+        assert_eq!((drawn.load_at(8, 0, None).seed, drawn.load_at(8, 1, None).seed), (None, None));
     }
 }

@@ -126,9 +126,20 @@ fn bench_against_rankd_writes_json_and_csv() {
     assert!(lines[0].starts_with("target,") && lines[0].contains("ops_per_sec"), "{csv}");
     assert_eq!(lines[0].split(',').count(), lines[1].split(',').count(), "{csv}");
 
-    // A second run appends a row without a second header (zipf keys this time).
+    // No seed given: one was drawn, and is reported so the run can be repeated.
+    let drawn = report["seed"].as_u64().unwrap_or_else(|| panic!("seed: {report}"));
+
+    // A second run appends a row without a second header (zipf keys this
+    // time), with the seed it was given.
     let args = ["--server", &server.addr, "--ops", "2000", "--players", "1000", "--distribution", "zipf", "--csv"];
-    rankd_bench(&[&args[..], &["out.csv"]].concat(), dir.path());
+    let seeded = ["out.csv", "--seed", "42", "--json", "seeded.json"];
+    rankd_bench(&[&args[..], &seeded].concat(), dir.path());
+    assert_eq!(read_report(&dir.path().join("seeded.json"))["seed"].as_u64(), Some(42));
+    // Drawn afresh each run: a measurement does not replay its warm-up's
+    // keys (2^-64 that two draws meet).
+    rankd_bench(&["--server", &server.addr, "--ops", "10", "--json", "again.json"], dir.path());
+    let again = read_report(&dir.path().join("again.json"))["seed"].as_u64();
+    assert!(again.is_some_and(|again| again != drawn), "{again:?} after {drawn}");
     let csv = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert_eq!(csv.lines().filter(|l| l.starts_with("target,")).count(), 1, "{csv}");
