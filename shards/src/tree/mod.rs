@@ -35,7 +35,7 @@ mod view;
 pub use buckets::BucketShape;
 pub use encoding::{CorruptLeaf, LeafEncoding};
 pub use frozen::FrozenTree;
-pub use node::LeafId;
+pub use node::{prefetch_entries, LeafId};
 pub use repack::Repacked;
 pub use snapshot::{LeafSlice, SlicePicker};
 pub use view::TreeView;

@@ -174,25 +174,32 @@ pub(super) fn leaf_id_of(key: u128, depth: u8, bits: u32) -> LeafId {
     LeafId { prefix, depth }
 }
 
-/// Asks the CPU to load a leaf's entries (or a frozen leaf's packed bytes)
-/// ahead of the binary search. A leaf is up to ~1.3 KB, and the search's
+/// Asks the CPU to load `entries` without waiting for them: a leaf's
+/// entries (or a frozen leaf's packed bytes) ahead of the binary search, a
+/// board ahead of its lookup. A leaf is up to ~1.3 KB, and the search's
 /// probes each waited for memory in turn; asked for all at once, the waits
 /// overlap.
-pub(super) fn prefetch_entries<T>(entries: &[T]) {
+pub fn prefetch_entries<T>(entries: &[T]) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = entries;
     #[cfg(target_arch = "x86_64")]
     {
-        let bytes = std::mem::size_of_val(entries);
         let start = entries.as_ptr().cast::<i8>();
         let mut offset = 0;
-        while offset < bytes {
+        for _ in 0..lines_touched(start as usize, std::mem::size_of_val(entries)) {
             // SAFETY: prefetching is a hint that never faults, and the address
-            // is inside the slice.
-            unsafe { std::arch::x86_64::_mm_prefetch(start.add(offset), std::arch::x86_64::_MM_HINT_T0) };
+            // is inside the slice or, on its last line, less than 64 bytes past
+            // its end (`wrapping_add`: no out-of-bounds `add`).
+            unsafe { std::arch::x86_64::_mm_prefetch(start.wrapping_add(offset), std::arch::x86_64::_MM_HINT_T0) };
             offset += 64;
         }
     }
+}
+
+/// The cache lines `bytes` bytes from `address` touch: the first may start
+/// before them, so 48 bytes can span two.
+fn lines_touched(address: usize, bytes: usize) -> usize {
+    (address % 64 + bytes).div_ceil(64)
 }
 
 /// What an [`add_at`] records besides the counts.
@@ -425,6 +432,18 @@ pub(super) fn check_node(node: NodeRef<'_>, bits: u32, depth: u32, prefix: u128)
 #[cfg(test)]
 mod tests {
     use crate::tree::{CountTree, BRANCHINGS};
+
+    #[test]
+    fn a_prefetch_covers_every_line_its_bytes_touch() {
+        use super::lines_touched;
+        assert_eq!(lines_touched(0, 0), 0);
+        assert_eq!(lines_touched(64, 1), 1);
+        assert_eq!(lines_touched(64, 64), 1);
+        assert_eq!(lines_touched(65, 64), 2, "one byte into the next line");
+        assert_eq!(lines_touched(40, 48), 2, "a board straddling two lines");
+        assert_eq!(lines_touched(48, 96), 3);
+        assert_eq!(lines_touched(127, 1), 1);
+    }
 
     #[test]
     fn dense_cluster_bursts_to_full_depth() {

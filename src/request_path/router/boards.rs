@@ -1,49 +1,20 @@
 //! The board registry and the global arrival sequence: what the router
 //! decides alone, before any shard is asked.
 
-use std::borrow::Borrow;
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
 use rankd_shards::{window, Board, BoardConfig, ConfigInterner, SharedBoard, Ties, TreeId, Window};
 
+use super::name_index::NameIndex;
 use super::name_order::NameOrder;
 use crate::error::Error;
 use crate::protocol::View;
 
-/// A board keyed by its name, as the registry's hash set holds it: a board
-/// costs a pointer there, where a map from a shared name to a shared board
-/// took three words a bucket, and a million boards' table has two million
-/// buckets.
-#[derive(Clone)]
-struct ByName(SharedBoard);
-
-impl Borrow<str> for ByName {
-    fn borrow(&self) -> &str {
-        &self.0.name
-    }
-}
-
-/// Hashes as the name does, as [`Borrow<str>`] requires.
-impl Hash for ByName {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        str::hash(&self.0.name, state);
-    }
-}
-
-impl PartialEq for ByName {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.name == other.0.name
-    }
-}
-
-impl Eq for ByName {}
-
 /// What the router recovered from the shards at start-up.
 pub struct RouterState {
     /// Every live board, by name.
-    boards: HashSet<ByName>,
+    boards: NameIndex,
     /// The same boards in name order.
     names: NameOrder,
     /// Highest board id ever used.
@@ -83,11 +54,11 @@ impl RouterState {
     }
 
     /// The live boards of `held` by name (see [`RouterState::from_held`]).
-    fn by_name(held: &[SharedBoard]) -> HashSet<ByName> {
-        let mut boards = HashSet::with_capacity(held.len());
+    fn by_name(held: &[SharedBoard]) -> NameIndex {
+        let mut boards = NameIndex::with_capacity(held.len());
         for board in held {
-            if let Some(older) = boards.replace(ByName(board.clone())) {
-                debug_assert!(older.0.id < board.id, "boards come in id order");
+            if let Some(older) = boards.replace(board.clone()) {
+                debug_assert!(older.id < board.id, "boards come in id order");
             }
         }
         boards
@@ -95,7 +66,7 @@ impl RouterState {
 
     /// Ids of the live boards that rank `dense`.
     pub fn dense_board_ids(&self) -> HashSet<u64> {
-        self.boards.iter().filter(|b| b.0.config.ties == Ties::Dense).map(|b| b.0.id).collect()
+        self.boards.iter().filter(|b| b.config.ties == Ties::Dense).map(|b| b.id).collect()
     }
 }
 
@@ -105,7 +76,7 @@ impl RouterState {
 /// A board is stored once, shared by the hash set, the ordered set and
 /// every request that names it; boards of one config share it.
 pub struct Boards {
-    by_name: HashSet<ByName>,
+    by_name: NameIndex,
     /// The boards in name order, for `boards` pages: kept beside the hash
     /// set so a write's lookup stays a hash, and a page is a range, not a
     /// sort.
@@ -176,7 +147,7 @@ impl Boards {
         let config = self.configs.intern(config);
         let board = SharedBoard::new(Board { id: self.next_board_id, name: name.into(), config });
         self.next_board_id += 1;
-        self.by_name.insert(ByName(board.clone()));
+        self.by_name.replace(board.clone());
         self.names.insert(board.clone());
         self.count_changed();
         board
@@ -184,13 +155,19 @@ impl Boards {
 
     /// The board called `name`, if any.
     pub fn get(&self, name: &str) -> Option<&SharedBoard> {
-        self.by_name.get(name).map(|board| &board.0)
+        self.by_name.get(name)
+    }
+
+    /// Asks the CPU for the boards called `names`, about to be looked up
+    /// (see the `name_index` module).
+    pub fn prefetch<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        self.by_name.prefetch(names);
     }
 
     /// Forgets `name`; the name may be reused at once (with a new id).
     pub fn remove(&mut self, name: &str) -> Option<SharedBoard> {
         self.names.remove(name);
-        let removed = self.by_name.take(name).map(|board| board.0);
+        let removed = self.by_name.take(name);
         self.count_changed();
         removed
     }
@@ -264,7 +241,7 @@ mod tests {
         let ids: Vec<(String, u64)> = boards.sorted().iter().map(|b| (b.name.to_string(), b.id)).collect();
         assert_eq!(ids, [("a".into(), 5), ("b".into(), 2), ("c".into(), 4)]);
         assert_eq!(boards.get("a").map(|b| b.id), Some(5));
-        let same = |b: &ByName| boards.names.get(&b.0.name).is_some_and(|n| SharedBoard::ptr_eq(n, &b.0));
+        let same = |b: &SharedBoard| boards.names.get(&b.name).is_some_and(|n| SharedBoard::ptr_eq(n, b));
         assert!(boards.by_name.iter().all(same), "one copy of each board");
         assert_eq!(boards.next_board_id, 6);
     }

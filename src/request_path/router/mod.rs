@@ -33,6 +33,7 @@ pub mod actor;
 mod approx;
 pub mod boards;
 mod dispatch;
+mod name_index;
 mod name_order;
 pub mod outbox;
 pub mod reads;
@@ -180,6 +181,9 @@ impl Router {
             return dispatch::replies(routed);
         }
         let mut boards = self.boards.lock();
+        if ops.len() > 1 {
+            boards.prefetch(ops.iter().filter_map(Op::board));
+        }
         let routed: Vec<Routed> = (ops.into_iter())
             .map(|op| {
                 let allowed = in_place.allows(&op);
