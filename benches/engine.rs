@@ -17,6 +17,12 @@
 //! - `shard_commit/<durability>/<batch>`: staging a batch of 1k or 10k `set`s
 //!   for random players of a prefilled board in a real `Shard` (fjall in a
 //!   temporary directory), then `commit()`.
+//! - `shard_spread/{boards,one_board}/<P>`: the same with 1k `set`s spread
+//!   uniformly over P players, either on boards of two players each (a
+//!   shard's share of boards of five on two shards) or on one board, each
+//!   batch looked ahead at 16 writes at a time as the server's batch loop
+//!   does: what a write costs for landing on a board of its own among a
+//!   million, the players being the same.
 //! - `shard_scaling/<S>`: S shards, each on its own thread staging 1k
 //!   `set`s and committing them with an fsync, over and over, free of the
 //!   others; the board's players are split among the shards (by index, as
@@ -27,7 +33,8 @@
 //! Sizes: the env var `RANKD_BENCH_PLAYERS` is a comma list of tree sizes
 //! (default `1000000,10000000`; `_` and `k`/`M` suffixes are accepted, e.g.
 //! `10k,1M`). The branching sweep uses the smallest size; the shard board
-//! holds `min(100000, smallest size)` players. CI runs a quick pass with
+//! holds `min(100000, smallest size)` players, and the spread has as many
+//! boards as the smallest size (twice as many players). CI runs a quick pass with
 //!
 //! ```sh
 //! RANKD_BENCH_PLAYERS=10000 cargo bench --benches -- --test
@@ -47,8 +54,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rankd_shards::key::{score_key, tiebreak, tree_key};
 use rankd_shards::tree::{BRANCHINGS, DEFAULT_BRANCHING};
-use rankd_shards::{Board, BoardConfig, CountTree, Durability, Mode, Order, Shard, ShardOptions, Ties};
+use rankd_shards::{
+    Amount, Board, BoardConfig, CountTree, Durability, Mode, Order, Shard, ShardOptions, Ties, Upcoming, UpcomingWrite,
+};
 use tempfile::TempDir;
+
+/// The server's allocator: the engine's costs as the server pays them.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Comma list of tree sizes.
 const PLAYERS_VAR: &str = "RANKD_BENCH_PLAYERS";
@@ -425,6 +438,111 @@ fn shard_commit(c: &mut Criterion) {
     group.finish();
 }
 
+/// Players each board of the spread holds in its shard (a shard's share of
+/// boards of five on two shards).
+const SPREAD_PLAYERS: usize = 2;
+
+/// Writes the spread looks ahead at together: the server's batch loop's
+/// `LOOK_AHEAD`.
+const SPREAD_LOOK_AHEAD: usize = 16;
+
+/// A real shard holding `boards` boards of the same players, for
+/// `shard_spread`.
+struct SpreadFixture {
+    // Declared before `_dir` so the database closes before its files go.
+    shard: Shard,
+    boards: Vec<Board>,
+    /// Every board's players, named as `rankd-bench --player-prefix p`
+    /// names them.
+    names: Vec<String>,
+    seq: u64,
+    rng: StdRng,
+    _dir: TempDir,
+}
+
+impl SpreadFixture {
+    fn new(boards: usize, players: usize) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let options = ShardOptions { durability: Durability::Buffered, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options).expect("open shard");
+        let config = std::sync::Arc::new(BoardConfig::default());
+        let boards: Vec<Board> = (0..boards)
+            .map(|i| Board { id: i as u64 + 1, name: format!("lvl:{i:07}").into(), config: config.clone() })
+            .collect();
+        let names: Vec<String> = (0..players).map(|i| format!("p{i}")).collect();
+        let mut rng = StdRng::seed_from_u64(SEED ^ 0x5b7e);
+        let mut seq = 0;
+        let all = boards.iter().flat_map(|board| names.iter().map(move |name| (board, name)));
+        for (written, (board, name)) in all.enumerate() {
+            seq += 1;
+            shard.write(board, name, rng.gen_range(0..1_000_000), Mode::Set, seq).expect("prefill write");
+            if written % 10_000 == 9_999 {
+                shard.commit().expect("prefill commit");
+            }
+        }
+        shard.commit().expect("prefill commit");
+        Self { shard, boards, names, seq, rng, _dir: dir }
+    }
+
+    /// Random writes for one batch (board, player, score), drawn outside
+    /// the timed code.
+    fn draw(&mut self, batch: usize) -> Vec<(usize, usize, i64)> {
+        let (boards, players) = (self.boards.len(), self.names.len());
+        (0..batch)
+            .map(|_| (self.rng.gen_range(0..boards), self.rng.gen_range(0..players), self.rng.gen_range(0..1_000_000)))
+            .collect()
+    }
+
+    /// Looks ahead at, stages and commits `writes` as one batch.
+    fn apply(&mut self, writes: Vec<(usize, usize, i64)>) {
+        for group in writes.chunks(SPREAD_LOOK_AHEAD) {
+            let upcoming = group.iter().enumerate().map(|(i, &(board, player, score))| {
+                Upcoming::Write(UpcomingWrite {
+                    board: &self.boards[board],
+                    player: &self.names[player],
+                    amount: Amount::Score(score),
+                    mode: Mode::Set,
+                    seq: self.seq + 1 + i as u64,
+                })
+            });
+            self.shard.prefetch(upcoming);
+            for &(board, player, score) in group {
+                self.seq += 1;
+                let (board, player) = (&self.boards[board], &self.names[player]);
+                self.shard.write(board, player, score, Mode::Set, self.seq).expect("write");
+            }
+        }
+        self.shard.commit().expect("commit");
+    }
+}
+
+fn shard_spread(c: &mut Criterion) {
+    const BATCH: usize = 1_000;
+    let boards = player_counts()[0];
+    let mut group = c.benchmark_group("shard_spread");
+    group.sampling_mode(SamplingMode::Flat).sample_size(10);
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let players = boards * SPREAD_PLAYERS;
+    let cases = [("boards", boards, SPREAD_PLAYERS), ("one_board", 1, players)];
+    for (name, boards, per_board) in cases {
+        let mut fixture: Option<SpreadFixture> = None;
+        group.bench_function(BenchmarkId::new(name, label(players)), |b| {
+            let fixture = fixture.get_or_insert_with(|| SpreadFixture::new(boards, per_board));
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        let writes = fixture.draw(BATCH);
+                        let started = Instant::now();
+                        fixture.apply(writes);
+                        started.elapsed()
+                    })
+                    .sum()
+            });
+        });
+    }
+    group.finish();
+}
+
 /// Shard counts of the scaling group: one, and one per core up to four.
 fn shard_counts() -> Vec<usize> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
@@ -469,5 +587,5 @@ fn shard_scaling(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, tree, small_trees, frozen_tree, tree_branching, shard_commit, shard_scaling);
+criterion_group!(benches, tree, small_trees, frozen_tree, tree_branching, shard_commit, shard_spread, shard_scaling);
 criterion_main!(benches);
