@@ -71,7 +71,13 @@ impl NameIndex {
     /// Asks the CPU for the boards called `names` without waiting for them:
     /// the lookups that follow find them in its caches. Changes nothing.
     pub(super) fn prefetch<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut last = None;
         for name in names {
+            // A pipelined batch names one board over and over: it is asked
+            // for once.
+            if last.replace(name) == Some(name) {
+                continue;
+            }
             // A probe that never matches visits each slot whose control
             // byte matches the name's hash (nearly always just the board's)
             // and stops at the first group with an empty slot.
