@@ -47,7 +47,7 @@
 //! `cargo bench --bench engine -- shard_commit` does not build 10M-player trees.
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 use rand::rngs::StdRng;
@@ -358,6 +358,27 @@ fn tree_branching(c: &mut Criterion) {
     group.finish();
 }
 
+/// A shard fixture whose batches of writes are drawn outside the timed
+/// code and applied inside it.
+trait Batches {
+    type Writes;
+    fn draw(&mut self, batch: usize) -> Self::Writes;
+    fn apply(&mut self, writes: Self::Writes);
+}
+
+/// What applying `iters` batches of `batch` writes took, each drawn
+/// untimed just before.
+fn time_batches(fixture: &mut impl Batches, batch: usize, iters: u64) -> Duration {
+    (0..iters)
+        .map(|_| {
+            let writes = fixture.draw(batch);
+            let started = Instant::now();
+            fixture.apply(writes);
+            started.elapsed()
+        })
+        .sum()
+}
+
 /// A shard holding one board of prefilled players.
 struct ShardFixture {
     // Declared before `_dir` so the database closes before its files go.
@@ -391,6 +412,10 @@ impl ShardFixture {
         }
         Self { shard, board, names, seq, rng, _dir: dir }
     }
+}
+
+impl Batches for ShardFixture {
+    type Writes = Vec<(usize, i64)>;
 
     /// Random moves for one batch, drawn outside the timed code.
     fn draw(&mut self, batch: usize) -> Vec<(usize, i64)> {
@@ -423,16 +448,7 @@ fn shard_commit(c: &mut Criterion) {
         group.throughput(Throughput::Elements(batch as u64));
         group.bench_function(BenchmarkId::new(name, label(batch)), |b| {
             let fixture = fixture.get_or_insert_with(|| ShardFixture::new(players, durability));
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        let writes = fixture.draw(batch);
-                        let started = Instant::now();
-                        fixture.apply(writes);
-                        started.elapsed()
-                    })
-                    .sum()
-            });
+            b.iter_custom(|iters| time_batches(fixture, batch, iters));
         });
     }
     group.finish();
@@ -483,6 +499,10 @@ impl SpreadFixture {
         shard.commit().expect("prefill commit");
         Self { shard, boards, names, seq, rng, _dir: dir }
     }
+}
+
+impl Batches for SpreadFixture {
+    type Writes = Vec<(usize, usize, i64)>;
 
     /// Random writes for one batch (board, player, score), drawn outside
     /// the timed code.
@@ -528,16 +548,7 @@ fn shard_spread(c: &mut Criterion) {
         let mut fixture: Option<SpreadFixture> = None;
         group.bench_function(BenchmarkId::new(name, label(players)), |b| {
             let fixture = fixture.get_or_insert_with(|| SpreadFixture::new(boards, per_board));
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        let writes = fixture.draw(BATCH);
-                        let started = Instant::now();
-                        fixture.apply(writes);
-                        started.elapsed()
-                    })
-                    .sum()
-            });
+            b.iter_custom(|iters| time_batches(fixture, BATCH, iters));
         });
     }
     group.finish();
