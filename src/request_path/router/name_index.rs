@@ -31,7 +31,7 @@ impl NameIndex {
     }
 
     fn hash(&self, name: &str) -> u64 {
-        self.hasher.hash_one(name)
+        name_hash(&self.hasher, name)
     }
 
     /// Boards held.
@@ -48,7 +48,7 @@ impl NameIndex {
     pub(super) fn replace(&mut self, board: SharedBoard) -> Option<SharedBoard> {
         let hash = self.hash(&board.name);
         let hasher = &self.hasher;
-        match self.table.entry(hash, |held| held.name == board.name, |held| hasher.hash_one(&*held.name)) {
+        match self.table.entry(hash, |held| held.name == board.name, |held| name_hash(hasher, &held.name)) {
             Entry::Occupied(mut held) => Some(std::mem::replace(held.get_mut(), board)),
             Entry::Vacant(vacant) => {
                 vacant.insert(board);
@@ -87,6 +87,12 @@ impl NameIndex {
             });
         }
     }
+}
+
+/// A name's hash: the one function for lookups and for moving boards when
+/// the table grows, which must agree.
+fn name_hash(hasher: &RandomState, name: &str) -> u64 {
+    hasher.hash_one(name)
 }
 
 #[cfg(test)]
