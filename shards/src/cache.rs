@@ -31,6 +31,7 @@ use std::sync::OnceLock;
 
 use siphasher::sip128::SipHasher13;
 
+use crate::huge_pages::HugePageArray;
 use crate::record::Record;
 
 /// Bits of a record's sequence a slot holds. A sequence counts writes, so
@@ -94,8 +95,9 @@ pub fn cached_players_for(bytes: u64) -> usize {
 /// The exact record cache: see the module docs.
 #[derive(Debug)]
 pub(crate) struct RecordCache {
-    /// `sets × ways` slots, set by set. Allocated at the first put.
-    slots: Vec<Slot>,
+    /// `sets × ways` slots, set by set. Mapped at the first put, in huge
+    /// pages: every lookup lands at a random place of it.
+    slots: HugePageArray<Slot>,
     /// Number of sets.
     sets: usize,
     /// Slots per set: [`WAYS`], fewer only for caches smaller than one set.
@@ -122,7 +124,7 @@ impl RecordCache {
     /// 0 disables it.
     pub(crate) fn new(players: usize) -> Self {
         let ways = WAYS.min(players).max(1);
-        Self { slots: Vec::new(), sets: players / ways, ways, next_victim: 0, lookups: Cell::default() }
+        Self { slots: HugePageArray::empty(), sets: players / ways, ways, next_victim: 0, lookups: Cell::default() }
     }
 
     /// The cache key of a player's storage key (see the module docs).
@@ -217,7 +219,16 @@ impl RecordCache {
             return;
         }
         if self.slots.is_empty() {
-            self.slots = vec![[0; 3]; self.sets * self.ways];
+            match HugePageArray::zeroed(self.sets * self.ways) {
+                Ok(slots) => self.slots = slots,
+                Err(e) => {
+                    // Uncached is slower, never wrong: every lookup reads
+                    // storage, as with `--cache-mb 0`.
+                    tracing::warn!(error = %e, sets = self.sets, "cannot map the record cache; running without it");
+                    self.sets = 0;
+                    return;
+                }
+            }
         }
         // The two sets, found once for the lookup and the placing.
         let sets = self.set_slots(key);
@@ -291,7 +302,7 @@ impl RecordCache {
 
     /// Forgets everything (the memory goes back until the next put).
     pub(crate) fn clear(&mut self) {
-        self.slots = Vec::new();
+        self.slots = HugePageArray::empty();
     }
 
     /// Records held now.

@@ -7,7 +7,8 @@
 //! - [`shard`]: one shard's storage and batch application;
 //! - [`commit`]: group commit on a committer and a runs thread, so the
 //!   shard's own thread never waits for storage;
-//! - `cache`: the exact in-memory cache of player records;
+//! - `cache`: the exact in-memory cache of player records, in huge pages
+//!   (`huge_pages`);
 //! - `checkpoint`: a checkpoint's leaves written while they are copied;
 //! - `log`: the change log, a batch's only per-write storage;
 //! - `overlay`: player records and index entries not yet written, and the
@@ -29,6 +30,7 @@ pub mod dedup;
 pub mod dense;
 pub mod error;
 pub mod fields;
+mod huge_pages;
 pub mod key;
 mod log;
 mod overlay;
