@@ -2,7 +2,8 @@
 //! protocol.md: requests of one connection take effect in the order sent
 //! (so on an `ordinal` board its send order is the reach order), a write
 //! acknowledged on one connection is seen by the next request of any other,
-//! and writes that arrive one after another rank in that order.
+//! writes that arrive one after another rank in that order, and replies
+//! come back in the order sent, however each is answered.
 //!
 //! Connections are dealt to the I/O threads in turn, so consecutive
 //! connections of a test sit on different threads.
@@ -138,4 +139,58 @@ async fn lone_writes_in_place_and_queued_pipelines_keep_each_connections_order()
     // A pipeline's first read may hold a short batch alone: at most 4 of
     // each of the 12 pipelines may go in place with it.
     assert!(in_place <= (2 * per_conn + 48) as f64, "pipelined writes are queued ({in_place})");
+}
+
+/// One request `{id, op, ...fields}`, framed as the protocol frames it.
+fn framed(id: u64, op: &str, fields: &[(&str, Value)]) -> Vec<u8> {
+    let mut pairs = vec![(Value::from("id"), Value::from(id)), (Value::from("op"), Value::from(op))];
+    pairs.extend(fields.iter().map(|(key, value)| (Value::from(*key), value.clone())));
+    let mut body = Vec::new();
+    rmpv::encode::write_value(&mut body, &Value::Map(pairs)).expect("encoding into a Vec");
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Replies come back in the order their requests were sent, however each
+/// is answered: a write waits for its (slowed) commit while the requests
+/// after it, each read on its own, are ones the router answers at once (a
+/// `ping`, a rank on no board, a request refused while decoding) or a rank
+/// of the board the write is still committing to. None may be written
+/// before the write's own reply.
+#[tokio::test]
+async fn replies_answered_at_once_never_overtake_a_write_still_committing() {
+    let server = common::Server::start_with(1, &["--debug-commit-delay-ms", "300"]);
+    let mut client = server.client().await;
+    assert_eq!(client.set("b", "p", 5, Mode::Set).await.expect("set"), 5);
+    let b = |name: &str| ("board", Value::from(name));
+    let requests = [
+        framed(1, "set", &[b("b"), ("player", Value::from("q")), ("score", Value::from(6))]),
+        framed(2, "ping", &[]),
+        framed(3, "rank", &[b("none"), ("player", Value::from("p"))]),
+        framed(4, "rank", &[b("b")]),
+        framed(5, "rank", &[b("b"), ("player", Value::from("p"))]),
+    ];
+    for request in &requests {
+        client.send_raw(request).await.expect("send");
+        // Each in a read of its own: routed while the write is in flight.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut replies = Vec::new();
+    for _ in &requests {
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), client.read_raw::<Value>()).await;
+        replies.push(reply.expect("a reply in time").expect("read").expect("a reply, not a close"));
+    }
+    let field = |reply: &Value, name: &str| common::field(reply, name).cloned();
+    let ids: Vec<Option<u64>> = replies.iter().map(|reply| field(reply, "id").and_then(|id| id.as_u64())).collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5].map(Some), "replies in the order sent: {replies:?}");
+    assert_eq!(field(&replies[0], "ok"), Some(Value::from(6)), "the write");
+    assert_eq!(field(&replies[1], "ok"), Some(Value::from("pong")));
+    assert_eq!(field(&replies[2], "ok"), Some(Value::Nil), "no board: no rank");
+    let refused = field(&replies[3], "err").expect("a rank without a player is refused");
+    assert_eq!(common::field(&refused, "code").and_then(Value::as_str), Some("bad_request"));
+    let rank = field(&replies[4], "ok").expect("the rank");
+    // Sent after the write: it sees it (q at 6 ranks before p at 5 on a
+    // descending board).
+    assert_eq!(common::field(&rank, "rank").and_then(Value::as_u64), Some(2), "{rank}");
 }

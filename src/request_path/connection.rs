@@ -51,7 +51,7 @@ use crate::error::Error;
 use crate::operations::metrics::Metrics;
 use crate::protocol::request::{parse, Rejected, Request};
 use crate::protocol::{encode_error, encode_reply, Op, Reply};
-use crate::request_path::router::Router;
+use crate::request_path::router::{BatchReplies, Router};
 use crate::request_path::transmit;
 use crate::security::access::Denied;
 use crate::security::{Access, AuthOutcome, Tokens};
@@ -97,6 +97,58 @@ struct Done {
 }
 type InFlight = Pin<Box<dyn Future<Output = Done>>>;
 
+/// A dispatched batch waiting for its replies: what encoding them needs.
+struct Answering {
+    /// Each request's id and how its reply comes, in order.
+    slots: Vec<(u64, Slot)>,
+    /// When the batch was dispatched, for the latency histograms.
+    started: Instant,
+    /// Whether it held a multi-step read.
+    multi: bool,
+    metrics: Arc<Metrics>,
+}
+
+impl Answering {
+    /// The batch answered: `replies` are the router's, in order, one for
+    /// each routed slot.
+    fn done(self, replies: Vec<Result<Reply, Error>>) -> Done {
+        let Self { slots, started, multi, metrics } = self;
+        let mut replies = replies.into_iter();
+        let elapsed = started.elapsed();
+        let requests = slots.len();
+        let mut out = Vec::with_capacity(requests * 48);
+        let mut opened = Vec::new();
+        for (id, slot) in slots {
+            let (op, result) = match slot {
+                Slot::Routed(op) => {
+                    (Some(op), replies.next().unwrap_or_else(|| Err(Error::Internal("router stopped".into()))))
+                }
+                Slot::Rejected(Rejected { op, error, .. }) => (op, Err(error)),
+                Slot::Answered(op, result) => (Some(op), result),
+            };
+            let outcome = match result {
+                Ok(reply) => {
+                    match &reply {
+                        Reply::Watch { watch } => opened.push(*watch),
+                        Reply::Replayed(_) => metrics.watches.dedup_hits.inc(),
+                        _ => {}
+                    }
+                    encode_reply(&mut out, id, &reply);
+                    Ok(())
+                }
+                Err(error) => {
+                    encode_error(&mut out, id, &error);
+                    Err(error.code())
+                }
+            };
+            if metrics.hot_path {
+                metrics.op(op).finish(outcome, elapsed);
+            }
+        }
+        Done { bytes: out, requests, multi, opened }
+    }
+}
+
 /// Reads that take several rounds of shard messages.
 fn is_multi_step(op: &Op) -> bool {
     matches!(op, Op::Rank { .. } | Op::Top { .. } | Op::Around { .. })
@@ -130,6 +182,9 @@ struct Connection {
     metrics: Arc<Metrics>,
     /// Dispatched batches, answered in the order they were sent.
     inflight: FuturesOrdered<InFlight>,
+    /// Batches answered when they were routed, in order, to be written
+    /// before anything in `inflight` (they only come while it is empty).
+    answered: Vec<Done>,
     /// Requests dispatched and not yet answered.
     inflight_requests: usize,
     /// Dispatched batches holding a multi-step read, not yet answered.
@@ -239,49 +294,45 @@ impl Connection {
         let alone = self.inflight_requests == 0;
         // Routed, and queued for the shards, now: in the order sent.
         let replies = (!ops.is_empty()).then(|| self.router.dispatch_batch(ops, alone));
-        let metrics = self.metrics.clone();
         if has_multi {
             self.multi_outstanding += 1;
         }
         self.inflight_requests += count;
-        self.inflight.push_back(Box::pin(async move {
-            let mut replies = match replies {
-                Some(replies) => replies.await,
-                None => Vec::new(),
-            }
-            .into_iter();
-            let elapsed = started.elapsed();
-            let mut out = Vec::with_capacity(count * 48);
-            let mut opened = Vec::new();
-            for (id, slot) in slots {
-                let (op, result) = match slot {
-                    Slot::Routed(op) => {
-                        (Some(op), replies.next().unwrap_or_else(|| Err(Error::Internal("router stopped".into()))))
-                    }
-                    Slot::Rejected(Rejected { op, error, .. }) => (op, Err(error)),
-                    Slot::Answered(op, result) => (Some(op), result),
+        let batch = Answering { slots, started, multi: has_multi, metrics: self.metrics.clone() };
+        match replies {
+            // Nothing before it still to come: written with what is
+            // answered already, without a future to poll.
+            None if self.inflight.is_empty() => self.answered.push(batch.done(Vec::new())),
+            Some(BatchReplies::Ready(replies)) if self.inflight.is_empty() => self.answered.push(batch.done(replies)),
+            replies => self.inflight.push_back(Box::pin(async move {
+                let replies = match replies {
+                    Some(replies) => replies.all().await,
+                    None => Vec::new(),
                 };
-                let outcome = match result {
-                    Ok(reply) => {
-                        match &reply {
-                            Reply::Watch { watch } => opened.push(*watch),
-                            Reply::Replayed(_) => metrics.watches.dedup_hits.inc(),
-                            _ => {}
-                        }
-                        encode_reply(&mut out, id, &reply);
-                        Ok(())
-                    }
-                    Err(error) => {
-                        encode_error(&mut out, id, &error);
-                        Err(error.code())
-                    }
-                };
-                if metrics.hot_path {
-                    metrics.op(op).finish(outcome, elapsed);
-                }
+                batch.done(replies)
+            })),
+        }
+    }
+
+    /// Appends the replies of every batch answered so far to `out`, in
+    /// order, and dispatches what they held back, until nothing more is
+    /// answered at once.
+    fn collect_answered(&mut self, out: &mut Vec<u8>) {
+        loop {
+            for done in std::mem::take(&mut self.answered) {
+                out.extend_from_slice(&done.bytes);
+                self.finished(&done);
             }
-            Done { bytes: out, requests: count, multi: has_multi, opened }
-        }));
+            // Batch every reply that is already done into one write.
+            while let Some(Some(done)) = self.inflight.next().now_or_never() {
+                out.extend_from_slice(&done.bytes);
+                self.finished(&done);
+            }
+            self.dispatch_pending();
+            if self.answered.is_empty() {
+                return;
+            }
+        }
     }
 
     /// Takes an answered batch off the books (its replies are about to be
@@ -330,6 +381,26 @@ pub async fn serve<R, W>(
     metrics.connections_open.dec();
 }
 
+/// Writes every answered batch's replies (see
+/// [`Connection::collect_answered`]) and the pushes that may follow them,
+/// counting the bytes both ways; false if the client stopped reading.
+async fn write_answered<W: AsyncWrite + Unpin>(
+    conn: &mut Connection,
+    out: &mut Vec<u8>,
+    write_half: &mut W,
+    received: &mut u64,
+    timeout: std::time::Duration,
+) -> bool {
+    conn.collect_answered(out);
+    conn.take_pushes(out);
+    conn.metrics.received_bytes.inc_by(std::mem::take(received));
+    conn.metrics.sent_bytes.inc_by(out.len() as u64);
+    // A client that stops reading cannot hold the task forever.
+    let sent = transmit::send(write_half, out, timeout).await;
+    out.clear();
+    sent
+}
+
 /// Resolves when `pushes` has something new; never without a box.
 async fn pushed(pushes: Option<&PushBox>) {
     match pushes {
@@ -361,6 +432,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         router,
         metrics: metrics.clone(),
         inflight: FuturesOrdered::new(),
+        answered: Vec::new(),
         inflight_requests: 0,
         multi_outstanding: 0,
         pending: Vec::new(),
@@ -392,22 +464,10 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         tokio::select! {
             biased;
             Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
-                out.extend_from_slice(&done.bytes);
-                conn.finished(&done);
-                // Batch every reply that is already done into one write.
-                while let Some(Some(done)) = conn.inflight.next().now_or_never() {
-                    out.extend_from_slice(&done.bytes);
-                    conn.finished(&done);
-                }
-                conn.dispatch_pending();
-                conn.take_pushes(&mut out);
-                metrics.received_bytes.inc_by(std::mem::take(&mut received));
-                metrics.sent_bytes.inc_by(out.len() as u64);
-                // A client that stops reading cannot hold the task forever.
-                if !transmit::send(&mut write_half, &out, limits.idle_timeout).await {
+                conn.answered.push(done);
+                if !write_answered(&mut conn, &mut out, &mut write_half, &mut received, limits.idle_timeout).await {
                     return;
                 }
-                out.clear();
             }
             frame = frames.next_frame(), if can_read => {
                 // Decode this frame and every complete one already buffered.
@@ -451,6 +511,11 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 }
                 conn.dispatch_pending();
                 idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+                // Answered while routed (a lone rank, in place): written now.
+                let answered = !conn.answered.is_empty();
+                if answered && !write_answered(&mut conn, &mut out, &mut write_half, &mut received, limits.idle_timeout).await {
+                    return;
+                }
             },
             () = pushed(pushes.as_deref()), if watching => {
                 conn.take_pushes(&mut out);

@@ -49,7 +49,7 @@ impl Handler<Dispatch> for RouterActor {
     type Result = ResponseFuture<Vec<Result<Reply, Error>>>;
 
     fn handle(&mut self, Dispatch(ops): Dispatch, _: &mut Self::Context) -> Self::Result {
-        Box::pin(self.0.dispatch_batch(ops, false))
+        Box::pin(self.0.dispatch_batch(ops, false).all())
     }
 }
 

@@ -1,6 +1,7 @@
 //! One op routed: answered here, or turned into its shards' first-round
 //! commands and the future that finishes it.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,8 +32,40 @@ pub enum Routed {
     Later(ReplyFuture),
 }
 
+/// A routed batch's replies, in order: all of them at once when routing
+/// answered every op (lone ranks answered in place, refusals), so a
+/// connection writes them without a future in between; else their future.
+pub enum BatchReplies<F> {
+    /// Every reply, known when the batch was routed.
+    Ready(Vec<Result<Reply, Error>>),
+    /// The replies once the shards have answered.
+    Later(F),
+}
+
+impl<F: Future<Output = Vec<Result<Reply, Error>>>> BatchReplies<F> {
+    /// The replies, however they come.
+    pub async fn all(self) -> Vec<Result<Reply, Error>> {
+        match self {
+            Self::Ready(replies) => replies,
+            Self::Later(replies) => replies.await,
+        }
+    }
+}
+
+/// The replies of a routed batch: ready if every op is.
+pub fn batch_replies(routed: Vec<Routed>) -> BatchReplies<impl Future<Output = Vec<Result<Reply, Error>>>> {
+    if routed.iter().all(|routed| matches!(routed, Routed::Ready(_))) {
+        let ready = routed.into_iter().filter_map(|routed| match routed {
+            Routed::Ready(reply) => Some(reply),
+            Routed::Score(_) | Routed::Later(_) => None,
+        });
+        return BatchReplies::Ready(ready.collect());
+    }
+    BatchReplies::Later(replies(routed))
+}
+
 /// The replies of a routed batch, in order.
-pub async fn replies(mut routed: Vec<Routed>) -> Vec<Result<Reply, Error>> {
+async fn replies(mut routed: Vec<Routed>) -> Vec<Result<Reply, Error>> {
     // The ops' own futures are polled together (a multi-step read sends its
     // next round only when polled), in place.
     let own = routed.iter_mut().filter_map(|routed| match routed {

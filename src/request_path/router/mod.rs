@@ -47,6 +47,7 @@ use rankd_shards::ShardImage;
 
 pub use actor::{Dispatch, Fence, RouterActor, TakeImages};
 pub use boards::{Boards, RouterState};
+pub use dispatch::BatchReplies;
 
 use crate::request_path::approx::Summaries;
 
@@ -161,11 +162,15 @@ impl Router {
     }
 
     /// Routes a client's batch of operations, in order, and queues their
-    /// first-round commands for the shards, before it returns; the future
-    /// it returns gives their replies. `alone`: the batch is all its
-    /// connection has in flight, its client waiting for these answers
-    /// alone (see [`IN_PLACE_MAX_BATCH`]).
-    pub fn dispatch_batch(&self, ops: Vec<Op>, alone: bool) -> impl Future<Output = Vec<Result<Reply, Error>>> {
+    /// first-round commands for the shards, before it returns; what it
+    /// returns gives their replies, at once if routing answered them all.
+    /// `alone`: the batch is all its connection has in flight, its client
+    /// waiting for these answers alone (see [`IN_PLACE_MAX_BATCH`]).
+    pub fn dispatch_batch(
+        &self,
+        ops: Vec<Op>,
+        alone: bool,
+    ) -> BatchReplies<impl Future<Output = Vec<Result<Reply, Error>>>> {
         let mut outbox = Outbox::new(self.shards.len());
         let mut in_place = InPlace::new(self.in_place, alone, ops.len());
         if in_place.is_on() && ops.iter().all(|op| matches!(op, Op::Rank { .. })) {
@@ -178,7 +183,7 @@ impl Router {
                 })
                 .collect();
             outbox.send(&self.shards);
-            return dispatch::replies(routed);
+            return dispatch::batch_replies(routed);
         }
         let mut boards = self.boards.lock();
         if ops.len() > 1 {
@@ -192,7 +197,7 @@ impl Router {
             .collect();
         outbox.send(&self.shards);
         drop(boards);
-        dispatch::replies(routed)
+        dispatch::batch_replies(routed)
     }
 
     /// Resolves once every shard has made durable everything it did before
