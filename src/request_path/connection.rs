@@ -293,7 +293,8 @@ impl Connection {
         }
         let alone = self.inflight_requests == 0;
         // Routed, and queued for the shards, now: in the order sent.
-        let replies = (!ops.is_empty()).then(|| self.router.dispatch_batch(ops, alone));
+        let replies =
+            if ops.is_empty() { BatchReplies::Ready(Vec::new()) } else { self.router.dispatch_batch(ops, alone) };
         if has_multi {
             self.multi_outstanding += 1;
         }
@@ -302,15 +303,8 @@ impl Connection {
         match replies {
             // Nothing before it still to come: written with what is
             // answered already, without a future to poll.
-            None if self.inflight.is_empty() => self.answered.push(batch.done(Vec::new())),
-            Some(BatchReplies::Ready(replies)) if self.inflight.is_empty() => self.answered.push(batch.done(replies)),
-            replies => self.inflight.push_back(Box::pin(async move {
-                let replies = match replies {
-                    Some(replies) => replies.all().await,
-                    None => Vec::new(),
-                };
-                batch.done(replies)
-            })),
+            BatchReplies::Ready(replies) if self.inflight.is_empty() => self.answered.push(batch.done(replies)),
+            replies => self.inflight.push_back(Box::pin(async move { batch.done(replies.all().await) })),
         }
     }
 
@@ -512,8 +506,9 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 conn.dispatch_pending();
                 idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
                 // Answered while routed (a lone rank, in place): written now.
-                let answered = !conn.answered.is_empty();
-                if answered && !write_answered(&mut conn, &mut out, &mut write_half, &mut received, limits.idle_timeout).await {
+                if !conn.answered.is_empty()
+                    && !write_answered(&mut conn, &mut out, &mut write_half, &mut received, limits.idle_timeout).await
+                {
                     return;
                 }
             },
