@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::raw::{frame, req};
 use common::{field, Server};
 use rand::{Rng, SeedableRng};
 use rankd_client::{Call, Client, Mode, OpKind};
@@ -20,14 +21,6 @@ const MAX_FRAME: usize = 1 << 20;
 
 // ---------------------------------------------------------------- helpers --
 
-/// A frame: 4-byte big-endian length, then `body`.
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + 4);
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(body);
-    out
-}
-
 /// msgpack encoding of one value.
 fn encode(value: &Value) -> Vec<u8> {
     let mut out = Vec::new();
@@ -38,13 +31,6 @@ fn encode(value: &Value) -> Vec<u8> {
 /// A msgpack map with string keys.
 fn map(pairs: &[(&str, Value)]) -> Value {
     Value::Map(pairs.iter().map(|(k, v)| (Value::from(*k), v.clone())).collect())
-}
-
-/// The body of a request `{id, op, ...fields}`.
-fn req(id: u64, op: &str, fields: &[(&str, Value)]) -> Vec<u8> {
-    let mut pairs = vec![("id", Value::from(id)), ("op", Value::from(op))];
-    pairs.extend(fields.iter().cloned());
-    encode(&map(&pairs))
 }
 
 /// `n` copies of `c`.

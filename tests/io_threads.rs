@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::raw::{frame, req};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rankd_client::{set_call, Call, Client, Entry, Mode, OpKind, Order, RankInfo, Ties};
@@ -141,17 +142,6 @@ async fn lone_writes_in_place_and_queued_pipelines_keep_each_connections_order()
     assert!(in_place <= (2 * per_conn + 48) as f64, "pipelined writes are queued ({in_place})");
 }
 
-/// One request `{id, op, ...fields}`, framed as the protocol frames it.
-fn framed(id: u64, op: &str, fields: &[(&str, Value)]) -> Vec<u8> {
-    let mut pairs = vec![(Value::from("id"), Value::from(id)), (Value::from("op"), Value::from(op))];
-    pairs.extend(fields.iter().map(|(key, value)| (Value::from(*key), value.clone())));
-    let mut body = Vec::new();
-    rmpv::encode::write_value(&mut body, &Value::Map(pairs)).expect("encoding into a Vec");
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&body);
-    out
-}
-
 /// Replies come back in the order their requests were sent, however each
 /// is answered: a write waits for its (slowed) commit while the requests
 /// after it, each read on its own, are ones the router answers at once (a
@@ -165,11 +155,11 @@ async fn replies_answered_at_once_never_overtake_a_write_still_committing() {
     assert_eq!(client.set("b", "p", 5, Mode::Set).await.expect("set"), 5);
     let b = |name: &str| ("board", Value::from(name));
     let requests = [
-        framed(1, "set", &[b("b"), ("player", Value::from("q")), ("score", Value::from(6))]),
-        framed(2, "ping", &[]),
-        framed(3, "rank", &[b("none"), ("player", Value::from("p"))]),
-        framed(4, "rank", &[b("b")]),
-        framed(5, "rank", &[b("b"), ("player", Value::from("p"))]),
+        frame(&req(1, "set", &[b("b"), ("player", Value::from("q")), ("score", Value::from(6))])),
+        frame(&req(2, "ping", &[])),
+        frame(&req(3, "rank", &[b("none"), ("player", Value::from("p"))])),
+        frame(&req(4, "rank", &[b("b")])),
+        frame(&req(5, "rank", &[b("b"), ("player", Value::from("p"))])),
     ];
     for request in &requests {
         client.send_raw(request).await.expect("send");

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::raw::{frame, req};
 use rankd_client::{set_call, Call, Client, Mode, OpKind};
 use rmpv::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,17 +17,12 @@ use tokio::net::TcpStream;
 fn set_frames(conn: usize, n: usize) -> Vec<u8> {
     let mut out = Vec::new();
     for i in 0..n {
-        let map = Value::Map(vec![
-            ("id".into(), Value::from(i as u64 + 1)),
-            ("op".into(), "set".into()),
-            ("board".into(), "flood".into()),
-            ("player".into(), Value::from(format!("c{conn}-p{i}"))),
-            ("score".into(), Value::from(i as i64)),
-        ]);
-        let mut body = Vec::new();
-        rmpv::encode::write_value(&mut body, &map).unwrap();
-        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        out.extend_from_slice(&body);
+        let fields = [
+            ("board", Value::from("flood")),
+            ("player", Value::from(format!("c{conn}-p{i}"))),
+            ("score", Value::from(i as i64)),
+        ];
+        out.extend_from_slice(&frame(&req(i as u64 + 1, "set", &fields)));
     }
     out
 }

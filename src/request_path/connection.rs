@@ -251,6 +251,11 @@ impl Connection {
     /// before a write that follows a multi-step read (in the batch or still
     /// in flight); that write stays pending until those reads are answered.
     fn dispatch_pending(&mut self) {
+        // Called after every write of replies, nearly always with nothing
+        // held back: the buffer is kept rather than taken and dropped.
+        if self.pending.is_empty() {
+            return;
+        }
         let mut rest = std::mem::take(&mut self.pending).into_iter().peekable();
         loop {
             let mut batch: Vec<Decoded> = Vec::new();
@@ -317,8 +322,11 @@ impl Connection {
                 out.extend_from_slice(&done.bytes);
                 self.finished(&done);
             }
-            // Batch every reply that is already done into one write.
-            while let Some(Some(done)) = self.inflight.next().now_or_never() {
+            // Batch every reply that is already done into one write (a lone
+            // request answered while routed has none in flight: the poll,
+            // which registers a waker, is skipped).
+            while !self.inflight.is_empty() {
+                let Some(Some(done)) = self.inflight.next().now_or_never() else { break };
                 out.extend_from_slice(&done.bytes);
                 self.finished(&done);
             }

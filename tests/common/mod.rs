@@ -9,6 +9,7 @@
 pub mod certs;
 pub mod ops;
 pub mod prometheus;
+pub mod raw;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
