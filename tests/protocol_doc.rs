@@ -127,7 +127,7 @@ fn the_limits_are_the_codes() {
         assert!(doc.contains(&row), "PROTOCOL.md's limits table has the row `{row}`");
     }
     assert!(doc.contains(&format!("1 MiB ({})", grouped(DEFAULT_MAX_FRAME as u64))), "the default max_frame");
-    // The value budget of a request (src/protocol/request.rs): 3 per entry
+    // The value budget of a request (src/protocol/request/shape.rs): 3 per entry
     // of a full set_many, plus 256.
     let budget = 3 * MAX_SET_MANY as u64 + 256;
     assert!(doc.contains(&format!("| {} |", grouped(budget))), "the msgpack value budget, {budget}");
