@@ -9,7 +9,7 @@
 #
 # Without a token (RANKD_AUTH_TOKEN, or a tokens file named by
 # RANKD_TOKENS_FILE) rankd refuses to start: it listens on 0.0.0.0 here.
-# deploy/README.md says more; tests/deployment.rs runs this CMD and HEALTHCHECK.
+# deploy/README.md says more; tests/deployment/ runs this CMD and HEALTHCHECK.
 
 # ---- build ------------------------------------------------------------------
 FROM rust:1-slim-bookworm AS build

@@ -248,7 +248,7 @@ async fn run_against_oracle(shards: usize, seed: u64, flags: &[&str]) {
                         let entries: Vec<(String, i64)> = (0..rng.gen_range(0..6))
                             .map(|_| (names[rng.gen_range(0..names.len())].clone(), rng.gen_range(-4..=4)))
                             .collect();
-                        // Overflowing set_many is covered by tests/bad_input.rs;
+                        // Overflowing set_many is covered by tests/bad_input/scores.rs;
                         // here an incr that could overflow becomes a set.
                         let mut dry =
                             OracleBoard { desc: board.desc, ties: board.ties, players: board.players.clone() };
