@@ -48,9 +48,14 @@ async fn counters_rise_by_the_requests_served() {
     assert_eq!(sample(&after, "rankd_requests_total", &[r#"op="set""#, r#"outcome="ok""#]) - sets_before, 250.0);
     assert_eq!(sample(&after, "rankd_shard_writes_applied_total", &[]), 250.0, "writes over all shards");
     assert_eq!(sample(&after, "rankd_shard_players", &[]), 250.0);
-    // Each new player's first write misses the record cache (and caches
-    // the absence); the rank finds the record its set cached.
-    assert_eq!(sample(&after, "rankd_shard_record_cache_misses_total", &[]), 250.0);
+    // Each new player's first write looks for them once: in the board's
+    // count tree while it is one leaf (the names are short, the ties
+    // competition), else in the record cache, which misses (and caches the
+    // absence). Every write caches its record, so the rank finds it there.
+    let misses = sample(&after, "rankd_shard_record_cache_misses_total", &[]);
+    let tree_reads = sample(&after, "rankd_shard_record_tree_reads_total", &[]);
+    assert_eq!(misses + tree_reads, 250.0);
+    assert!(tree_reads >= 60.0, "a one-leaf tree tells a short name's absence: {tree_reads}");
     assert_eq!(sample(&after, "rankd_shard_record_cache_hits_total", &[]), 1.0);
     assert_eq!(sample(&after, "rankd_requests_total", &[r#"outcome="unknown_op""#]), 1.0);
     // The rank was answered in place or fanned out to the shards, once.

@@ -117,6 +117,9 @@ pub struct Lookups {
     pub hits: u64,
     /// Not cached: read from the overlays or storage.
     pub misses: u64,
+    /// Not asked: a small board's record read from its count tree (see
+    /// `shard::short_names`).
+    pub from_trees: u64,
 }
 
 impl RecordCache {
@@ -205,6 +208,14 @@ impl RecordCache {
         let slot = &self.slots[self.find(&self.set_slots(key), tag)?];
         let record = Record { score: slot[1] as i64, seq: slot[2] & SEQ_MASK };
         Some((record.seq != ABSENT).then_some(record))
+    }
+
+    /// Counts a record read from its count tree instead (see
+    /// `shard::short_names`): the cache was not asked.
+    pub(crate) fn count_tree_read(&self) {
+        let mut lookups = self.lookups.get();
+        lookups.from_trees += 1;
+        self.lookups.set(lookups);
     }
 
     /// The lookups counted since the last call, and starts counting anew.

@@ -58,7 +58,9 @@ pub(crate) struct Change<'a> {
     /// Whose score: with `tree`, the player's storage key.
     pub player: &'a str,
     /// The record before (`None`: a new player), whose tree key and index
-    /// entry replay removes.
+    /// entry replay removes. Its `seq` is 0 where a write read it from a
+    /// small board's tree (`shard::short_names`): on boards with competition
+    /// or dense ties neither key holds the sequence.
     pub old: Option<Record>,
     /// The record after (`None`: removed), whose tree key and index entry
     /// replay adds.

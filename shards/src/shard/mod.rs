@@ -65,6 +65,7 @@
 //! - `expiry`: deleting expired periods and dropped boards;
 //! - `image`: point-in-time images of the storage, for online backups;
 //! - `reads`: records, counts and lists;
+//! - `short_names`: a small board's records read from its count tree;
 //! - `ties`: the tie groups, followed, built and counted;
 //! - `check`: the consistency check.
 
@@ -84,6 +85,7 @@ mod prefetch;
 mod reads;
 mod repack;
 mod seal;
+mod short_names;
 mod staging;
 mod storage;
 mod ties;
@@ -164,6 +166,9 @@ pub struct Shard {
     expiring: BTreeSet<TreeId>,
     /// Where the deletion of one of them goes on.
     expiry_cursor: Option<self::expiry::ExpiryCursor>,
+    /// Whether a name with a NUL byte may be stored here, which stops
+    /// records being read from trees (see `short_names`).
+    nul_names: bool,
     /// How this data dir stores tree leaves (fixed when it was made).
     leaf_encoding: LeafEncoding,
     /// The trees a leaf-repacking pass has yet to visit, each with where in

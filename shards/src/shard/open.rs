@@ -15,10 +15,11 @@ use super::checkpointing::Checkpoints;
 use super::holdings::Holdings;
 use super::options::ShardOptions;
 use super::reads::player_key;
+use super::short_names::{may_hold_nul_names, NO_NUL_NAMES};
 use super::staging::Staged;
 use super::storage::{
     read_u64, stored_leaves, Storage, LEAVES_THROUGH, META_BOARD, META_BRANCHING, META_EXPIRING, META_LEAF_ENCODING,
-    META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_RUNS_THROUGH,
+    META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_NUL_NAMES, META_RUNS_THROUGH,
 };
 use super::{LogPositions, Shard};
 use crate::board::{Board, BoardConfig, ConfigInterner};
@@ -76,6 +77,7 @@ impl Shard {
             now: 0,
             expiring: BTreeSet::new(),
             expiry_cursor: None,
+            nul_names: true,
             leaf_encoding,
             repacking: Vec::new(),
             checkpoints: Checkpoints::default(),
@@ -118,6 +120,7 @@ impl Shard {
         let (meta, leaves) = (&self.storage.meta, &self.storage.leaves);
         self.max_seq = read_u64(meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(meta, META_MAX_BOARD)?;
+        self.nul_names = may_hold_nul_names(meta.get(META_NUL_NAMES)?.as_deref())?;
         let mut configs = ConfigInterner::default();
         let mut boards: Vec<Board> = Vec::new();
         for item in meta.prefix(META_BOARD) {
@@ -313,6 +316,7 @@ fn check_format(db: &Database, meta: &Keyspace, branching: u32) -> Result<LeafEn
             batch.insert(meta, META_BRANCHING, branching.to_be_bytes());
             batch.insert(meta, META_LEAF_ENCODING, [encoding.code()]);
             batch.insert(meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
+            batch.insert(meta, META_NUL_NAMES, NO_NUL_NAMES);
             batch.commit()?;
             Ok(encoding)
         }

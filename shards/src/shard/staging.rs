@@ -84,7 +84,7 @@ impl Shard {
         let mut plans = Vec::with_capacity(windows.len());
         for tree in windows {
             let key = PlayerKey::new(tree, player);
-            let old = self.record(&key)?;
+            let old = self.replaced_record(&board.config, tree, player, &key)?;
             let new = combined(mode, &board.config, old.map(|r| r.score), amount)?;
             plans.push((tree, key, old, new));
         }
@@ -150,7 +150,7 @@ impl Shard {
         let mut first = None;
         for tree in window::current_trees(board, self.now) {
             let key = PlayerKey::new(tree, player);
-            let old = self.record(&key)?;
+            let old = self.replaced_record(&board.config, tree, player, &key)?;
             first.get_or_insert(old.is_some());
             if old.is_some() {
                 self.stage(board, tree, player, key, old, None);
@@ -172,6 +172,9 @@ impl Shard {
         old: Option<Record>,
         new: Option<Record>,
     ) {
+        if new.is_some() {
+            self.note_stored_name(player);
+        }
         let change = log::Change { tree, player, old, new };
         log::push(&mut self.staged.log, &change);
         self.staged.changes += 1;

@@ -270,6 +270,9 @@ pub(super) const META_LEAF_ENCODING: &[u8] = b"leaf_encoding";
 /// The [`LogFormat`](crate::log::LogFormat) code; absent in data dirs made
 /// before runs.
 pub(super) const META_LOG_FORMAT: &[u8] = b"log_format";
+/// Whether a name with a NUL byte was ever stored (see `short_names`);
+/// absent in data dirs made before it was recorded.
+pub(super) const META_NUL_NAMES: &[u8] = b"names_with_nul";
 /// The number of the first log record whose changes may be missing from the
 /// players' and the index's runs: records before it are covered.
 pub(super) const META_RUNS_THROUGH: &[u8] = b"runs_through";

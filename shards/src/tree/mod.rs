@@ -38,7 +38,7 @@ pub use frozen::FrozenTree;
 pub use node::{prefetch_entries, LeafId};
 pub use repack::Repacked;
 pub use snapshot::{LeafSlice, SlicePicker};
-pub use view::TreeView;
+pub use view::{TiebreakHeld, TreeView};
 
 use encoding::decode_leaf;
 use node::{add_at, digit, empty_slots, leaf_id_of, level_width, max_depth, Changes, Leaf, Node};

@@ -15,6 +15,18 @@ pub struct TreeView<'a> {
     pub(super) bits: u32,
 }
 
+/// Where a compact tree holds the keys of one tiebreak (see
+/// [`TreeView::find_tiebreak`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TiebreakHeld {
+    /// No key has it.
+    Nowhere,
+    /// One key has it, held by one player.
+    Once(u128),
+    /// More keys or players have it.
+    More,
+}
+
 /// Where a read starts.
 #[derive(Debug, Clone, Copy)]
 enum Root<'a> {
@@ -142,6 +154,30 @@ impl TreeView<'_> {
                 }
             }
         }
+    }
+
+    /// In a compact tree, where the keys whose low half is `tiebreak` are;
+    /// `None` for a tree burst into nodes, where that would visit every leaf.
+    /// A small board's leaf is a few entries: read in place, nothing unpacked.
+    pub fn find_tiebreak(&self, tiebreak: u64) -> Option<TiebreakHeld> {
+        let mut held = TiebreakHeld::Nowhere;
+        let mut see = |key: u128, count: u64| {
+            if key as u64 == tiebreak {
+                held = match held {
+                    TiebreakHeld::Nowhere if count == 1 => TiebreakHeld::Once(key),
+                    _ => TiebreakHeld::More,
+                };
+            }
+        };
+        match self.root {
+            Root::Frozen(tree) => {
+                let leaf = tree.leaf();
+                (0..leaf.len()).for_each(|i| see(leaf.key(i), leaf.count(i)));
+            }
+            Root::Node(NodeRef::Leaf(entries)) => entries.iter().for_each(|e| see(e.key(), e.count())),
+            Root::Node(NodeRef::Inner(_)) => return None,
+        }
+        Some(held)
     }
 
     /// All `(key, count)` pairs in key order.

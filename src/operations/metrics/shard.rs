@@ -54,6 +54,8 @@ pub struct ShardMetrics {
     pub cache_hits: IntCounter,
     /// Player-record lookups that missed the record cache.
     pub cache_misses: IntCounter,
+    /// Player records a write read from a small board's count tree instead.
+    pub tree_reads: IntCounter,
     /// Writes (set, set_many entries, removes) committed.
     pub writes_applied: IntCounter,
     /// Failed commits (nothing of the round was acknowledged).
@@ -80,6 +82,7 @@ impl ShardMetrics {
     pub fn count_lookups(&self, lookups: rankd_shards::Lookups) {
         self.cache_hits.inc_by(lookups.hits);
         self.cache_misses.inc_by(lookups.misses);
+        self.tree_reads.inc_by(lookups.from_trees);
     }
 }
 
@@ -175,6 +178,11 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         "rankd_shard_record_cache_misses_total",
         "Player-record lookups that missed the record cache: read from unwritten changes or, mostly, storage (a larger --cache-mb makes fewer).",
     )?;
+    let tree_reads = shard_counter(
+        "rankd_shard_record_tree_reads_total",
+        "Player records a write read from a small board's count tree, asking neither the record cache nor storage \
+         (names of up to 7 bytes on boards with competition or dense ties).",
+    )?;
     let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
     let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
     let repack_visited = shard_counter(
@@ -225,6 +233,7 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
                 compaction_seconds: compaction_seconds.with_label_values(&l),
                 cache_hits: cache_hits.with_label_values(&l),
                 cache_misses: cache_misses.with_label_values(&l),
+                tree_reads: tree_reads.with_label_values(&l),
                 writes_applied: writes.with_label_values(&l),
                 commit_errors: errors.with_label_values(&l),
                 repack_visited: repack_visited.with_label_values(&l),
@@ -256,6 +265,7 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         Box::new(compaction_seconds),
         Box::new(cache_hits),
         Box::new(cache_misses),
+        Box::new(tree_reads),
         Box::new(writes),
         Box::new(errors),
         Box::new(repack_visited),
