@@ -77,6 +77,17 @@ impl Shard {
         self.record(&PlayerKey::new(tree, player))
     }
 
+    /// The record a rank of `player` in `tree` starts from: [`Shard::get`]'s,
+    /// except that on a small board with competition or dense ties it may
+    /// be read from the board's count tree with a `seq` of 0, which a rank
+    /// key there does not hold (see `short_names`).
+    pub fn rank_record(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
+        match self.held.config(tree.board).and_then(|config| self.record_in_tree(config, &tree, player)) {
+            Some(record) => Ok(record),
+            None => self.get(tree, player),
+        }
+    }
+
     /// [`Shard::get`] by a key already made.
     pub(super) fn record(&self, key: &PlayerKey) -> Result<Option<Record>, ShardError> {
         if let Some(cached) = self.cache.borrow().get(key.cached) {

@@ -7,9 +7,10 @@
 //! other name without a NUL has it; so in a compact tree (one sorted leaf,
 //! every small board's) the one entry with it is that player's, and its
 //! score key is the player's score. A write finds the score it replaces
-//! there, whatever the record cache holds: writes spread over a million
-//! small boards (five million players, far more than the cache) otherwise
-//! read storage for nearly every one.
+//! there, and a read the player's score, whatever the record cache holds:
+//! writes and ranks spread over a million small boards (five million
+//! players, far more than the cache) otherwise read storage for nearly
+//! every one.
 //!
 //! A name with a NUL byte would share its tiebreak with a shorter one, so
 //! the first such name a shard stores turns this off for that shard, for
@@ -53,7 +54,7 @@ impl Shard {
     /// module docs): `Some(None)` if absent, `None` where the tree cannot
     /// tell. Its `seq` is 0: on these boards a record's sequence keys
     /// nothing (`key::tiebreak`), and a write only removes the old key.
-    fn record_in_tree(&self, config: &BoardConfig, tree: &TreeId, player: &str) -> Option<Option<Record>> {
+    pub(super) fn record_in_tree(&self, config: &BoardConfig, tree: &TreeId, player: &str) -> Option<Option<Record>> {
         if self.nul_names || config.ties == Ties::Ordinal || !is_own_tiebreak(player) {
             return None;
         }
@@ -115,12 +116,15 @@ mod tests {
     }
 
     /// Checks every name's record in `tree` against storage: read from the
-    /// tree for a short name while it is compact, and the same score.
+    /// tree for a short name while it is compact, and the same score, also
+    /// as a rank reads it.
     fn check_all(shard: &Shard, board: &Board, tree: TreeId, readable: bool) -> Result<(), TestCaseError> {
         let compact = shard.held.tree(&tree).is_none_or(|t| t.is_compact());
         for player in NAMES {
             let from_tree = shard.record_in_tree(&board.config, &tree, player);
             let expected = stored(shard, tree, player);
+            let ranked = shard.rank_record(tree, player).expect("read");
+            prop_assert_eq!(ranked.map(|r| r.score), expected, "a rank's record of {}", player);
             match from_tree {
                 Some(record) => prop_assert_eq!(record.map(|r| r.score), expected, "{}", player),
                 None => prop_assert!(
@@ -183,6 +187,7 @@ mod tests {
         let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
         shard.write(&board, "a", 1, Mode::Set, 1).unwrap();
         assert_eq!(shard.record_in_tree(&board.config, &tree, "a"), None);
+        assert_eq!(shard.rank_record(tree, "a").unwrap(), Some(Record { score: 1, seq: 1 }));
     }
 
     /// A tree burst past one leaf is not searched by name.

@@ -54,7 +54,8 @@ pub struct ShardMetrics {
     pub cache_hits: IntCounter,
     /// Player-record lookups that missed the record cache.
     pub cache_misses: IntCounter,
-    /// Player records a write read from a small board's count tree instead.
+    /// Player records a write or a read took from a small board's count tree
+    /// instead.
     pub tree_reads: IntCounter,
     /// Writes (set, set_many entries, removes) committed.
     pub writes_applied: IntCounter,
@@ -180,8 +181,8 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
     )?;
     let tree_reads = shard_counter(
         "rankd_shard_record_tree_reads_total",
-        "Player records a write read from a small board's count tree, asking neither the record cache nor storage \
-         (names of up to 7 bytes on boards with competition or dense ties).",
+        "Player records (of writes and reads) taken from a small board's count tree, asking neither the record cache \
+         nor storage (names of up to 7 bytes on boards with competition or dense ties).",
     )?;
     let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
     let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;

@@ -47,8 +47,9 @@ impl Router {
         };
         let (owner, tree, metrics) = (super::shard_of(&player, self.shards.len()), read.tree, self.approx_metrics());
         if in_place {
-            let found =
-                read.shards[owner].engine.try_read(|shard| (shard.get(tree, &player), shard.take_cache_lookups()));
+            let found = read.shards[owner]
+                .engine
+                .try_read(|shard| (shard.rank_record(tree, &player), shard.take_cache_lookups()));
             if let Some((found, lookups)) = found {
                 if self.metrics.hot_path {
                     self.metrics.shards[owner].count_lookups(lookups);

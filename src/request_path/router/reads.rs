@@ -140,7 +140,7 @@ impl Read {
     pub fn rank_in_place(&self, owner: usize, player: &str) -> (Option<Reply>, Lookups) {
         let (ties, order, tree) = (self.ties(), self.board.config.order, self.tree);
         let owned = self.shards[owner].engine.try_read(|shard| {
-            let found = shard.get(tree, player);
+            let found = shard.rank_record(tree, player);
             let lookups = shard.take_cache_lookups();
             let own = match found {
                 Ok(Some(record)) => {

@@ -67,7 +67,7 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
             None
         }
         Command::Rank { tree, player, ties, order, forward, reply } => {
-            let ranked = match shard.get(tree, &player) {
+            let ranked = match shard.rank_record(tree, &player) {
                 Ok(Some(record)) => {
                     let key = record.rank_key(ties, order);
                     forward.send(tree, key); // first, so the others count while this one does
