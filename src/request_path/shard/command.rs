@@ -220,10 +220,21 @@ impl Command {
 pub struct Forward(pub Vec<(ShardLink, Responder<Counts>)>);
 
 impl Forward {
-    /// Asks each shard for its count before `key` in `tree`.
+    /// Gets each shard's count before `key` in `tree`: read in place when
+    /// its engine is free (as a lone rank reads it), else queued to its
+    /// actor. A queued count keeps that actor's lock busy for the ranks in
+    /// place behind it, so one rank that had to queue would make the next
+    /// likelier to queue too.
     pub fn send(self, tree: TreeId, key: u128) {
         for (link, reply) in self.0 {
-            link.send(vec![Command::CountBefore { tree, keys: vec![key], reply }]);
+            let counted = link.engine.try_read(|shard| Counts {
+                before: shard.count_before(tree, std::slice::from_ref(&key)),
+                total: shard.count(tree),
+            });
+            match counted {
+                Some(counts) => drop(reply.send(Ok(counts))),
+                None => link.send(vec![Command::CountBefore { tree, keys: vec![key], reply }]),
+            }
         }
     }
 }
