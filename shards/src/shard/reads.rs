@@ -82,7 +82,9 @@ impl Shard {
     /// be read from the board's count tree with a `seq` of 0, which a rank
     /// key there does not hold (see `short_names`).
     pub fn rank_record(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
-        match self.held.config(tree.board).and_then(|config| self.record_in_tree(config, &tree, player)) {
+        // A rank of a long name, the common case, looks up no board config.
+        let config = self.may_read_from_tree(player).then(|| self.held.config(tree.board)).flatten();
+        match config.and_then(|config| self.record_in_tree(config, &tree, player)) {
             Some(record) => Ok(record),
             None => self.get(tree, player),
         }

@@ -50,12 +50,18 @@ pub(super) fn may_hold_nul_names(stored: Option<&[u8]>) -> Result<bool, ShardErr
 }
 
 impl Shard {
+    /// Whether `player`'s record may be read from a tree on this shard at
+    /// all: the checks that need no memory beyond the name.
+    pub(super) fn may_read_from_tree(&self, player: &str) -> bool {
+        !self.nul_names && is_own_tiebreak(player)
+    }
+
     /// `player`'s record in `tree` as the tree itself tells it (see the
     /// module docs): `Some(None)` if absent, `None` where the tree cannot
     /// tell. Its `seq` is 0: on these boards a record's sequence keys
     /// nothing (`key::tiebreak`), and a write only removes the old key.
     pub(super) fn record_in_tree(&self, config: &BoardConfig, tree: &TreeId, player: &str) -> Option<Option<Record>> {
-        if self.nul_names || config.ties == Ties::Ordinal || !is_own_tiebreak(player) {
+        if !self.may_read_from_tree(player) || config.ties == Ties::Ordinal {
             return None;
         }
         let held = self.held.tree(tree)?.find_tiebreak(key::tiebreak(config.ties, player, 0))?;
