@@ -82,7 +82,7 @@ pub fn apply(shard: &mut Shard, command: Command, before_reply: &mut dyn FnMut(&
             None
         }
         Command::CountBefore { tree, keys, reply } => {
-            let counts = Counts { before: shard.count_before(tree, &keys), total: shard.count(tree) };
+            let counts = Counts::read(shard, tree, &keys);
             before_reply(shard);
             let _ = reply.send(Ok(counts));
             None

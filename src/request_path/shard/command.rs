@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use rankd_shards::{
-    Amount, Direction, ListEntry, Mode, Order, Record, ShardImage, SharedBoard, Ties, TreeId, Upcoming, UpcomingWrite,
-    Wid,
+    Amount, Direction, ListEntry, Mode, Order, Record, Shard, ShardImage, SharedBoard, Ties, TreeId, Upcoming,
+    UpcomingWrite, Wid,
 };
 use tokio::sync::oneshot;
 
@@ -52,6 +52,14 @@ pub struct Counts {
     pub before: Vec<u64>,
     /// Players in the tree.
     pub total: u64,
+}
+
+impl Counts {
+    /// `shard`'s counts before `keys` in `tree`, however the read reached it
+    /// (queued to its actor or in place).
+    pub fn read(shard: &Shard, tree: TreeId, keys: &[u128]) -> Self {
+        Self { before: shard.count_before(tree, keys), total: shard.count(tree) }
+    }
 }
 
 /// A player's record (if present) with this shard's count of players ranked
@@ -227,10 +235,7 @@ impl Forward {
     /// likelier to queue too.
     pub fn send(self, tree: TreeId, key: u128) {
         for (link, reply) in self.0 {
-            let counted = link.engine.try_read(|shard| Counts {
-                before: shard.count_before(tree, std::slice::from_ref(&key)),
-                total: shard.count(tree),
-            });
+            let counted = link.engine.try_read(|shard| Counts::read(shard, tree, std::slice::from_ref(&key)));
             match counted {
                 Some(counts) => drop(reply.send(Ok(counts))),
                 None => link.send(vec![Command::CountBefore { tree, keys: vec![key], reply }]),
