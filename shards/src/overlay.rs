@@ -263,6 +263,17 @@ impl Overlay {
         self.index.entry(tree).or_default().set(position, present, self.merge_every);
     }
 
+    /// Drops the index changes of `tree` whose position bytes `drop` picks:
+    /// changes replay staged that the index is not to get.
+    pub(crate) fn drop_index_changes(&mut self, tree: TreeId, drop: impl Fn(&[u8]) -> bool) {
+        let Some(changes) = self.index.get_mut(&tree) else { return };
+        changes.settled.retain(|(position, _)| !drop(&position.to_bytes()));
+        changes.recent.retain(|position, _| !drop(&position.to_bytes()));
+        if changes.settled.is_empty() && changes.recent.is_empty() {
+            self.index.remove(&tree);
+        }
+    }
+
     /// Index entries of `tree` with positions from `from` (inclusive) to
     /// `to` (exclusive), as position bytes, in position order or, not
     /// `forward`, in reverse.

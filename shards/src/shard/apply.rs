@@ -2,6 +2,8 @@
 //! and replay share, so a restart rebuilds exactly what the writes built.
 
 use super::holdings::Holdings;
+use super::short_index::{Crossing, SMALL_TREE};
+use super::short_names::is_own_tiebreak;
 use crate::board::BoardConfig;
 use crate::key::{self, TreeId};
 use crate::log;
@@ -81,6 +83,9 @@ pub(super) struct Applied {
     /// with its change and how many players hold it after, for the tie
     /// groups.
     pub(super) keys: [Option<KeyChange>; 2],
+    /// Whether the change took its tree's player count across the bound
+    /// below which its short names are kept out of the index.
+    pub(super) crossing: Option<Crossing>,
 }
 
 /// A tree key's count changed by `delta`, to `count`.
@@ -95,15 +100,28 @@ pub(super) struct KeyChange {
 /// and the overlay's player record (under the player's storage key, given
 /// with it) and index entries when given (a replayed change that runs
 /// already hold leaves it out). Shared by live writes and replay, so a
-/// restart rebuilds exactly what the writes built.
+/// restart rebuilds exactly what the writes built. With
+/// `short_names_left_out` a live change to a small tree stages no index
+/// change for a short name (see `short_index`); replay stages them all and
+/// settles afterwards.
 pub(super) fn apply_change(
     mut counts: TreeCounts<'_>,
     mut overlay: Option<(&mut Overlay, Vec<u8>)>,
     config: &BoardConfig,
     change: &log::Change<'_>,
+    short_names_left_out: bool,
 ) -> Applied {
     let (order, ties) = (config.order, config.ties);
     let log::Change { tree, player, old, new } = *change;
+    let (index_short_names, crossing) = match &counts {
+        TreeCounts::Apply(count_tree) if short_names_left_out => {
+            let before = count_tree.total();
+            let after = (before + u64::from(new.is_some())).saturating_sub(u64::from(old.is_some()));
+            (before > SMALL_TREE, Crossing::of(before, after))
+        }
+        _ => (true, None),
+    };
+    let indexed = index_short_names || !is_own_tiebreak(player);
     let mut dense = DenseChange { tree, removed: None, added: None };
     let mut keys = [None; 2];
     // Each record's score key and tree key, made once.
@@ -121,7 +139,7 @@ pub(super) fn apply_change(
             }
             TreeCounts::Gather(gathered) => gathered.push(tree, tree_key, delta),
         }
-        if let Some((overlay, _)) = overlay.as_mut() {
+        if let Some((overlay, _)) = overlay.as_mut().filter(|_| indexed) {
             overlay.set_index(tree, sk, key::list_position_tail(ties, record.seq, player), delta > 0);
         }
         if delta > 0 {
@@ -133,7 +151,7 @@ pub(super) fn apply_change(
     if let Some((overlay, key)) = overlay {
         overlay.set_record(key, new);
     }
-    Applied { dense, keys }
+    Applied { dense, keys, crossing }
 }
 
 #[cfg(test)]

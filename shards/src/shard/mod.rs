@@ -66,6 +66,7 @@
 //! - `image`: point-in-time images of the storage, for online backups;
 //! - `reads`: records, counts and lists;
 //! - `short_names`: a small board's records read from its count tree;
+//! - `short_index`: a small tree's short names kept out of the score index;
 //! - `ties`: the tie groups, followed, built and counted;
 //! - `check`: the consistency check.
 
@@ -85,6 +86,7 @@ mod prefetch;
 mod reads;
 mod repack;
 mod seal;
+mod short_index;
 mod short_names;
 mod staging;
 mod storage;
@@ -169,6 +171,9 @@ pub struct Shard {
     /// Whether a name with a NUL byte may be stored here, which stops
     /// records being read from trees (see `short_names`).
     nul_names: bool,
+    /// Whether small trees' short names are left out of the score index
+    /// (see `short_index`): every data dir made since they are.
+    short_names_left_out: bool,
     /// How this data dir stores tree leaves (fixed when it was made).
     leaf_encoding: LeafEncoding,
     /// The trees a leaf-repacking pass has yet to visit, each with where in

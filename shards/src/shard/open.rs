@@ -15,11 +15,12 @@ use super::checkpointing::Checkpoints;
 use super::holdings::Holdings;
 use super::options::ShardOptions;
 use super::reads::player_key;
+use super::short_index::{self, ReplayedTrees};
 use super::short_names::{may_hold_nul_names, NO_NUL_NAMES};
 use super::staging::Staged;
 use super::storage::{
     read_u64, stored_leaves, Storage, LEAVES_THROUGH, META_BOARD, META_BRANCHING, META_EXPIRING, META_LEAF_ENCODING,
-    META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_NUL_NAMES, META_RUNS_THROUGH,
+    META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_NUL_NAMES, META_RUNS_THROUGH, META_SHORT_NAMES_INDEXED,
 };
 use super::{LogPositions, Shard};
 use crate::board::{Board, BoardConfig, ConfigInterner};
@@ -78,6 +79,7 @@ impl Shard {
             expiring: BTreeSet::new(),
             expiry_cursor: None,
             nul_names: true,
+            short_names_left_out: false,
             leaf_encoding,
             repacking: Vec::new(),
             checkpoints: Checkpoints::default(),
@@ -121,6 +123,7 @@ impl Shard {
         self.max_seq = read_u64(meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(meta, META_MAX_BOARD)?;
         self.nul_names = may_hold_nul_names(meta.get(META_NUL_NAMES)?.as_deref())?;
+        self.short_names_left_out = short_index::left_out(meta.get(META_SHORT_NAMES_INDEXED)?.as_deref())?;
         let mut configs = ConfigInterner::default();
         let mut boards: Vec<Board> = Vec::new();
         for item in meta.prefix(META_BOARD) {
@@ -192,6 +195,9 @@ impl Shard {
         self.log = LogPositions::default();
         let mut first = true;
         let mut gathered = GatheredCounts::default();
+        // The trees the rebuilt stretch changes, counted from where it
+        // begins: the gathered changes before it applied first.
+        let mut replayed: Option<ReplayedTrees> = None;
         for item in self.storage.changes.iter() {
             let (key, value) = item.into_inner()?;
             let number = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| ShardError::Corrupt("log key"))?);
@@ -222,11 +228,20 @@ impl Shard {
                 }
                 LogFormat::Changes => {
                     let rebuild = number >= runs_through;
+                    if rebuild && replayed.is_none() {
+                        gathered.apply(&mut self.held);
+                        replayed = Some(ReplayedTrees::default());
+                    }
                     for change in log::changes(&value) {
                         let change = change?;
                         let Some(config) = self.held.config(change.tree.board) else { continue };
+                        if let Some(replayed) = replayed.as_mut() {
+                            let delta = i64::from(change.new.is_some()) - i64::from(change.old.is_some());
+                            let held = &self.held;
+                            replayed.note(change.tree, delta, || held.tree(&change.tree).map_or(0, |t| t.total()));
+                        }
                         let overlay = rebuild.then(|| (&mut self.overlay, player_key(change.tree, change.player)));
-                        apply_change(TreeCounts::Gather(&mut gathered), overlay, config, &change);
+                        apply_change(TreeCounts::Gather(&mut gathered), overlay, config, &change, false);
                         self.log.logged += 1;
                     }
                     if gathered.is_full() {
@@ -236,6 +251,9 @@ impl Shard {
             }
         }
         gathered.apply(&mut self.held);
+        if let Some(replayed) = replayed {
+            self.settle_replayed(replayed)?;
+        }
         // Record numbers never go back: the marker may name a number past an
         // emptied log, and what it covers must stay covered.
         self.log.next = self.log.next.max(runs_through);
@@ -317,6 +335,7 @@ fn check_format(db: &Database, meta: &Keyspace, branching: u32) -> Result<LeafEn
             batch.insert(meta, META_LEAF_ENCODING, [encoding.code()]);
             batch.insert(meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
             batch.insert(meta, META_NUL_NAMES, NO_NUL_NAMES);
+            batch.insert(meta, META_SHORT_NAMES_INDEXED, short_index::LEFT_OUT);
             batch.commit()?;
             Ok(encoding)
         }

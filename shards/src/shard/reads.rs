@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::short_index;
 use super::Shard;
 use crate::board::{Order, Ties};
 use crate::cache::RecordCache;
@@ -234,6 +235,11 @@ impl Shard {
         let prefix = tree.prefix();
         if self.expiring.contains(&tree) {
             return Box::new(std::iter::empty());
+        }
+        match self.small_tree_positions(tree) {
+            Some(Ok(positions)) => return Box::new(short_index::in_range(positions, from, to, direction).map(Ok)),
+            Some(Err(error)) => return Box::new(std::iter::once(Err(error))),
+            None => {}
         }
         let stored = self.storage.index.range([&prefix[..], from].concat()..[&prefix[..], to].concat());
         let position = |item: fjall::Guard| -> Result<Vec<u8>, ShardError> {

@@ -29,8 +29,13 @@ use crate::tree::TiebreakHeld;
 
 /// Whether `player` is its own tiebreak on a board with competition or
 /// dense ties, and no other name without a NUL byte shares it.
-fn is_own_tiebreak(player: &str) -> bool {
-    player.len() < 8 && !player.as_bytes().contains(&0)
+pub(super) fn is_own_tiebreak(player: &str) -> bool {
+    is_own_tiebreak_bytes(player.as_bytes())
+}
+
+/// [`is_own_tiebreak`] of a name's bytes.
+pub(super) fn is_own_tiebreak_bytes(name: &[u8]) -> bool {
+    name.len() < 8 && !name.contains(&0)
 }
 
 /// The value [`META_NUL_NAMES`] holds when a shard has stored such a name.

@@ -38,6 +38,18 @@ pub(super) struct Staged {
     pub(super) writes: usize,
 }
 
+/// One tree's part of a write or removal, read before anything is staged
+/// (so that a read that fails stages nothing).
+struct Planned {
+    tree: TreeId,
+    key: PlayerKey,
+    /// The record the change replaces.
+    old: Option<Record>,
+    /// The tree's stored index entries, if the change takes it past the
+    /// small-tree bound ([`Shard::plan_growth`]).
+    growth: Option<Vec<Vec<u8>>>,
+}
+
 impl Shard {
     /// Whether the open batch holds writes not yet committed.
     pub fn has_staged(&self) -> bool {
@@ -86,17 +98,18 @@ impl Shard {
             let key = PlayerKey::new(tree, player);
             let old = self.replaced_record(&board.config, tree, player, &key)?;
             let new = combined(mode, &board.config, old.map(|r| r.score), amount)?;
-            plans.push((tree, key, old, new));
+            let growth = if old.is_none() { self.plan_growth(board.config.ties, tree)? } else { None };
+            plans.push((Planned { tree, key, old, growth }, new));
         }
         self.ensure_board(board);
-        let Some(stored) = plans.first().map(|p| p.3) else {
+        let Some(stored) = plans.first().map(|p| p.1) else {
             return Err(ShardError::Corrupt("a board without windows"));
         };
-        for (tree, key, old, new) in plans {
-            if old.is_some_and(|o| o.score == new) {
+        for (planned, new) in plans {
+            if planned.old.is_some_and(|o| o.score == new) {
                 continue; // unchanged: keeps when the player reached it
             }
-            self.stage(board, tree, player, key, old, Some(Record { score: new, seq }));
+            self.stage(board, player, planned, Some(Record { score: new, seq }));
         }
         if seq > self.max_seq {
             self.max_seq = seq;
@@ -153,7 +166,7 @@ impl Shard {
             let old = self.replaced_record(&board.config, tree, player, &key)?;
             first.get_or_insert(old.is_some());
             if old.is_some() {
-                self.stage(board, tree, player, key, old, None);
+                self.stage(board, player, Planned { tree, key, old, growth: None }, None);
             }
         }
         self.staged.ops += 1;
@@ -161,27 +174,25 @@ impl Shard {
         Ok(first.unwrap_or(false))
     }
 
-    /// Moves `player` from `old` to `new`: in the count tree, the overlay
-    /// and the record cache at once, in storage through the batch's log.
-    fn stage(
-        &mut self,
-        board: &Board,
-        tree: TreeId,
-        player: &str,
-        key: PlayerKey,
-        old: Option<Record>,
-        new: Option<Record>,
-    ) {
+    /// Moves `player` from the planned tree's `old` record to `new`: in the
+    /// count tree, the overlay and the record cache at once, in storage
+    /// through the batch's log.
+    fn stage(&mut self, board: &Board, player: &str, planned: Planned, new: Option<Record>) {
+        let Planned { tree, key, old, growth } = planned;
         if new.is_some() {
             self.note_stored_name(player);
         }
+        let left_out = self.leaves_short_names_out(board.config.ties);
         let change = log::Change { tree, player, old, new };
         log::push(&mut self.staged.log, &change);
         self.staged.changes += 1;
         self.cache.get_mut().put(key.cached, new);
         let overlay = Some((&mut self.overlay, key.stored));
         let counts = TreeCounts::Apply(self.held.tree_or_new(change.tree));
-        let applied = apply_change(counts, overlay, &board.config, &change);
+        let applied = apply_change(counts, overlay, &board.config, &change, left_out);
+        if let Some(crossing) = applied.crossing {
+            self.short_names_crossed(tree, crossing, growth.unwrap_or_default());
+        }
         if board.config.ties == Ties::Dense {
             self.staged.dense.push(applied.dense);
         }

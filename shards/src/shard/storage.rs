@@ -273,6 +273,9 @@ pub(super) const META_LOG_FORMAT: &[u8] = b"log_format";
 /// Whether a name with a NUL byte was ever stored (see `short_names`);
 /// absent in data dirs made before it was recorded.
 pub(super) const META_NUL_NAMES: &[u8] = b"names_with_nul";
+/// Whether small trees' short names are left out of the score index (see
+/// `short_index`); absent in data dirs made before, which index them all.
+pub(super) const META_SHORT_NAMES_INDEXED: &[u8] = b"short_names_indexed";
 /// The number of the first log record whose changes may be missing from the
 /// players' and the index's runs: records before it are covered.
 pub(super) const META_RUNS_THROUGH: &[u8] = b"runs_through";
