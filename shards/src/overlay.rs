@@ -255,6 +255,12 @@ impl Overlay {
         self.players.insert(key, record);
     }
 
+    /// Drops the record staged under `key`: one replay staged that storage
+    /// is not to get.
+    pub(crate) fn forget_record(&mut self, key: &[u8]) {
+        self.players.remove(key);
+    }
+
     /// Records that the index entry of `tree` at the position made of
     /// `score_key` and `tail` ([`crate::key::list_position_tail`]) now
     /// exists or not.

@@ -2,7 +2,7 @@
 //! and replay share, so a restart rebuilds exactly what the writes built.
 
 use super::holdings::Holdings;
-use super::short_index::{Crossing, SMALL_TREE};
+use super::short_index::{Crossing, LeftOut, SMALL_TREE};
 use super::short_names::is_own_tiebreak;
 use crate::board::BoardConfig;
 use crate::key::{self, TreeId};
@@ -100,28 +100,28 @@ pub(super) struct KeyChange {
 /// and the overlay's player record (under the player's storage key, given
 /// with it) and index entries when given (a replayed change that runs
 /// already hold leaves it out). Shared by live writes and replay, so a
-/// restart rebuilds exactly what the writes built. With
-/// `short_names_left_out` a live change to a small tree stages no index
-/// change for a short name (see `short_index`); replay stages them all and
-/// settles afterwards.
+/// restart rebuilds exactly what the writes built. With `left_out` a live
+/// change to a small tree stages no index change or record for a short
+/// name (see `short_index`); replay stages them all and settles afterwards.
 pub(super) fn apply_change(
     mut counts: TreeCounts<'_>,
     mut overlay: Option<(&mut Overlay, Vec<u8>)>,
     config: &BoardConfig,
     change: &log::Change<'_>,
-    short_names_left_out: bool,
+    left_out: LeftOut,
 ) -> Applied {
     let (order, ties) = (config.order, config.ties);
     let log::Change { tree, player, old, new } = *change;
-    let (index_short_names, crossing) = match &counts {
-        TreeCounts::Apply(count_tree) if short_names_left_out => {
+    let (large, crossing) = match &counts {
+        TreeCounts::Apply(count_tree) if left_out.any() => {
             let before = count_tree.total();
             let after = (before + u64::from(new.is_some())).saturating_sub(u64::from(old.is_some()));
             (before > SMALL_TREE, Crossing::of(before, after))
         }
         _ => (true, None),
     };
-    let indexed = index_short_names || !is_own_tiebreak(player);
+    let short = is_own_tiebreak(player);
+    let (indexed, recorded) = (large || !(short && left_out.index), large || !(short && left_out.records));
     let mut dense = DenseChange { tree, removed: None, added: None };
     let mut keys = [None; 2];
     // Each record's score key and tree key, made once.
@@ -148,7 +148,7 @@ pub(super) fn apply_change(
             dense.removed = Some(sk);
         }
     }
-    if let Some((overlay, key)) = overlay {
+    if let Some((overlay, key)) = overlay.filter(|_| recorded) {
         overlay.set_record(key, new);
     }
     Applied { dense, keys, crossing }

@@ -27,20 +27,29 @@ impl Shard {
             // Every index entry matches its player's record, and the tree
             // holds exactly the keys the index implies.
             let mut keys = Vec::with_capacity(tree.total() as usize);
+            // Short names of a small tree that records leave out.
+            let mut short_names = 0;
             for position in self.index_positions(id, &[], &POSITIONS_END, Direction::Forward) {
                 let position = position?;
                 let (sk, seq, player) =
                     key::parse_list_position(ties, &position).ok_or(ShardError::Corrupt("index key"))?;
-                let record = self
-                    .unwritten_or_stored(&player_key(id, player))?
-                    .ok_or_else(|| inconsistent(&id, format!("index lists {player:?} but no record exists")))?;
+                let record = match self.short_record(id, player)? {
+                    Some(from_tree) => {
+                        short_names += 1;
+                        from_tree
+                    }
+                    None => self.unwritten_or_stored(&player_key(id, player))?,
+                };
+                let record =
+                    record.ok_or_else(|| inconsistent(&id, format!("index lists {player:?} but no record exists")))?;
                 if key::score_key(record.score, order) != sk || (ties == Ties::Ordinal && record.seq != seq) {
                     return Err(inconsistent(&id, format!("index and record of {player:?} disagree")));
                 }
                 keys.push(record.tree_key(player, ties, order));
             }
-            // Stored records the overlay does not replace, and the overlay's own.
-            let mut players = 0;
+            // Stored records the overlay does not replace, and the overlay's
+            // own; and the short names whose record is the tree itself.
+            let mut players = short_names;
             for item in self.storage.players.prefix(id.prefix()) {
                 players += usize::from(self.overlay.record(&item.key()?).is_none());
             }

@@ -171,9 +171,9 @@ pub struct Shard {
     /// Whether a name with a NUL byte may be stored here, which stops
     /// records being read from trees (see `short_names`).
     nul_names: bool,
-    /// Whether small trees' short names are left out of the score index
-    /// (see `short_index`): every data dir made since they are.
-    short_names_left_out: bool,
+    /// What small trees' short names are left out of (see `short_index`):
+    /// the score index and the records, in every data dir made since.
+    short_names_left_out: short_index::LeftOut,
     /// How this data dir stores tree leaves (fixed when it was made).
     leaf_encoding: LeafEncoding,
     /// The trees a leaf-repacking pass has yet to visit, each with where in

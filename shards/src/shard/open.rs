@@ -15,12 +15,13 @@ use super::checkpointing::Checkpoints;
 use super::holdings::Holdings;
 use super::options::ShardOptions;
 use super::reads::player_key;
-use super::short_index::{self, ReplayedTrees};
+use super::short_index::{self, LeftOut, ReplayedTrees};
 use super::short_names::{may_hold_nul_names, NO_NUL_NAMES};
 use super::staging::Staged;
 use super::storage::{
     read_u64, stored_leaves, Storage, LEAVES_THROUGH, META_BOARD, META_BRANCHING, META_EXPIRING, META_LEAF_ENCODING,
     META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_NUL_NAMES, META_RUNS_THROUGH, META_SHORT_NAMES_INDEXED,
+    META_SHORT_NAMES_RECORDED,
 };
 use super::{LogPositions, Shard};
 use crate::board::{Board, BoardConfig, ConfigInterner};
@@ -79,7 +80,7 @@ impl Shard {
             expiring: BTreeSet::new(),
             expiry_cursor: None,
             nul_names: true,
-            short_names_left_out: false,
+            short_names_left_out: short_index::LeftOut::default(),
             leaf_encoding,
             repacking: Vec::new(),
             checkpoints: Checkpoints::default(),
@@ -123,7 +124,10 @@ impl Shard {
         self.max_seq = read_u64(meta, META_MAX_SEQ)?;
         self.max_board_id = read_u64(meta, META_MAX_BOARD)?;
         self.nul_names = may_hold_nul_names(meta.get(META_NUL_NAMES)?.as_deref())?;
-        self.short_names_left_out = short_index::left_out(meta.get(META_SHORT_NAMES_INDEXED)?.as_deref())?;
+        self.short_names_left_out = short_index::LeftOut {
+            index: short_index::left_out(meta.get(META_SHORT_NAMES_INDEXED)?.as_deref())?,
+            records: short_index::left_out(meta.get(META_SHORT_NAMES_RECORDED)?.as_deref())?,
+        };
         let mut configs = ConfigInterner::default();
         let mut boards: Vec<Board> = Vec::new();
         for item in meta.prefix(META_BOARD) {
@@ -241,7 +245,7 @@ impl Shard {
                             replayed.note(change.tree, delta, || held.tree(&change.tree).map_or(0, |t| t.total()));
                         }
                         let overlay = rebuild.then(|| (&mut self.overlay, player_key(change.tree, change.player)));
-                        apply_change(TreeCounts::Gather(&mut gathered), overlay, config, &change, false);
+                        apply_change(TreeCounts::Gather(&mut gathered), overlay, config, &change, LeftOut::default());
                         self.log.logged += 1;
                     }
                     if gathered.is_full() {
@@ -336,6 +340,7 @@ fn check_format(db: &Database, meta: &Keyspace, branching: u32) -> Result<LeafEn
             batch.insert(meta, META_LOG_FORMAT, [LogFormat::Changes.code()]);
             batch.insert(meta, META_NUL_NAMES, NO_NUL_NAMES);
             batch.insert(meta, META_SHORT_NAMES_INDEXED, short_index::LEFT_OUT);
+            batch.insert(meta, META_SHORT_NAMES_RECORDED, short_index::LEFT_OUT);
             batch.commit()?;
             Ok(encoding)
         }

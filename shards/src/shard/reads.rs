@@ -73,9 +73,14 @@ pub(super) fn push_player_key(out: &mut Vec<u8>, tree: TreeId, player: &str) {
 pub(super) const POSITIONS_END: [u8; 17] = [0xFF; 17];
 
 impl Shard {
-    /// A player's record in `tree`, seeing the open batch.
+    /// A player's record in `tree`, seeing the open batch. A short name's
+    /// in a small tree comes from the tree, with a `seq` of 0 (see
+    /// `short_index`): `seq` orders ties on ordinal boards only.
     pub fn get(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
-        self.record(&PlayerKey::new(tree, player))
+        match self.short_record(tree, player)? {
+            Some(record) => Ok(record),
+            None => self.record(&PlayerKey::new(tree, player)),
+        }
     }
 
     /// The record a rank of `player` in `tree` starts from: [`Shard::get`]'s,
@@ -83,6 +88,9 @@ impl Shard {
     /// be read from the board's count tree with a `seq` of 0, which a rank
     /// key there does not hold (see `short_names`).
     pub fn rank_record(&self, tree: TreeId, player: &str) -> Result<Option<Record>, ShardError> {
+        if let Some(record) = self.short_record(tree, player)? {
+            return Ok(record);
+        }
         // A rank of a long name, the common case, looks up no board config.
         let config = self.may_read_from_tree(player).then(|| self.held.config(tree.board)).flatten();
         match config.and_then(|config| self.record_in_tree(config, &tree, player)) {

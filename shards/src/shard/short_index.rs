@@ -1,16 +1,19 @@
-//! A small tree's short names kept out of the score index.
+//! A small tree's short names kept out of the score index and the
+//! players' records.
 //!
 //! On a board with competition or dense ties a short name (up to 7 bytes,
-//! no NUL: see `short_names`) is its tree key's tiebreak, so a tree of at
-//! most [`SMALL_TREE`] players can list those names from itself, and a
-//! write to it stages no index change for them. Spread over a million
-//! small boards, those changes (the overlay's, then a run's and its
-//! compactions' in a keyspace of millions of keys) were a third of a
-//! write's CPU (see docs/performance-history.md).
+//! no NUL: see `short_names`) is its tree key's tiebreak, and the key's
+//! high half is the player's score: a tree of at most [`SMALL_TREE`]
+//! players can list those names and give their scores from itself, and a
+//! write to it stages no index change and no record for them. Spread over
+//! a million small boards, those (the overlay's, then a run's and its
+//! compactions' in keyspaces of millions of keys) were half of a write's
+//! CPU (see docs/performance-history.md). A record read from a tree has
+//! `seq` 0: on these boards the sequence keys nothing.
 //!
 //! The rule follows the tree's player count, which replay knows exactly
-//! (not its shape: replay applies the log in key order). The index holds
-//! entries for a tree's short names exactly while it has more than
+//! (not its shape: replay applies the log in key order). The index and the
+//! records hold a tree's short names exactly while it has more than
 //! [`SMALL_TREE`] players, and none while it has fewer:
 //!
 //! - a write that takes a tree past the bound enters every short name it
@@ -24,8 +27,10 @@
 //! A name with a NUL byte is always indexed: a short one shares its tree
 //! key with a shorter name (`a\0` and `a`), so a small tree's list takes
 //! such names' keys off the tree's counts before it reads short names
-//! from them. A data dir made before this indexed every name and records
-//! no mark: it goes on doing so.
+//! from them, and so does a record's read on a shard that has stored such
+//! a name. A data dir made before this indexed and recorded every name and
+//! has no marks: it goes on doing so (one made in between, with the
+//! index's mark only, records them all).
 
 use std::collections::HashMap;
 
@@ -36,6 +41,7 @@ use crate::board::Ties;
 use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::overlay;
+use crate::record::Record;
 use crate::tree::{TreeView, LEAF_CAPACITY};
 
 /// Players a tree may hold and still list its short names from itself: a
@@ -54,6 +60,21 @@ pub(super) fn left_out(stored: Option<&[u8]>) -> Result<bool, ShardError> {
         None => Ok(false),
         Some(value) if value == LEFT_OUT => Ok(true),
         Some(_) => Err(ShardError::Corrupt("short names mark")),
+    }
+}
+
+/// What a shard leaves out for a small tree's short names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LeftOut {
+    /// Their score-index entries: lists read them from the tree.
+    pub(crate) index: bool,
+    /// Their player records: reads take the score from the tree.
+    pub(crate) records: bool,
+}
+
+impl LeftOut {
+    pub(super) fn any(self) -> bool {
+        self.index || self.records
     }
 }
 
@@ -124,6 +145,12 @@ fn short_names_held(tree: TreeView<'_>, indexed: &[Vec<u8>]) -> Vec<Vec<u8>> {
     held
 }
 
+/// A player's storage key from a name's bytes, as `reads::player_key`
+/// makes it from the name.
+fn stored_key(tree: TreeId, name: &[u8]) -> Vec<u8> {
+    [&tree.prefix()[..], name].concat()
+}
+
 /// Splits `score key ‖ tail` for the overlay.
 fn split(position: &[u8]) -> (u64, Vec<u8>) {
     let (score_key, tail) =
@@ -158,10 +185,13 @@ impl ReplayedTrees {
 }
 
 impl Shard {
-    /// Whether writes to a board with `ties` leave short names out of the
-    /// index while its trees are small.
-    pub(super) fn leaves_short_names_out(&self, ties: Ties) -> bool {
-        self.short_names_left_out && ties != Ties::Ordinal
+    /// What writes to a board with `ties` leave out for short names while
+    /// its trees are small.
+    pub(super) fn leaves_short_names_out(&self, ties: Ties) -> LeftOut {
+        if ties == Ties::Ordinal {
+            return LeftOut::default();
+        }
+        self.short_names_left_out
     }
 
     /// For a write that adds a player to `tree` (of a board with `ties`):
@@ -170,7 +200,7 @@ impl Shard {
     /// [`Shard::short_names_crossed`] to enter its short names with.
     pub(super) fn plan_growth(&self, ties: Ties, tree: TreeId) -> Result<Option<Vec<Vec<u8>>>, ShardError> {
         let count = self.held.tree(&tree).map_or(0, |t| t.total());
-        if !self.leaves_short_names_out(ties) || Crossing::of(count, count + 1) != Some(Crossing::Up) {
+        if !self.leaves_short_names_out(ties).any() || Crossing::of(count, count + 1) != Some(Crossing::Up) {
             return Ok(None);
         }
         self.stored_positions(tree).map(Some)
@@ -180,6 +210,8 @@ impl Shard {
     /// `Up`, every short name it holds entered (`stored`: its stored
     /// entries, from [`Shard::plan_growth`]); `Down`, every one removed.
     pub(super) fn short_names_crossed(&mut self, tree: TreeId, crossing: Crossing, stored: Vec<Vec<u8>>) {
+        let Some(config) = self.held.config(tree.board) else { return };
+        let (order, left_out) = (config.order, self.leaves_short_names_out(config.ties));
         let Some(view) = self.held.tree(&tree) else { return };
         let (positions, present) = match crossing {
             Crossing::Up => (short_names_held(view, &self.laid_over(tree, stored)), true),
@@ -190,8 +222,14 @@ impl Shard {
             }
         };
         for position in positions {
-            let (score_key, tail) = split(&position);
-            self.overlay.set_index(tree, score_key, tail, present);
+            let (score_key, name) = split(&position);
+            if left_out.records {
+                let record = present.then(|| Record { score: key::score_from_key(score_key, order), seq: 0 });
+                self.overlay.set_record(stored_key(tree, &name), record);
+            }
+            if left_out.index {
+                self.overlay.set_index(tree, score_key, name, present);
+            }
         }
     }
 
@@ -203,14 +241,26 @@ impl Shard {
     pub(super) fn settle_replayed(&mut self, replayed: ReplayedTrees) -> Result<(), ShardError> {
         for (tree, Replayed { at_start, now, lowest }) in replayed.0 {
             let Some(ties) = self.held.config(tree.board).map(|config| config.ties) else { continue };
-            if !self.leaves_short_names_out(ties) {
+            let left_out = self.leaves_short_names_out(ties);
+            if !left_out.any() {
                 continue;
             }
             if now <= SMALL_TREE {
                 if at_start > SMALL_TREE {
                     self.short_names_crossed(tree, Crossing::Down, Vec::new());
-                } else {
+                    continue;
+                }
+                if left_out.index {
                     self.overlay.drop_index_changes(tree, is_short_name_position);
+                }
+                if left_out.records {
+                    // A short name that left has a removal staged last,
+                    // for a record storage never had: harmless.
+                    let keys: Vec<Vec<u8>> = self.held.tree(&tree).map_or_else(Vec::new, |view| {
+                        let held = view.entries().into_iter().filter_map(|(key, _)| short_name_position(key));
+                        held.map(|position| stored_key(tree, &position[8..])).collect()
+                    });
+                    keys.iter().for_each(|key| self.overlay.forget_record(key));
                 }
             } else if lowest <= SMALL_TREE {
                 let stored = self.stored_positions(tree)?;
@@ -226,7 +276,7 @@ impl Shard {
     pub(super) fn small_tree_positions(&self, tree: TreeId) -> Option<Result<Vec<Vec<u8>>, ShardError>> {
         let ties = self.held.config(tree.board)?.ties;
         let view = self.held.tree(&tree)?;
-        if !self.leaves_short_names_out(ties) || view.total() > SMALL_TREE {
+        if !self.leaves_short_names_out(ties).index || view.total() > SMALL_TREE {
             return None;
         }
         Some(self.stored_positions(tree).map(|stored| {
@@ -236,6 +286,39 @@ impl Shard {
             positions.dedup();
             positions
         }))
+    }
+
+    /// A short name's record in a small tree whose records leave them out,
+    /// read from the tree (`seq` 0: on these boards it keys nothing);
+    /// `None` where the records are to be read (another name, a large
+    /// tree, a data dir that records them all). A name with a NUL byte that
+    /// pads to the same key is told apart by its index entry.
+    pub(super) fn short_record(&self, tree: TreeId, player: &str) -> Result<Option<Option<Record>>, ShardError> {
+        if !is_own_tiebreak_bytes(player.as_bytes()) {
+            return Ok(None);
+        }
+        let Some(config) = self.held.config(tree.board) else { return Ok(None) };
+        if !self.leaves_short_names_out(config.ties).records {
+            return Ok(None);
+        }
+        let Some(view) = self.held.tree(&tree) else { return Ok(Some(None)) };
+        if view.total() > SMALL_TREE {
+            return Ok(None);
+        }
+        let tiebreak = key::tiebreak(config.ties, player, 0);
+        let mut keys: Vec<(u128, u64)> =
+            view.entries().into_iter().filter(|(key, _)| *key as u64 == tiebreak).collect();
+        if !keys.is_empty() && self.nul_names {
+            let indexed = self.laid_over(tree, self.stored_positions(tree)?);
+            for shared in indexed.iter().filter_map(|position| key_shared_with_a_short_name(position)) {
+                if let Some((_, count)) = keys.iter_mut().find(|(key, _)| *key == shared) {
+                    *count = count.saturating_sub(1);
+                }
+            }
+        }
+        self.cache.borrow().count_tree_read();
+        let held = keys.into_iter().find(|(_, count)| *count > 0);
+        Ok(Some(held.map(|(key, _)| Record { score: key::score_from_key((key >> 64) as u64, config.order), seq: 0 })))
     }
 
     /// Every stored index entry of `tree`, in position order.
@@ -280,7 +363,7 @@ pub(super) fn in_range(
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::storage::META_SHORT_NAMES_INDEXED;
+    use super::super::storage::{META_SHORT_NAMES_INDEXED, META_SHORT_NAMES_RECORDED};
     use super::super::{all_time_board_with, ShardOptions};
     use super::*;
     use crate::board::{Mode, Order};
@@ -346,11 +429,11 @@ mod tests {
         short.map(|position| String::from_utf8(position[8..].to_vec()).unwrap()).collect()
     }
 
-    /// The index holds a tree's short names exactly while the tree has more
-    /// than [`SMALL_TREE`] players, through a crossing each way, a commit
-    /// and a restart, and lists never change for it; long names and names
-    /// with a NUL are indexed throughout. A data dir made before the mark
-    /// indexes every name.
+    /// The index and the records hold a tree's short names exactly while
+    /// the tree has more than [`SMALL_TREE`] players, through a crossing
+    /// each way, a commit and a restart, and lists and gets never change
+    /// for it; long names and names with a NUL are indexed throughout. A
+    /// data dir made before the marks indexes and records every name.
     #[test]
     fn short_names_are_indexed_exactly_while_a_tree_is_large() {
         let dir = tempfile::tempdir().unwrap();
@@ -373,6 +456,12 @@ mod tests {
             all.into_iter().map(|entry| entry.player).collect()
         };
         assert!(indexed_short_names(&shard, tree).is_empty(), "a small tree");
+        let recorded =
+            |shard: &Shard, name: &str| shard.unwritten_or_stored(&stored_key(tree, name.as_bytes())).unwrap();
+        assert_eq!(recorded(&shard, "p3"), None);
+        assert_eq!(shard.get(tree, "p3").unwrap().map(|r| r.score), Some(3));
+        assert_eq!(shard.get(tree, "p1").unwrap().map(|r| r.score), Some(1), "beside `p1\\0`");
+        assert!(recorded(&shard, "longer-name").is_some() && recorded(&shard, "p1\0").is_some());
         let small = listed(&shard);
         assert_eq!(small.len() as u64, SMALL_TREE);
 
@@ -383,12 +472,16 @@ mod tests {
         let mut indexed = indexed_short_names(&shard, tree);
         indexed.sort();
         assert_eq!(indexed, expected, "past the bound, every short name");
+        assert_eq!(recorded(&shard, "p3").map(|r| r.score), Some(3));
+        assert_eq!(shard.get(tree, "p3").unwrap().map(|r| r.score), Some(3));
         assert_eq!(listed(&shard)[0], "q");
         write(&mut shard, "p0", 100);
         assert_eq!(listed(&shard)[0], "p0", "a large tree's moves go to the index");
 
         shard.remove(&board, "q").unwrap();
         assert!(indexed_short_names(&shard, tree).is_empty(), "back to the bound");
+        assert_eq!(recorded(&shard, "p3"), None);
+        assert_eq!(shard.get(tree, "q").unwrap(), None);
         write(&mut shard, "p2", -5);
         shard.commit().unwrap();
         let after = listed(&shard);
@@ -404,11 +497,13 @@ mod tests {
 
         let older = tempfile::tempdir().unwrap();
         let shard = Shard::open(older.path(), ShardOptions::default()).unwrap();
-        shard.storage.meta.remove(META_SHORT_NAMES_INDEXED).unwrap(); // as a data dir made before the mark
+        shard.storage.meta.remove(META_SHORT_NAMES_INDEXED).unwrap(); // as a data dir made before the marks
+        shard.storage.meta.remove(META_SHORT_NAMES_RECORDED).unwrap();
         drop(shard);
         let mut shard = Shard::open(older.path(), ShardOptions::default()).unwrap();
         shard.write(&board, "a", 5, Mode::Set, 1).unwrap();
         assert_eq!(indexed_short_names(&shard, tree), ["a"]);
+        assert_eq!(shard.unwritten_or_stored(&stored_key(tree, b"a")).unwrap().map(|r| r.score), Some(5));
         assert_eq!(shard.small_tree_positions(tree).map(drop), None);
     }
 }

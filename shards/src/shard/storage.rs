@@ -276,6 +276,10 @@ pub(super) const META_NUL_NAMES: &[u8] = b"names_with_nul";
 /// Whether small trees' short names are left out of the score index (see
 /// `short_index`); absent in data dirs made before, which index them all.
 pub(super) const META_SHORT_NAMES_INDEXED: &[u8] = b"short_names_indexed";
+/// Whether small trees' short names are left out of the players' records
+/// too (see `short_index`); absent in data dirs made before, which record
+/// them all.
+pub(super) const META_SHORT_NAMES_RECORDED: &[u8] = b"short_names_recorded";
 /// The number of the first log record whose changes may be missing from the
 /// players' and the index's runs: records before it are covered.
 pub(super) const META_RUNS_THROUGH: &[u8] = b"runs_through";
