@@ -77,13 +77,17 @@ pub fn score_from_key(key: u64, order: Order) -> i64 {
 pub fn tiebreak(ties: Ties, player: &str, seq: u64) -> u64 {
     match ties {
         Ties::Ordinal => seq,
-        Ties::Competition | Ties::Dense => {
-            let mut buf = [0u8; 8];
-            let n = player.len().min(8);
-            buf[..n].copy_from_slice(&player.as_bytes()[..n]);
-            u64::from_be_bytes(buf)
-        }
+        Ties::Competition | Ties::Dense => name_tiebreak(player.as_bytes()),
     }
+}
+
+/// A name's tiebreak on a board with competition or dense ties: its first
+/// 8 bytes, zero-padded.
+pub fn name_tiebreak(name: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    let n = name.len().min(8);
+    buf[..n].copy_from_slice(&name[..n]);
+    u64::from_be_bytes(buf)
 }
 
 /// The count-tree key: score key above, tiebreak below.

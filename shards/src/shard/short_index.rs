@@ -42,19 +42,20 @@ use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::overlay;
 use crate::record::Record;
-use crate::tree::{TreeView, LEAF_CAPACITY};
+use crate::tree::{TiebreakHeld, TreeView, LEAF_CAPACITY};
 
 /// Players a tree may hold and still list its short names from itself: a
 /// compact tree's one leaf, which bounds what a small tree's list walks.
 pub(super) const SMALL_TREE: u64 = LEAF_CAPACITY as u64;
 
-/// The value `META_SHORT_NAMES_INDEXED` holds in a data dir that leaves
-/// small trees' short names out of the index (every one made since).
+/// The value `META_SHORT_NAMES_INDEXED` (or `META_SHORT_NAMES_RECORDED`)
+/// holds in a data dir that leaves small trees' short names out of the
+/// index (or the records): every one made since.
 pub(super) const LEFT_OUT: [u8; 1] = [0];
 
-/// Whether a data dir whose metadata holds `stored` under
-/// `META_SHORT_NAMES_INDEXED` leaves them out: one made before the mark
-/// has none and indexes every name.
+/// Whether a data dir whose metadata holds `stored` under one of those
+/// marks leaves them out: one made before the mark has none and keeps
+/// every name.
 pub(super) fn left_out(stored: Option<&[u8]>) -> Result<bool, ShardError> {
     match stored {
         None => Ok(false),
@@ -65,11 +66,11 @@ pub(super) fn left_out(stored: Option<&[u8]>) -> Result<bool, ShardError> {
 
 /// What a shard leaves out for a small tree's short names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct LeftOut {
+pub(super) struct LeftOut {
     /// Their score-index entries: lists read them from the tree.
-    pub(crate) index: bool,
+    pub(super) index: bool,
     /// Their player records: reads take the score from the tree.
-    pub(crate) records: bool,
+    pub(super) records: bool,
 }
 
 impl LeftOut {
@@ -81,7 +82,8 @@ impl LeftOut {
 /// Which way a change moved a tree's player count across [`SMALL_TREE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Crossing {
-    /// From the bound to one past it: the tree's short names enter the index.
+    /// From the bound to one past it: the tree's short names enter the
+    /// index and the records.
     Up,
     /// From one past the bound to it: they leave.
     Down,
@@ -122,13 +124,9 @@ fn is_short_name_position(position: &[u8]) -> bool {
 /// a NUL byte.
 fn key_shared_with_a_short_name(position: &[u8]) -> Option<u128> {
     let (score_key, name) = position.split_first_chunk::<8>()?;
-    if is_own_tiebreak_bytes(name) {
-        return None;
-    }
-    let mut tiebreak = [0u8; 8];
-    let len = name.len().min(8);
-    tiebreak[..len].copy_from_slice(&name[..len]);
-    (tiebreak[7] == 0).then(|| key::tree_key(u64::from_be_bytes(*score_key), u64::from_be_bytes(tiebreak)))
+    let tiebreak = key::name_tiebreak(name);
+    (!is_own_tiebreak_bytes(name) && tiebreak as u8 == 0)
+        .then(|| key::tree_key(u64::from_be_bytes(*score_key), tiebreak))
 }
 
 /// The list positions of the short names `tree` holds, ascending, given
@@ -305,7 +303,18 @@ impl Shard {
         if view.total() > SMALL_TREE {
             return Ok(None);
         }
+        self.cache.borrow().count_tree_read();
         let tiebreak = key::tiebreak(config.ties, player, 0);
+        let score = |key: u128| Record { score: key::score_from_key((key >> 64) as u64, config.order), seq: 0 };
+        // The common case in place, nothing unpacked: no NUL name can share
+        // the tiebreak, and the tree is one leaf.
+        if !self.nul_names {
+            match view.find_tiebreak(tiebreak) {
+                Some(TiebreakHeld::Nowhere) => return Ok(Some(None)),
+                Some(TiebreakHeld::Once(key)) => return Ok(Some(Some(score(key)))),
+                Some(TiebreakHeld::More) | None => {}
+            }
+        }
         let mut keys: Vec<(u128, u64)> =
             view.entries().into_iter().filter(|(key, _)| *key as u64 == tiebreak).collect();
         if !keys.is_empty() && self.nul_names {
@@ -316,9 +325,8 @@ impl Shard {
                 }
             }
         }
-        self.cache.borrow().count_tree_read();
         let held = keys.into_iter().find(|(_, count)| *count > 0);
-        Ok(Some(held.map(|(key, _)| Record { score: key::score_from_key((key >> 64) as u64, config.order), seq: 0 })))
+        Ok(Some(held.map(|(key, _)| score(key))))
     }
 
     /// Every stored index entry of `tree`, in position order.
