@@ -255,29 +255,12 @@ impl Overlay {
         self.players.insert(key, record);
     }
 
-    /// Drops the record staged under `key`: one replay staged that storage
-    /// is not to get.
-    pub(crate) fn forget_record(&mut self, key: &[u8]) {
-        self.players.remove(key);
-    }
-
     /// Records that the index entry of `tree` at the position made of
     /// `score_key` and `tail` ([`crate::key::list_position_tail`]) now
     /// exists or not.
     pub(crate) fn set_index(&mut self, tree: TreeId, score_key: u64, tail: Vec<u8>, present: bool) {
         let position = Position { score_key, rest: tail.into_boxed_slice() };
         self.index.entry(tree).or_default().set(position, present, self.merge_every);
-    }
-
-    /// Drops the index changes of `tree` whose position bytes `drop` picks:
-    /// changes replay staged that the index is not to get.
-    pub(crate) fn drop_index_changes(&mut self, tree: TreeId, drop: impl Fn(&[u8]) -> bool) {
-        let Some(changes) = self.index.get_mut(&tree) else { return };
-        changes.settled.retain(|(position, _)| !drop(&position.to_bytes()));
-        changes.recent.retain(|position, _| !drop(&position.to_bytes()));
-        if changes.settled.is_empty() && changes.recent.is_empty() {
-            self.index.remove(&tree);
-        }
     }
 
     /// Index entries of `tree` with positions from `from` (inclusive) to

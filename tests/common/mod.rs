@@ -8,6 +8,7 @@
 
 pub mod certs;
 pub mod ops;
+pub mod oracle_board;
 pub mod prometheus;
 pub mod raw;
 

@@ -113,12 +113,6 @@ fn short_name_position(key: u128) -> Option<Vec<u8>> {
     Some([&((key >> 64) as u64).to_be_bytes()[..], &tiebreak[..len]].concat())
 }
 
-/// Whether a list position (score key, then the name: competition and
-/// dense ties) is a short name's.
-fn is_short_name_position(position: &[u8]) -> bool {
-    position.get(8..).is_some_and(is_own_tiebreak_bytes)
-}
-
 /// The tree key of an indexed name that looks like a short name's in the
 /// tree (its tiebreak ends in a zero byte) without being one: a name with
 /// a NUL byte.
@@ -157,10 +151,9 @@ fn split(position: &[u8]) -> (u64, Vec<u8>) {
 }
 
 /// What [`Shard::settle_replayed`] needs of a tree replay rebuilt: its
-/// player count where the rebuilt stretch began, now, and at its lowest.
+/// player count now, and its lowest since the rebuilt stretch began.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Replayed {
-    at_start: u64,
     now: u64,
     lowest: u64,
 }
@@ -175,7 +168,7 @@ impl ReplayedTrees {
     pub(super) fn note(&mut self, tree: TreeId, delta: i64, count: impl FnOnce() -> u64) {
         let entry = self.0.entry(tree).or_insert_with(|| {
             let at_start = count();
-            Replayed { at_start, now: at_start, lowest: at_start }
+            Replayed { now: at_start, lowest: at_start }
         });
         entry.now = entry.now.saturating_add_signed(delta);
         entry.lowest = entry.lowest.min(entry.now);
@@ -231,35 +224,23 @@ impl Shard {
         }
     }
 
-    /// After replay: the rebuilt stretch staged every index change, as if
-    /// no tree were small. A tree small now that was large where the
-    /// stretch began has its short names removed (storage holds them); one
-    /// small throughout, its staged changes for them dropped; one large now
-    /// that was small somewhere, its short names entered.
+    /// After replay: the rebuilt stretch staged every change, as if no tree
+    /// were small, so every short name that left a tree ends with a
+    /// removal. A tree small now has the short names it holds removed too:
+    /// storage may hold them whether the tree was large where the stretch
+    /// began or a run of the stretch reached storage before the crash
+    /// without its marker (runs hold final values; dropping the staged
+    /// changes instead left such a run's entries behind, found by
+    /// `tests/small_boards.rs`). One large now that was small somewhere
+    /// has its short names entered.
     pub(super) fn settle_replayed(&mut self, replayed: ReplayedTrees) -> Result<(), ShardError> {
-        for (tree, Replayed { at_start, now, lowest }) in replayed.0 {
+        for (tree, Replayed { now, lowest }) in replayed.0 {
             let Some(ties) = self.held.config(tree.board).map(|config| config.ties) else { continue };
-            let left_out = self.leaves_short_names_out(ties);
-            if !left_out.any() {
+            if !self.leaves_short_names_out(ties).any() {
                 continue;
             }
             if now <= SMALL_TREE {
-                if at_start > SMALL_TREE {
-                    self.short_names_crossed(tree, Crossing::Down, Vec::new());
-                    continue;
-                }
-                if left_out.index {
-                    self.overlay.drop_index_changes(tree, is_short_name_position);
-                }
-                if left_out.records {
-                    // A short name that left has a removal staged last,
-                    // for a record storage never had: harmless.
-                    let keys: Vec<Vec<u8>> = self.held.tree(&tree).map_or_else(Vec::new, |view| {
-                        let held = view.entries().into_iter().filter_map(|(key, _)| short_name_position(key));
-                        held.map(|position| stored_key(tree, &position[8..])).collect()
-                    });
-                    keys.iter().for_each(|key| self.overlay.forget_record(key));
-                }
+                self.short_names_crossed(tree, Crossing::Down, Vec::new());
             } else if lowest <= SMALL_TREE {
                 let stored = self.stored_positions(tree)?;
                 self.short_names_crossed(tree, Crossing::Up, stored);
@@ -375,6 +356,12 @@ mod tests {
     use super::super::{all_time_board_with, ShardOptions};
     use super::*;
     use crate::board::{Mode, Order};
+
+    /// Whether a list position (score key, then the name: competition and
+    /// dense ties) is a short name's.
+    fn is_short_name_position(position: &[u8]) -> bool {
+        position.get(8..).is_some_and(is_own_tiebreak_bytes)
+    }
 
     #[test]
     fn a_crossing_is_the_count_passing_the_bound() {
