@@ -93,7 +93,9 @@ async fn write_round(client: &mut Client, boards: &mut [Board], rng: &mut StdRng
     let mut calls = Vec::new();
     let mut expected: Vec<(usize, Value)> = Vec::new();
     for (index, board) in boards.iter_mut().enumerate() {
-        let present: Vec<String> = board.oracle.players.keys().cloned().collect();
+        // In name order, so a seed replays the same run.
+        let mut present: Vec<String> = board.oracle.players.keys().cloned().collect();
+        present.sort();
         let large = present.len() > 64 * SHARDS;
         let (adds, removes) = match (board.crossing, large) {
             (true, false) => (HIGH - present.len(), rng.gen_range(0..3)),
