@@ -194,7 +194,7 @@ impl Shard {
         if !self.leaves_short_names_out(ties).any() || Crossing::of(count, count + 1) != Some(Crossing::Up) {
             return Ok(None);
         }
-        self.stored_positions(tree).map(Some)
+        self.stored_nul_names(tree).map(Some)
     }
 
     /// Puts the index right after a change took `tree` across the bound:
@@ -242,7 +242,7 @@ impl Shard {
             if now <= SMALL_TREE {
                 self.short_names_crossed(tree, Crossing::Down, Vec::new());
             } else if lowest <= SMALL_TREE {
-                let stored = self.stored_positions(tree)?;
+                let stored = self.stored_nul_names(tree)?;
                 self.short_names_crossed(tree, Crossing::Up, stored);
             }
         }
@@ -308,6 +308,17 @@ impl Shard {
         }
         let held = keys.into_iter().find(|(_, count)| *count > 0);
         Ok(Some(held.map(|(key, _)| score(key))))
+    }
+
+    /// What entering a tree's short names needs of its stored index
+    /// entries: those of names with a NUL byte, which only a shard that has
+    /// stored one can hold; elsewhere nothing is read.
+    fn stored_nul_names(&self, tree: TreeId) -> Result<Vec<Vec<u8>>, ShardError> {
+        if self.nul_names {
+            self.stored_positions(tree)
+        } else {
+            Ok(Vec::new())
+        }
     }
 
     /// Every stored index entry of `tree`, in position order.
