@@ -42,7 +42,7 @@ use crate::error::ShardError;
 use crate::key::{self, TreeId, TREE_PREFIX_LEN};
 use crate::overlay;
 use crate::record::Record;
-use crate::tree::{TiebreakHeld, TreeView, LEAF_CAPACITY};
+use crate::tree::{TreeView, LEAF_CAPACITY};
 
 /// Players a tree may hold and still list its short names from itself: a
 /// compact tree's one leaf, which bounds what a small tree's list walks.
@@ -284,18 +284,14 @@ impl Shard {
         if view.total() > SMALL_TREE {
             return Ok(None);
         }
+        // The common case, in place, nothing unpacked: a compact tree on a
+        // shard where no NUL name can share the tiebreak.
+        if let Some(record) = self.record_in_tree(config, &tree, player) {
+            return Ok(Some(record));
+        }
         self.cache.borrow().count_tree_read();
         let tiebreak = key::tiebreak(config.ties, player, 0);
         let score = |key: u128| Record { score: key::score_from_key((key >> 64) as u64, config.order), seq: 0 };
-        // The common case in place, nothing unpacked: no NUL name can share
-        // the tiebreak, and the tree is one leaf.
-        if !self.nul_names {
-            match view.find_tiebreak(tiebreak) {
-                Some(TiebreakHeld::Nowhere) => return Ok(Some(None)),
-                Some(TiebreakHeld::Once(key)) => return Ok(Some(Some(score(key)))),
-                Some(TiebreakHeld::More) | None => {}
-            }
-        }
         let mut keys: Vec<(u128, u64)> =
             view.entries().into_iter().filter(|(key, _)| *key as u64 == tiebreak).collect();
         if !keys.is_empty() && self.nul_names {
