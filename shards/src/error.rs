@@ -26,6 +26,10 @@ pub enum ShardError {
     /// The storage engine failed (disk full, I/O error): the batch did not apply.
     #[error("storage: {0}")]
     Storage(#[from] fjall::Error),
+    /// The storage's last opening still holds its journal: opening it
+    /// again now could lose writes (see `Shard::reopen`); retry later.
+    #[error("storage still closing: its last opening holds the journal")]
+    StillClosing,
     /// Stored bytes do not decode: the data dir is damaged.
     #[error("corrupt data: {0}")]
     Corrupt(&'static str),
