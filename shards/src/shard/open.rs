@@ -19,9 +19,9 @@ use super::short_index::{self, LeftOut, ReplayedTrees};
 use super::short_names::{may_hold_nul_names, NO_NUL_NAMES};
 use super::staging::Staged;
 use super::storage::{
-    self, read_u64, stored_leaves, Storage, LEAVES_THROUGH, META_BOARD, META_BRANCHING, META_EXPIRING,
-    META_LEAF_ENCODING, META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_NUL_NAMES, META_RUNS_THROUGH,
-    META_SHORT_NAMES_INDEXED, META_SHORT_NAMES_RECORDED,
+    read_u64, stored_leaves, Storage, LEAVES_THROUGH, META_BOARD, META_BRANCHING, META_EXPIRING, META_LEAF_ENCODING,
+    META_LOG_FORMAT, META_MAX_BOARD, META_MAX_SEQ, META_NUL_NAMES, META_RUNS_THROUGH, META_SHORT_NAMES_INDEXED,
+    META_SHORT_NAMES_RECORDED,
 };
 use super::{LogPositions, Shard};
 use crate::board::{Board, BoardConfig, ConfigInterner};
@@ -287,18 +287,12 @@ impl Shard {
     /// journal, so the state is exactly what was durably committed.
     pub fn reopen(self) -> Result<Self, ShardError> {
         let (path, options, now) = (self.path.clone(), self.options.clone(), self.now);
-        drop(self); // fjall locks the directory: release it first
-        let mut shard = Self::open_again(&path, options)?;
+        // fjall locks the directory: release it first (opening then waits
+        // for the old journal to be closed too).
+        drop(self);
+        let mut shard = Self::open(&path, options)?;
         shard.now = now;
         Ok(shard)
-    }
-
-    /// Opens storage that this process had open before, once the old
-    /// opening has let go of its journal entirely (fjall's lock is released
-    /// before that, see `wait_until_journal_closed` in `storage.rs`).
-    pub fn open_again(path: &Path, options: ShardOptions) -> Result<Self, ShardError> {
-        storage::wait_until_journal_closed(path, storage::JOURNAL_CLOSE_WAIT)?;
-        Self::open(path, options)
     }
 
     /// Where the shard's storage lives, and how it was opened: enough to open

@@ -50,6 +50,7 @@ impl Storage {
     /// Opens (or creates) the database at `path`, each keyspace tuned for
     /// how the shard writes and reads it.
     pub(super) fn open(path: &Path, options: &ShardOptions) -> Result<Self, ShardError> {
+        wait_until_journal_closed(path, JOURNAL_CLOSE_WAIT)?;
         let db = Database::builder(path)
             .cache_size(options.cache_bytes)
             .worker_threads(options.worker_threads.max(1))
@@ -391,22 +392,22 @@ impl Shard {
     }
 }
 
-/// How long opening a shard's storage again waits for the last opening's
+/// How long opening a shard's storage waits for an earlier opening's
 /// journal to be closed before giving up (the caller retries).
-pub(super) const JOURNAL_CLOSE_WAIT: Duration = Duration::from_secs(5);
+const JOURNAL_CLOSE_WAIT: Duration = Duration::from_secs(5);
 
-/// Waits until no file of this process is a journal in `path`: the last
+/// Waits until no file of this process is a journal in `path`: an earlier
 /// opening's journal is closed, its buffered bytes written.
 ///
 /// Why: fjall (3.1.13) lets a worker thread count itself gone before it
 /// drops its handle on the journal, so a database dropped and opened again
 /// at once can recover (truncating a write that failed half-way, on a full
 /// disk) before the old journal's drop flushes that write's buffered rest
-/// past the new end; the next recovery stops at the gap and loses every
+/// past the new end (after a storage failure, `Shard::reopen`); the next recovery stops at the gap and loses every
 /// batch after it, acknowledged ones too (`tests/disk_faults.rs`, a few
 /// runs in a hundred). Without `/proc` nothing can be seen and nothing is
 /// waited for.
-pub(super) fn wait_until_journal_closed(path: &Path, within: Duration) -> Result<(), ShardError> {
+fn wait_until_journal_closed(path: &Path, within: Duration) -> Result<(), ShardError> {
     let deadline = Instant::now() + within;
     while journal_open(path) {
         if Instant::now() >= deadline {

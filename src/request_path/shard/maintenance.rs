@@ -177,7 +177,7 @@ impl BatchLoop {
                 shard.reopen()
             }
             // An earlier attempt failed and dropped the shard: open it afresh.
-            None => Shard::open_again(&self.location.0, self.location.1.clone()),
+            None => Shard::open(&self.location.0, self.location.1.clone()),
         };
         self.pipeline.reopened();
         match reopened {
