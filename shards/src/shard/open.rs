@@ -433,4 +433,38 @@ mod tests {
         assert_eq!(shard.count_before(tree, &keys), before);
         shard.check().unwrap();
     }
+
+    /// Opening a shard whose journal a file of this process still holds
+    /// (as fjall's worker of an earlier opening can, for a moment after the
+    /// lock is released) waits until that file is closed.
+    #[test]
+    fn opening_waits_for_a_journal_still_held_in_the_process() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let (board, tree) = all_time_board();
+        let mut shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        shard.write(&board, "p", 3, Mode::Set, 1).unwrap();
+        shard.commit().unwrap();
+        drop(shard);
+        let journal = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|path| path.extension().is_some_and(|extension| extension == "jnl"))
+            .expect("a journal");
+        let held = std::fs::OpenOptions::new().append(true).open(journal).unwrap();
+        let closed = std::sync::Arc::new(AtomicBool::new(false));
+        let closer = {
+            let closed = closed.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                closed.store(true, Ordering::SeqCst);
+                drop(held);
+            })
+        };
+        let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        assert!(closed.load(Ordering::SeqCst), "opened while the old journal was held");
+        assert_eq!(shard.count(tree), 1);
+        closer.join().unwrap();
+    }
 }
