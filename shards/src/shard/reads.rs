@@ -54,8 +54,10 @@ impl PlayerKey {
 }
 
 /// Built at its final size: every write and every rank makes one, and
-/// growing it from the prefix reallocated each time.
-pub(super) fn player_key(tree: TreeId, player: &str) -> Vec<u8> {
+/// growing it from the prefix reallocated each time. The name is text or,
+/// taken from a list position, its bytes.
+pub(super) fn player_key(tree: TreeId, player: impl AsRef<[u8]>) -> Vec<u8> {
+    let player = player.as_ref();
     let mut key = Vec::with_capacity(TREE_PREFIX_LEN + player.len());
     push_player_key(&mut key, tree, player);
     key
@@ -63,9 +65,9 @@ pub(super) fn player_key(tree: TreeId, player: &str) -> Vec<u8> {
 
 /// Appends a player's storage key to `out`: how a look ahead builds every
 /// key of a group in one buffer.
-pub(super) fn push_player_key(out: &mut Vec<u8>, tree: TreeId, player: &str) {
+pub(super) fn push_player_key(out: &mut Vec<u8>, tree: TreeId, player: impl AsRef<[u8]>) {
     out.extend_from_slice(&tree.prefix());
-    out.extend_from_slice(player.as_bytes());
+    out.extend_from_slice(player.as_ref());
 }
 
 /// A list position past every real one: none starts with 17 bytes of 0xFF

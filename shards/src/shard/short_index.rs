@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 
-use super::reads::Direction;
+use super::reads::{player_key, Direction};
 use super::short_names::is_own_tiebreak_bytes;
 use super::Shard;
 use crate::board::Ties;
@@ -137,12 +137,6 @@ fn short_names_held(tree: TreeView<'_>, indexed: &[Vec<u8>]) -> Vec<Vec<u8>> {
     held
 }
 
-/// A player's storage key from a name's bytes, as `reads::player_key`
-/// makes it from the name.
-fn stored_key(tree: TreeId, name: &[u8]) -> Vec<u8> {
-    [&tree.prefix()[..], name].concat()
-}
-
 /// Splits `score key ‖ tail` for the overlay.
 fn split(position: &[u8]) -> (u64, Vec<u8>) {
     let (score_key, tail) =
@@ -216,7 +210,7 @@ impl Shard {
             let (score_key, name) = split(&position);
             if left_out.records {
                 let record = present.then(|| Record { score: key::score_from_key(score_key, order), seq: 0 });
-                self.overlay.set_record(stored_key(tree, &name), record);
+                self.overlay.set_record(player_key(tree, &name), record);
             }
             if left_out.index {
                 self.overlay.set_index(tree, score_key, name, present);
@@ -458,8 +452,7 @@ mod tests {
             all.into_iter().map(|entry| entry.player).collect()
         };
         assert!(indexed_short_names(&shard, tree).is_empty(), "a small tree");
-        let recorded =
-            |shard: &Shard, name: &str| shard.unwritten_or_stored(&stored_key(tree, name.as_bytes())).unwrap();
+        let recorded = |shard: &Shard, name: &str| shard.unwritten_or_stored(&player_key(tree, name)).unwrap();
         assert_eq!(recorded(&shard, "p3"), None);
         assert_eq!(shard.get(tree, "p3").unwrap().map(|r| r.score), Some(3));
         assert_eq!(shard.get(tree, "p1").unwrap().map(|r| r.score), Some(1), "beside `p1\\0`");
@@ -505,7 +498,7 @@ mod tests {
         let mut shard = Shard::open(older.path(), ShardOptions::default()).unwrap();
         shard.write(&board, "a", 5, Mode::Set, 1).unwrap();
         assert_eq!(indexed_short_names(&shard, tree), ["a"]);
-        assert_eq!(shard.unwritten_or_stored(&stored_key(tree, b"a")).unwrap().map(|r| r.score), Some(5));
+        assert_eq!(shard.unwritten_or_stored(&player_key(tree, "a")).unwrap().map(|r| r.score), Some(5));
         assert_eq!(shard.small_tree_positions(tree).map(drop), None);
     }
 }
