@@ -25,7 +25,6 @@
 //! hashbrown double the table, and the cache took 2.5 times its budget.
 //! Keys crafted to share sets only evict each other.
 
-use std::cell::Cell;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
@@ -104,9 +103,8 @@ pub(crate) struct RecordCache {
     ways: usize,
     /// Which way of a full set the next put evicts.
     next_victim: usize,
-    /// Lookups since [`RecordCache::take_lookups`] last took them (cells:
-    /// lookups take `&self`).
-    lookups: Cell<Lookups>,
+    /// Lookups since [`RecordCache::take_lookups`] last took them.
+    lookups: Lookups,
 }
 
 /// How many lookups the cache answered and how many went to storage: what
@@ -127,7 +125,7 @@ impl RecordCache {
     /// 0 disables it.
     pub(crate) fn new(players: usize) -> Self {
         let ways = WAYS.min(players).max(1);
-        Self { slots: HugePageArray::empty(), sets: players / ways, ways, next_victim: 0, lookups: Cell::default() }
+        Self { slots: HugePageArray::empty(), sets: players / ways, ways, next_victim: 0, lookups: Lookups::default() }
     }
 
     /// The cache key of a player's storage key (see the module docs).
@@ -188,14 +186,12 @@ impl RecordCache {
 
     /// `Some(record)` if cached (`Some(None)`: known absent), counted as a
     /// hit or a miss.
-    pub(crate) fn get(&self, key: u128) -> Option<Option<Record>> {
+    pub(crate) fn get(&mut self, key: u128) -> Option<Option<Record>> {
         let found = self.peek(key);
-        let mut lookups = self.lookups.get();
         match found {
-            Some(_) => lookups.hits += 1,
-            None => lookups.misses += 1,
+            Some(_) => self.lookups.hits += 1,
+            None => self.lookups.misses += 1,
         }
-        self.lookups.set(lookups);
         found
     }
 
@@ -212,15 +208,13 @@ impl RecordCache {
 
     /// Counts a record read from its count tree instead (see
     /// `shard::short_names`): the cache was not asked.
-    pub(crate) fn count_tree_read(&self) {
-        let mut lookups = self.lookups.get();
-        lookups.from_trees += 1;
-        self.lookups.set(lookups);
+    pub(crate) fn count_tree_read(&mut self) {
+        self.lookups.from_trees += 1;
     }
 
     /// The lookups counted since the last call, and starts counting anew.
     pub(crate) fn take_lookups(&mut self) -> Lookups {
-        self.lookups.take()
+        std::mem::take(&mut self.lookups)
     }
 
     /// Caches `record` (`None`: absent) as the player's current state.

@@ -92,10 +92,11 @@ mod staging;
 mod storage;
 mod ties;
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 pub use self::apply::DenseChange;
 use self::checkpointing::Checkpoints;
@@ -157,8 +158,11 @@ pub struct Shard {
     /// for their runs: until those are written, a read that misses the
     /// current overlay must look there before storage.
     in_flight: in_flight::InFlight,
-    /// Exact cache of player records (reads take `&self`, hence the cell).
-    cache: RefCell<RecordCache>,
+    /// Exact cache of player records. Behind its own lock because reads
+    /// take `&self` and may run on several threads at once (the server's
+    /// ranks in place); every write to the cache but a miss's fill happens
+    /// under `&mut self`, so no reader sees a record change under it.
+    cache: Mutex<RecordCache>,
     /// The time writes are applied at (Unix seconds, UTC): decides which
     /// period of each window a write lands in.
     now: i64,
@@ -261,8 +265,8 @@ impl Shard {
     }
 
     /// Record-cache lookups since the last call (see [`Lookups`]).
-    pub fn take_cache_lookups(&mut self) -> Lookups {
-        self.cache.get_mut().take_lookups()
+    pub fn take_cache_lookups(&self) -> Lookups {
+        self.cache.lock().take_lookups()
     }
 }
 
@@ -281,3 +285,10 @@ fn all_time_board_with(ties: crate::board::Ties) -> (crate::board::Board, TreeId
     let board = Board { id: 1, name: "b".into(), config: config.into() };
     (board, TreeId::all_time(1))
 }
+
+/// The server reads a shard from several threads at once (see `Shard`'s
+/// `cache`): a field that is not `Sync` must not slip in unnoticed.
+const _: () = {
+    const fn sync<T: Sync + Send>() {}
+    sync::<Shard>()
+};

@@ -3,12 +3,12 @@
 //! trees and the overlay, a data dir of an older log format moved to the
 //! current one, and reopening after a storage failure.
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use fjall::{Database, Keyspace, PersistMode};
+use parking_lot::Mutex;
 
 use super::apply::{apply_change, GatheredCounts, TreeCounts};
 use super::checkpointing::Checkpoints;
@@ -75,7 +75,7 @@ impl Shard {
             staged: Staged::default(),
             overlay: Overlay::new(run_every),
             in_flight: Default::default(),
-            cache: RefCell::new(RecordCache::new(cached_players)),
+            cache: Mutex::new(RecordCache::new(cached_players)),
             now: 0,
             expiring: BTreeSet::new(),
             expiry_cursor: None,

@@ -92,7 +92,7 @@ impl Shard {
                 Upcoming::CountBefore { tree, keys } => tree_paths(&mut paths, tree).extend_from_slice(keys),
             }
         }
-        let cache = self.cache.borrow();
+        let cache = self.cache.lock();
         let olds: Vec<Option<Record>> = records.iter().map(|&(_, _, cached)| cache.peek(cached).flatten()).collect();
         drop(cache);
         for ((command, tree, _), old) in records.into_iter().zip(olds) {

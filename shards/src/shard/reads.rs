@@ -103,11 +103,11 @@ impl Shard {
 
     /// [`Shard::get`] by a key already made.
     pub(super) fn record(&self, key: &PlayerKey) -> Result<Option<Record>, ShardError> {
-        if let Some(cached) = self.cache.borrow().get(key.cached) {
+        if let Some(cached) = self.cache.lock().get(key.cached) {
             return Ok(cached);
         }
         let record = self.unwritten_or_stored(&key.stored)?;
-        self.cache.borrow_mut().put(key.cached, record);
+        self.cache.lock().put(key.cached, record);
         Ok(record)
     }
 

@@ -283,7 +283,7 @@ impl Shard {
         if let Some(record) = self.record_in_tree(config, &tree, player) {
             return Ok(Some(record));
         }
-        self.cache.borrow().count_tree_read();
+        self.cache.lock().count_tree_read();
         let tiebreak = key::tiebreak(config.ties, player, 0);
         let score = |key: u128| Record { score: key::score_from_key((key >> 64) as u64, config.order), seq: 0 };
         let mut keys: Vec<(u128, u64)> =

@@ -77,7 +77,7 @@ impl Shard {
             }
             TiebreakHeld::More => return None,
         };
-        self.cache.borrow().count_tree_read();
+        self.cache.lock().count_tree_read();
         Some(record)
     }
 

@@ -1,12 +1,13 @@
 //! A shard's engine and what is staged in it, shared by its actor, the
-//! committer and the I/O threads: whoever holds the lock may stage a write,
-//! read, or seal everything staged into the next batch.
+//! committer and the I/O threads: whoever holds the lock exclusively may
+//! stage a write or seal everything staged into the next batch; readers
+//! share it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{RwLock, RwLockWriteGuard};
 use rankd_shards::commit::Submitter;
 use rankd_shards::Shard;
 
@@ -61,15 +62,16 @@ impl Engine {
     }
 }
 
-/// The engine behind one small lock. The contract:
+/// The engine behind one small read-write lock. The contract:
 ///
-/// - every change is made under the lock, and so is every seal, which takes
-///   everything staged and its answers together and submits it before the
-///   lock is released: batches reach the committer in the order they were
-///   sealed, whoever sealed them;
+/// - every change is made under the exclusive lock, and so is every seal,
+///   which takes everything staged and its answers together and submits it
+///   before the lock is released: batches reach the committer in the order
+///   they were sealed, whoever sealed them;
 /// - the actor locks per command, not per round, so the lock is seldom held
 ///   for long; the router only ever `try_`locks, and when the lock is taken
-///   it queues the request for the actor instead;
+///   it queues the request for the actor instead. Reads in place share the
+///   lock, so the I/O threads' ranks do not push each other to the actor;
 /// - a write is staged in place only while nothing sent to the shard is
 ///   still unapplied ([`EngineCell::unapplied`]), so it never overtakes a
 ///   request routed before it.
@@ -84,7 +86,7 @@ impl Engine {
 pub struct EngineCell(Arc<Shared>);
 
 struct Shared {
-    engine: Mutex<Engine>,
+    engine: RwLock<Engine>,
     /// Commands sent to the actor and not yet applied.
     unapplied: AtomicUsize,
     /// What a seal reports to, and what a write staged in place needs.
@@ -123,7 +125,7 @@ impl EngineCell {
         let engine =
             Engine { shard: Some(shard), held: Vec::new(), staged_unanswered: false, submitter: None, healthy: true };
         Self(Arc::new(Shared {
-            engine: Mutex::new(engine),
+            engine: RwLock::new(engine),
             unapplied: AtomicUsize::new(0),
             metrics,
             index,
@@ -135,31 +137,32 @@ impl EngineCell {
     /// Runs `f` on the engine, waiting for the lock; `None` while the
     /// storage is being reopened. For the actor.
     pub fn with<R>(&self, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-        self.0.engine.lock().shard.as_mut().map(f)
+        self.0.engine.write().shard.as_mut().map(f)
     }
 
-    /// Runs `f` on the engine if the lock is free and the engine present;
-    /// never waits. For the router. Mutable because a lookup updates the
-    /// record cache.
-    pub fn try_read<R>(&self, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-        self.0.engine.try_lock()?.shard.as_mut().map(f)
+    /// Runs `f` on the engine if no one holds or waits for it exclusively
+    /// and the engine is present; never waits. For the router: readers on
+    /// other I/O threads share it, so ranks in place do not push each other
+    /// to the actor.
+    pub fn try_read<R>(&self, f: impl FnOnce(&Shard) -> R) -> Option<R> {
+        self.0.engine.try_read()?.shard.as_ref().map(f)
     }
 
     /// Takes the engine out to reopen it; readers see `None` until
     /// [`EngineCell::put`].
     pub fn take(&self) -> Option<Shard> {
-        self.0.engine.lock().shard.take()
+        self.0.engine.write().shard.take()
     }
 
     /// Puts a (re)opened engine back.
     pub fn put(&self, shard: Shard) {
-        self.0.engine.lock().shard = Some(shard);
+        self.0.engine.write().shard = Some(shard);
     }
 
     /// The lock itself, for a caller that needs the engine and what is
     /// staged at once (applying a command, sealing a batch).
-    pub fn lock(&self) -> MutexGuard<'_, Engine> {
-        self.0.engine.lock()
+    pub fn lock(&self) -> RwLockWriteGuard<'_, Engine> {
+        self.0.engine.write()
     }
 
     /// Commands sent to the actor and not yet applied: raised by the link
@@ -180,7 +183,7 @@ impl EngineCell {
         if !matches!(command, Command::Write { .. }) {
             return Err(command);
         }
-        let Some(mut engine) = self.0.engine.try_lock() else { return Err(command) };
+        let Some(mut engine) = self.0.engine.try_write() else { return Err(command) };
         let engine = &mut *engine;
         if self.0.unapplied.load(Ordering::Acquire) > 0 || engine.runs_behind() {
             return Err(command); // the actor waits for the runs thread first
@@ -217,7 +220,7 @@ impl EngineCell {
         if !idle() {
             return false; // without taking the lock the actor is busy with
         }
-        let mut engine = self.0.engine.lock();
+        let mut engine = self.0.engine.write();
         let behind = engine.runs_behind();
         if engine.submitter.is_some() && idle() && !behind {
             self.seal(&mut engine);
