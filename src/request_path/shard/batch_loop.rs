@@ -548,8 +548,8 @@ mod tests {
         assert_eq!(score(written), Ok(4));
         let (cell, tree) = (f.core.engine(), f.tree);
         let rank_of_a = |shard: &Shard| shard.rank_record(tree, "a").unwrap().map(|record| record.score);
-        // Another I/O thread's read is under way: this one is not pushed
-        // to the actor (two ranks in place used to collide one time in ten).
+        // Another I/O thread's read is under way: this one shares the lock
+        // rather than being queued for the actor.
         let nested = cell.try_read(|_| cell.try_read(rank_of_a));
         assert_eq!(nested, Some(Some(Some(4))));
         let held_by_the_actor = cell.lock();
