@@ -2,8 +2,9 @@
 //! protocol.md: requests of one connection take effect in the order sent
 //! (so on an `ordinal` board its send order is the reach order), a write
 //! acknowledged on one connection is seen by the next request of any other,
-//! writes that arrive one after another rank in that order, and replies
-//! come back in the order sent, however each is answered.
+//! writes that arrive one after another rank in that order, replies
+//! come back in the order sent, however each is answered, and ranks read
+//! in place on several threads at once are exact.
 //!
 //! Connections are dealt to the I/O threads in turn, so consecutive
 //! connections of a test sit on different threads.
@@ -183,4 +184,55 @@ async fn replies_answered_at_once_never_overtake_a_write_still_committing() {
     // Sent after the write: it sees it (q at 6 ranks before p at 5 on a
     // descending board).
     assert_eq!(common::field(&rank, "rank").and_then(Value::as_u64), Some(2), "{rank}");
+}
+
+/// Lone ranks are answered in place, and readers on different I/O threads
+/// share a shard's engine, each filling the record cache on a miss. After
+/// a restart (the cache empty) many connections rank every player of one
+/// shard at once, each in its own order: every rank is exact, and a miss
+/// filled by one reader serves the others.
+#[tokio::test]
+async fn ranks_in_place_on_every_io_thread_at_once_are_exact_while_the_record_cache_fills() {
+    let mut server = common::Server::start_with(1, &["--io-threads", "4"]);
+    let players = 400u64;
+    let mut rng = StdRng::seed_from_u64(57);
+    let mut scores: Vec<i64> = (0..players as i64).map(|i| i * 3 - 500).collect();
+    for i in (1..scores.len()).rev() {
+        scores.swap(i, rng.gen_range(0..=i));
+    }
+    let mut writer = server.client().await;
+    let calls: Vec<Call> =
+        scores.iter().enumerate().map(|(p, &score)| set_call("b", &format!("p{p}"), score, Mode::Set)).collect();
+    for reply in writer.pipeline::<Value>(&calls).await.expect("pipeline") {
+        reply.expect("set");
+    }
+    drop(writer);
+    server.terminate();
+    server.restart();
+
+    // Distinct scores on a descending board: a player's rank is one more
+    // than the players scoring above them.
+    let expected: Vec<u64> =
+        scores.iter().map(|&mine| 1 + scores.iter().filter(|&&other| other > mine).count() as u64).collect();
+    let (expected, scores) = (&expected, &scores);
+    let readers = clients(&server, 8).await;
+    let ranked = readers.into_iter().enumerate().map(|(k, mut client)| {
+        let mut order: Vec<usize> = (0..players as usize).collect();
+        let mut rng = StdRng::seed_from_u64(k as u64);
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.gen_range(0..=i));
+        }
+        async move {
+            for p in order {
+                let info = client.rank("b", &format!("p{p}")).await.expect("rank").expect("ranked");
+                assert_eq!((info.rank, info.score, info.count), (expected[p], scores[p], players), "p{p}");
+            }
+        }
+    });
+    futures::future::join_all(ranked).await;
+    let in_place = server.counter("rankd_ranks_in_place_total", &[]);
+    assert!(in_place >= (8 * players / 2) as f64, "most lone ranks answered in place: {in_place}");
+    let misses = server.counter("rankd_shard_record_cache_misses_total", &[]);
+    let hits = server.counter("rankd_shard_record_cache_hits_total", &[]);
+    assert!(misses >= players as f64 && hits > 0.0, "the cache filled from the readers: {misses} misses, {hits} hits");
 }
