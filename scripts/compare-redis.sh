@@ -11,7 +11,8 @@
 # rewrite lands in its own figures), then each workload for DURATION seconds
 # per system, and prints ops/s, p99, the server's CPU (cores), the machine's
 # idle cores during each run and the ratio.
-# Env: CACHE_MB (rankd --cache-mb), WARM (default 30), DURATION (default 10),
+# Env: CACHE_MB (rankd --cache-mb), IO_THREADS (rankd --io-threads),
+# WARM (default 30), DURATION (default 10),
 # CONNS (8), DEPTH (64), KEEP=1 keeps the temp dir with the JSON reports,
 # RANKD=path runs another rankd binary (an A/B against an older build).
 set -euo pipefail
@@ -33,7 +34,8 @@ cleanup() {
 trap cleanup EXIT
 
 "$rankd" serve --shards "$shards" --data-dir "$work/rankd" --listen "127.0.0.1:$rankd_port" \
-    --metrics-listen 127.0.0.1:0 ${CACHE_MB:+--cache-mb "$CACHE_MB"} >"$work/rankd.log" 2>&1 &
+    --metrics-listen 127.0.0.1:0 ${CACHE_MB:+--cache-mb "$CACHE_MB"} ${IO_THREADS:+--io-threads "$IO_THREADS"} \
+    >"$work/rankd.log" 2>&1 &
 rankd_pid=$!
 mkdir -p "$work/redis"
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save '' \
