@@ -13,6 +13,7 @@ mod common;
 
 use common::raw::{frame, req};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rankd_client::{set_call, Call, Client, Entry, Mode, OpKind, Order, RankInfo, Ties};
 use rmpv::Value;
@@ -197,9 +198,7 @@ async fn ranks_in_place_on_every_io_thread_at_once_are_exact_while_the_record_ca
     let players = 400u64;
     let mut rng = StdRng::seed_from_u64(57);
     let mut scores: Vec<i64> = (0..players as i64).map(|i| i * 3 - 500).collect();
-    for i in (1..scores.len()).rev() {
-        scores.swap(i, rng.gen_range(0..=i));
-    }
+    scores.shuffle(&mut rng);
     let mut writer = server.client().await;
     let calls: Vec<Call> =
         scores.iter().enumerate().map(|(p, &score)| set_call("b", &format!("p{p}"), score, Mode::Set)).collect();
@@ -218,10 +217,7 @@ async fn ranks_in_place_on_every_io_thread_at_once_are_exact_while_the_record_ca
     let readers = clients(&server, 8).await;
     let ranked = readers.into_iter().enumerate().map(|(k, mut client)| {
         let mut order: Vec<usize> = (0..players as usize).collect();
-        let mut rng = StdRng::seed_from_u64(k as u64);
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.gen_range(0..=i));
-        }
+        order.shuffle(&mut StdRng::seed_from_u64(k as u64));
         async move {
             for p in order {
                 let info = client.rank("b", &format!("p{p}")).await.expect("rank").expect("ranked");
