@@ -13,7 +13,9 @@
 //!   a period beyond `keep` or a window the board lacks is `bad_request`;
 //! - `set_many` and `remove` on boards with windows (every window's current
 //!   period; results from the first window), and what `boards` reports;
-//! - a `rank_of_score` pipelined behind a write sees it, under each tie rule.
+//! - a `rank_of_score` pipelined behind a write sees it, under each tie rule;
+//! - reads, those that take several rounds (`rank`, `ranks`, `top`,
+//!   `around`) too, do not see a write pipelined behind them.
 //!
 //! Time moves by restarting the server with its clock shifted
 //! (`--debug-clock-offset-secs`) to a later instant: nothing waits.
@@ -596,4 +598,65 @@ async fn reads_see_the_writes_pipelined_before_them_ordinal() {
 #[tokio::test]
 async fn reads_see_the_writes_pipelined_before_them_dense() {
     reads_see_the_writes_pipelined_before_them(Ties::Dense).await;
+}
+
+/// protocol.md, the other way round: a write pipelined right behind a read
+/// does not reach it, even a read that takes several rounds across the
+/// shards (the owner's record first, then everyone's counts). Each of
+/// `rank`, `ranks`, `top`, `around`, `rank_of_score` and `count` goes alone
+/// in front of a write of a new leader, and must still see the field as it
+/// was before it.
+async fn reads_miss_the_writes_pipelined_after_them(ties: Ties) {
+    let server = common::Server::start(3);
+    let c = &mut server.client().await;
+    assert!(c.create_board("b", Order::Desc, ties).await.expect("create"));
+    let field: Vec<String> = (0..6).map(|i| format!("p{i}")).collect();
+    let calls: Vec<Call> = field.iter().zip(1..).map(|(p, score)| set_call("b", p, 10 * score, Mode::Set)).collect();
+    c.pipeline::<Value>(&calls).await.expect("field");
+    let reads = [
+        Call::new(OpKind::Rank).with("board", "b").with("player", "p0"),
+        Call::new(OpKind::Ranks).with("board", "b").with("players", ["p0", "p3"]),
+        Call::new(OpKind::Top).with("board", "b").with("limit", 100),
+        Call::new(OpKind::Around).with("board", "b").with("player", "p0").with("before", 1).with("after", 1),
+        Call::new(OpKind::RankOfScore).with("board", "b").with("score", 0),
+        Call::new(OpKind::Count).with("board", "b"),
+    ];
+    for round in 0..60u64 {
+        // Ahead of p0: p5..p1 and every earlier leader.
+        let before_p0 = field.len() as u64 - 1 + round;
+        let leader = format!("lead{round}");
+        let read = &reads[round as usize % reads.len()];
+        let calls = [read.clone(), set_call("b", &leader, 1000 + 10 * round as i64, Mode::Set)];
+        let replies = c.pipeline::<Value>(&calls).await.expect("pipeline");
+        let at = format!("{ties}, round {round}");
+        let reply = replies[0].as_ref().unwrap_or_else(|e| panic!("{at}: {e}"));
+        let entries = || -> Vec<(String, u64)> {
+            let entries: Vec<Entry> = rmpv::ext::from_value(reply.clone()).expect("entries");
+            entries.into_iter().map(|e| (e.player, e.rank)).collect()
+        };
+        let named = |p: &str, rank: u64| (p.to_string(), rank);
+        match round as usize % reads.len() {
+            0 => assert_eq!(reply["rank"], Value::from(before_p0 + 1), "rank, {at}: {reply}"),
+            1 => assert_eq!(entries(), [named("p3", before_p0 - 2), named("p0", before_p0 + 1)], "ranks, {at}"),
+            2 => assert_eq!(entries().len() as u64, before_p0 + 1, "top, {at}: {reply}"),
+            3 => assert_eq!(entries(), [named("p1", before_p0), named("p0", before_p0 + 1)], "around, {at}"),
+            4 => assert_eq!(reply, &Value::from(before_p0 + 2), "rank_of_score, {at}"),
+            _ => assert_eq!(reply, &Value::from(before_p0 + 1), "count, {at}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn reads_miss_the_writes_pipelined_after_them_competition() {
+    reads_miss_the_writes_pipelined_after_them(Ties::Competition).await;
+}
+
+#[tokio::test]
+async fn reads_miss_the_writes_pipelined_after_them_ordinal() {
+    reads_miss_the_writes_pipelined_after_them(Ties::Ordinal).await;
+}
+
+#[tokio::test]
+async fn reads_miss_the_writes_pipelined_after_them_dense() {
+    reads_miss_the_writes_pipelined_after_them(Ties::Dense).await;
 }

@@ -8,7 +8,8 @@
 //! request.
 //!
 //! Ordering: requests reach the router in the order sent. Multi-step reads
-//! (`rank`, `top`, `around`) send later rounds after earlier ones return, so a
+//! (`rank`, `ranks`, `top`, `around`; `rank_of_score`, which on a dense
+//! board reads after a round) send later rounds after earlier ones return, so a
 //! write sent *after* such a read waits until the read is answered; that
 //! keeps "requests on one connection take effect in the order they were sent"
 //! without serialising ordinary pipelines.
@@ -149,9 +150,12 @@ impl Answering {
     }
 }
 
-/// Reads that take several rounds of shard messages.
+/// Reads that take several rounds of shard messages, or (`rank_of_score`
+/// on a dense board, which the connection cannot tell apart) read the
+/// shared distinct-score index after a round: a write sent after them must
+/// not be routed before they are answered, or they could see it.
 fn is_multi_step(op: &Op) -> bool {
-    matches!(op, Op::Rank { .. } | Op::Top { .. } | Op::Around { .. })
+    matches!(op, Op::Rank { .. } | Op::Ranks { .. } | Op::Top { .. } | Op::Around { .. } | Op::RankOfScore { .. })
 }
 
 /// One decoded frame: a request, the error to answer in its place, or an
