@@ -376,6 +376,64 @@ async fn a_rank_behind_an_unanswered_write_sees_it() {
     }
 }
 
+/// The same for a rank whose owner asks the other shard itself (a batch of
+/// its own, queued: `--debug-queue-lone`) while the write before it, on
+/// that other shard, still waits in its mailbox: the owner must not read
+/// that shard's count in place ahead of the write. With the owner's
+/// in-place read unguarded, this test failed in its first rounds.
+#[tokio::test]
+async fn a_forwarded_rank_behind_an_unanswered_write_on_another_shard_sees_it() {
+    let shards = 2;
+    let server = common::Server::start_with(shards, &["--debug-queue-lone"]);
+    let mut client = server.client().await;
+    let ranked = "ranked";
+    let owner = rankd::request_path::router::shard_of(ranked, shards);
+    let rivals =
+        (0..).map(|i| format!("rival-{i}")).filter(|p| rankd::request_path::router::shard_of(p, shards) != owner);
+    client.set("b", ranked, 1_000_000, Mode::Set).await.unwrap();
+    // Another connection keeps the rivals' shard busy on another board, so
+    // a write there waits in its mailbox while the owner is free.
+    let mut busy = server.client().await;
+    let noise: Vec<String> = (0..)
+        .map(|i| format!("n-{i}"))
+        .filter(|p| rankd::request_path::router::shard_of(p, shards) != owner)
+        .take(64)
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            for score in 0.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let calls: Vec<Call> =
+                    noise.iter().map(|p| rankd_client::set_call("noise", p, score, Mode::Set)).collect();
+                busy.pipeline::<Value>(&calls).await.unwrap();
+            }
+        })
+    };
+    for (round, rival) in (0..200u64).zip(rivals) {
+        let (mut write, mut read) = (Vec::new(), Vec::new());
+        rankd_client::set_call("b", &rival, 2_000_000, Mode::Set).encode(2 * round + 1, &mut write);
+        Call::new(OpKind::Rank).with("board", "b").with("player", ranked).encode(2 * round + 2, &mut read);
+        client.send_raw(&write).await.unwrap();
+        let sent = std::time::Instant::now();
+        while sent.elapsed() < std::time::Duration::from_micros(20) {
+            std::hint::spin_loop();
+        }
+        client.send_raw(&read).await.unwrap();
+        let written = client.read_raw::<Value>().await.unwrap().expect("the set's reply");
+        assert_eq!(field(&written, "ok"), Some(&Value::from(2_000_000)), "round {round}: {written}");
+        let ranked = client.read_raw::<Value>().await.unwrap().expect("the rank's reply");
+        let rank: RankInfo = rmpv::ext::from_value(field(&ranked, "ok").expect("ok").clone()).unwrap();
+        let beaten = round + 1; // rivals so far, each above `ranked`
+        assert_eq!((rank.rank, rank.count), (beaten + 1, beaten + 1), "round {round}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flood.await.unwrap();
+}
+
 /// Opening a data dir with another shard count is refused, not corrupted.
 #[tokio::test]
 async fn other_shard_count_is_refused() {

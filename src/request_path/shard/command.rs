@@ -1,6 +1,7 @@
 //! What a shard is asked to do. Each command carries the typed channel its
 //! answer goes back on, so an answer of the wrong kind does not compile.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rankd_shards::{
@@ -232,10 +233,14 @@ impl Forward {
     /// its engine is free (as a lone rank reads it), else queued to its
     /// actor. A queued count keeps that actor's lock busy for the ranks in
     /// place behind it, so one rank that had to queue would make the next
-    /// likelier to queue too.
+    /// likelier to queue too. Never in place while a command sent to that
+    /// shard is unapplied: it may be a write the rank's connection sent
+    /// before the rank, which the count must see.
     pub fn send(self, tree: TreeId, key: u128) {
         for (link, reply) in self.0 {
-            let counted = link.engine.try_read(|shard| Counts::read(shard, tree, std::slice::from_ref(&key)));
+            let counted = (link.engine.unapplied().load(Ordering::Acquire) == 0)
+                .then(|| link.engine.try_read(|shard| Counts::read(shard, tree, std::slice::from_ref(&key))))
+                .flatten();
             match counted {
                 Some(counts) => drop(reply.send(Ok(counts))),
                 None => link.send(vec![Command::CountBefore { tree, keys: vec![key], reply }]),
