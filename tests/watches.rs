@@ -16,7 +16,7 @@ use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use rankd_client::{
     set_call, Call, Client, ConnectOptions, Entry, ErrorCode, Mode, OpKind, Push, RankInfo, WatchEvent, WatchSpec,
-    Watcher,
+    Watcher, Window,
 };
 
 async fn watcher(server: &Server) -> Watcher {
@@ -335,6 +335,46 @@ async fn a_drop_whose_client_left_still_ends_the_watches() {
     assert_eq!((push.watch, push.event), (top, WatchEvent::Ended));
     let mut client = server.client().await;
     assert_eq!(client.top("left", 10, 0).await.unwrap(), vec![], "dropped");
+}
+
+/// A watch of a window its board does not have (opened before the board
+/// was made, which a first `set` then made with the default windows) ends
+/// with a last push of nil, and harms no other watch: the evaluator reads
+/// every due watch in one batch, and that refused read once failed the
+/// whole batch, so no watch on the server was pushed again.
+#[tokio::test]
+async fn a_watch_of_a_window_its_board_lacks_ends_and_harms_no_other() {
+    let server = Server::start(2);
+    let mut writer = server.client().await;
+    let mut w = watcher(&server).await;
+    let fast = Duration::from_millis(10);
+    // Sorted first among the server's boards: read ahead of the good one.
+    let weekly = w.watch(&WatchSpec::top("a-later", 3).window(Window::Weekly).interval(fast)).await.unwrap();
+    let good = w.watch(&WatchSpec::top("b-live", 3).interval(fast)).await.unwrap();
+    let mut firsts = HashMap::new();
+    while firsts.len() < 2 {
+        let push = next_push(&mut w, Duration::from_secs(5)).await;
+        firsts.insert(push.watch, top_of(&push));
+    }
+    assert_eq!((firsts[&weekly].len(), firsts[&good].len()), (0, 0), "no board yet: empty tops");
+
+    writer.set("a-later", "alice", 5, Mode::Set).await.unwrap(); // made with the `all` window only
+    writer.set("b-live", "bob", 7, Mode::Set).await.unwrap();
+    let mut seen = HashMap::new();
+    while seen.len() < 2 {
+        let push = next_push(&mut w, Duration::from_secs(5)).await;
+        seen.insert(push.watch, push.event);
+    }
+    assert_eq!(seen[&weekly], WatchEvent::Ended, "the board has no weekly window");
+    assert!(!w.unwatch(weekly).await.unwrap(), "ended");
+    match &seen[&good] {
+        WatchEvent::Top(entries) => assert_eq!(entries.len(), 1, "{entries:?}"),
+        other => panic!("not a top: {other:?}"),
+    }
+    // And the good watch goes on.
+    writer.set("b-live", "carol", 9, Mode::Set).await.unwrap();
+    let push = next_push(&mut w, Duration::from_secs(5)).await;
+    assert_eq!((push.watch, top_of(&push)), (good, vec![("carol".into(), 9, 1), ("bob".into(), 7, 2)]));
 }
 
 /// `rankd watch BOARD --top N --json` prints each push as a JSON line and

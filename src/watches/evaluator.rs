@@ -63,10 +63,21 @@ async fn look(hub: &WatchHub, router: &Addr<RouterActor>, groups: &[Group]) -> R
     router.send(Fence).await.map_err(stopped)??;
     hub.metrics.watches.looks.inc();
     let now = Instant::now();
+    // Watches whose view their board refuses (a window or period it does
+    // not have: watched before the board was made, or made again without
+    // it). Theirs alone end; the others are offered what was read.
+    let mut unreadable = Vec::new();
     for group in groups {
+        let reads = usize::from(group.top > 0) + group.players.len();
+        let answers: Vec<Result<Reply, Error>> = replies.by_ref().take(reads).collect();
+        if answers.iter().any(|answer| matches!(answer, Err(Error::BadRequest(_)))) {
+            unreadable.extend(group.watches.iter().map(|(key, _)| *key));
+            continue;
+        }
+        let mut answers = answers.into_iter();
         let top = match group.top {
             0 => Rows::Plain(Vec::new()),
-            _ => match replies.next() {
+            _ => match answers.next() {
                 Some(Ok(Reply::Entries(entries))) => Rows::Plain(entries),
                 Some(Ok(Reply::FieldEntries(entries))) => Rows::Fields(entries),
                 other => return Err(unexpected(other)),
@@ -74,7 +85,7 @@ async fn look(hub: &WatchHub, router: &Addr<RouterActor>, groups: &[Group]) -> R
         };
         let mut ranks: Vec<(&str, Vec<u8>)> = Vec::with_capacity(group.players.len());
         for player in &group.players {
-            let rank = match replies.next() {
+            let rank = match answers.next() {
                 Some(Ok(Reply::Rank(rank))) => encode(&rank),
                 Some(Ok(Reply::FieldRank(rank))) => encode(&rank),
                 other => return Err(unexpected(other)),
@@ -103,6 +114,9 @@ async fn look(hub: &WatchHub, router: &Addr<RouterActor>, groups: &[Group]) -> R
                 Offered::Unchanged | Offered::Gone | Offered::Withheld => {}
             }
         }
+    }
+    if !unreadable.is_empty() {
+        hub.unreadable(unreadable);
     }
     Ok(())
 }

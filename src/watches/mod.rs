@@ -114,9 +114,21 @@ impl WatchHub {
 
     /// `board` was dropped: each of its watches gets a last push, nil.
     pub fn dropped(&self, board: &str) {
+        self.end_with(|registry| registry.dropped(board));
+    }
+
+    /// `keys` follow what cannot be read (a window or period their board
+    /// does not have): each gets a last push, nil, as when a board is dropped.
+    pub fn unreadable(&self, keys: impl IntoIterator<Item = WatchKey>) {
+        self.end_with(|registry| registry.end(keys));
+    }
+
+    /// Ends the watches `end` takes out of the registry, each with a last
+    /// push, nil.
+    fn end_with(&self, end: impl FnOnce(&mut Registry) -> Vec<(WatchKey, Arc<PushBox>)>) {
         let (ended, open) = {
             let mut registry = self.registry.lock();
-            (registry.dropped(board), registry.len())
+            (end(&mut registry), registry.len())
         };
         self.set_open(open);
         for (key, pushes) in ended {

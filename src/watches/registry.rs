@@ -95,14 +95,24 @@ impl Registry {
 
     /// Ends a watch; whether it was open.
     pub fn remove(&mut self, key: WatchKey) -> bool {
-        let Some(watch) = self.watches.remove(&key) else { return false };
+        self.take(key).is_some()
+    }
+
+    /// Ends `keys` (what they follow cannot be read); returns each that was
+    /// open with where its last push goes.
+    pub fn end(&mut self, keys: impl IntoIterator<Item = WatchKey>) -> Vec<(WatchKey, Arc<PushBox>)> {
+        keys.into_iter().filter_map(|key| self.take(key).map(|watch| (key, watch.pushes))).collect()
+    }
+
+    fn take(&mut self, key: WatchKey) -> Option<Watch> {
+        let watch = self.watches.remove(&key)?;
         if let Some(board) = self.by_board.get_mut(&watch.spec.board) {
             board.keys.remove(&key);
             if board.keys.is_empty() {
                 self.by_board.remove(&watch.spec.board);
             }
         }
-        true
+        Some(watch)
     }
 
     /// Open watches.
@@ -275,6 +285,21 @@ mod tests {
         // Another board's writes do not touch it.
         registry.changed("other");
         assert!(registry.take_due(t1 + Duration::from_secs(1)).0.is_empty());
+    }
+
+    #[test]
+    fn ended_watches_leave_their_board_unwatched_once_none_is_left() {
+        let (mut registry, now, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        registry.add(key(1, 1), spec("b", WatchTarget::Top(3), 100), pushes.clone(), now);
+        registry.add(key(1, 2), spec("b", WatchTarget::Player("p".into()), 100), pushes.clone(), now);
+        registry.add(key(2, 1), spec("c", WatchTarget::Top(3), 100), pushes, now);
+        let ended = registry.end([key(1, 1), key(9, 9)]);
+        assert_eq!(ended.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [key(1, 1)], "an unknown key ends nothing");
+        assert!(registry.is_watched("b"), "one watch of b is left");
+        assert_eq!(registry.end([key(1, 2)]).len(), 1);
+        assert!(!registry.is_watched("b") && registry.is_watched("c"));
+        assert_eq!(registry.len(), 1);
+        assert!(!registry.remove(key(1, 2)), "already ended");
     }
 
     /// Between a drop's start and its end, a read sees no board, which
