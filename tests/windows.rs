@@ -175,3 +175,64 @@ async fn windows_survive_kill_9_across_a_rollover() {
     let rank = client.rank("daily_best", "ann").await.unwrap().expect("ranked today");
     assert_eq!((rank.rank, rank.score, rank.count), (1, 30, 1));
 }
+
+/// Periods past `keep` are dropped (their trees forgotten, their keys then
+/// deleted in steps) even while lone writes, staged on the I/O threads
+/// between the shard's own steps, never stop: the drop needs a moment with
+/// nothing staged and nothing in flight, which such writes never leave
+/// unless they are held off for it. Without that, the drop was refused
+/// ("needs the open batch committed first") second after second, and
+/// went through only at a lucky moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_periods_are_dropped_while_lone_writes_never_stop() {
+    let offset_to = |at: i64| (at - SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64).to_string();
+    // Written two days before the boundary, at noon.
+    let written_at = offset_to(BOUNDARY - 2 * 86_400 + 43_200);
+    let mut server = common::Server::start_capturing(1, &[common::CLOCK_OFFSET, &written_at], &[]);
+    let mut client = server.client().await;
+    create(&mut client, "d", &["all", "daily"], 1).await;
+    let calls: Vec<Call> = (0..50).map(|i| set_call("d", &format!("p{i}"), i, Mode::Set)).collect();
+    client.pipeline::<Value>(&calls).await.expect("writes");
+    drop(client);
+    assert!(server.terminate().success());
+    // Back a day later, just before the boundary: that period is yesterday's
+    // and kept; at the boundary it falls out of `keep`, with writers busy.
+    server.restart_with_flag(common::CLOCK_OFFSET, &offset_to(BOUNDARY - LEAD as i64));
+    let trees = |server: &common::Server| server.metric("rankd_shard_trees", &[r#"shard="0""#]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..16 {
+        let (mut client, stop) = (server.client().await, stop.clone());
+        writers.push(tokio::spawn(async move {
+            for i in 0u64.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return i;
+                }
+                client.set("busy", &format!("w{w}-{}", i % 100), i as i64, Mode::Set).await.expect("set");
+            }
+            unreachable!()
+        }));
+    }
+    common::wait_until(Duration::from_secs(LEAD), "the writers' board", async || trees(&server) == 3.0).await;
+    // Then `busy`'s tree and `d`'s all-time one only.
+    let dropped =
+        common::wait_for(Duration::from_secs(LEAD + 15), "the expired period dropped under load", async || {
+            let held = trees(&server);
+            if held == 2.0 {
+                Ok(held)
+            } else {
+                Err(format!("{held} trees held"))
+            }
+        })
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written: u64 = futures::future::join_all(writers).await.into_iter().map(|w| w.expect("writer")).sum();
+    assert!(written > 1_000, "the writers kept going: {written} writes");
+    assert_eq!(dropped, 2.0);
+    let mut client = server.client().await;
+    assert_eq!(count(&mut client, "d", "all", 0).await, 50);
+    drop(client);
+    assert!(server.terminate().success());
+    let logged = server.stderr_text();
+    assert!(!logged.contains("deleting expired periods failed"), "the drop had to wait for a quiet moment:\n{logged}");
+}

@@ -530,6 +530,9 @@ mod tests {
         let held_by_the_actor = cell.lock();
         let write = cell.try_write(Origin(0), write).expect_err("never waits for the lock");
         drop(held_by_the_actor);
+        let settling = cell.hold_writes_in_place();
+        let write = cell.try_write(Origin(0), write).expect_err("held off while the actor settles the shard");
+        drop(settling);
         let (get, _) = f.get("a");
         assert!(cell.try_write(Origin(0), get).is_err(), "reads are not staged");
         let (reply, _) = crate::request_path::shard::command::reply();

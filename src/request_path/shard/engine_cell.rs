@@ -85,6 +85,16 @@ impl Engine {
 #[derive(Clone)]
 pub struct EngineCell(Arc<Shared>);
 
+/// See [`EngineCell::hold_writes_in_place`]: counted as one more unapplied
+/// command while it lives.
+pub struct InPlaceHold(EngineCell);
+
+impl Drop for InPlaceHold {
+    fn drop(&mut self) {
+        self.0 .0.unapplied.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 struct Shared {
     engine: RwLock<Engine>,
     /// Commands sent to the actor and not yet applied.
@@ -169,6 +179,16 @@ impl EngineCell {
     /// as it sends, lowered by the actor under the lock once each is applied.
     pub fn unapplied(&self) -> &AtomicUsize {
         &self.0.unapplied
+    }
+
+    /// Holds off writes in place (and the committer's seals of them) until
+    /// the hold is dropped: meanwhile they queue for the actor, which takes
+    /// the hold to settle the shard (nothing staged, nothing in flight) for
+    /// work that needs it. A steady stream of lone writes, each staged in
+    /// place, would otherwise never leave the shard settled.
+    pub fn hold_writes_in_place(&self) -> InPlaceHold {
+        self.0.unapplied.fetch_add(1, Ordering::AcqRel);
+        InPlaceHold(self.clone())
     }
 
     /// Stages `command`, a write whose client waits for it alone, here on

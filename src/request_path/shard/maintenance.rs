@@ -64,6 +64,9 @@ impl BatchLoop {
         if has_expired != Some(true) {
             return;
         }
+        // Lone writes staged in place during the settle would leave the
+        // shard unsettled again: they queue behind this step instead.
+        let _held = self.engine.hold_writes_in_place();
         self.settle();
         if self.health.is_degraded() {
             return;
