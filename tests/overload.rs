@@ -1,7 +1,8 @@
 //! Overload: a thousand connections pipelining writes without reading a
 //! reply keep the server's memory bounded, get `overloaded` instead of
 //! unbounded queueing, and do not stop other clients from being served;
-//! plus the connection limit and the idle timeout.
+//! one connection pipelining long lists without reading holds bounded
+//! memory too; plus the connection limit and the idle timeout.
 
 mod common;
 
@@ -195,4 +196,56 @@ async fn idle_and_half_open_connections_are_closed() {
     let closed = tokio::time::timeout(Duration::from_secs(5), client.read_raw::<Value>()).await;
     let closed = closed.expect("closed within 5 s of falling silent");
     assert!(matches!(closed, Ok(None) | Err(_)), "the server closed the silent connection: {closed:?}");
+}
+
+/// A connection's requests in flight are bounded by the rows their replies
+/// may hold, not only by their number: 4096 pipelined `top`s of 1000 rows,
+/// never read, would otherwise pin every answer (a thousand rows from each
+/// shard for each of them: the server's RSS grew by over 1 GB for this one
+/// connection before the rows were counted). The server
+/// reads on only while the rows in flight stay under 16 a request of
+/// `--max-inflight` on average; TCP pushes back on the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_pipelining_long_lists_without_reading_stays_bounded() {
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    let names: Vec<String> =
+        (0..1000).map(|i| format!("a-rather-long-player-name-to-weigh-on-memory-{i:04}")).collect();
+    let calls: Vec<Call> = names.iter().zip(0..).map(|(p, s)| set_call("big", p, s, Mode::Set)).collect();
+    client.pipeline::<Value>(&calls).await.expect("fill");
+    let baseline = server.rss_bytes();
+    let mut greedy = TcpStream::connect(&server.addr).await.expect("connect");
+    let mut frames = Vec::new();
+    for id in 1..=4096u64 {
+        let fields = [("board", Value::from("big")), ("limit", Value::from(1000))];
+        frames.extend_from_slice(&frame(&req(id, "top", &fields)));
+    }
+    let mut written = 0;
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        while let Ok(n @ 1..) = greedy.write(&frames[written..]).await {
+            written += n;
+        }
+    })
+    .await;
+    // The server reads what its bound lets it, the shards answer all of
+    // that, and the answers wait for the greedy reader: then nothing moves.
+    let mut peak = baseline;
+    let mut last = (-1.0, -1.0);
+    common::wait_for(Duration::from_secs(30), "the greedy connection's requests to settle", async || {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        peak = peak.max(server.rss_bytes());
+        let now = (server.metric("rankd_received_bytes_total", &[]), server.metric("rankd_shard_mailbox_depth", &[]));
+        let settled = now == last && now.1 == 0.0;
+        last = now;
+        if settled {
+            Ok(())
+        } else {
+            Err(format!("received bytes and queued requests: {now:?}"))
+        }
+    })
+    .await;
+    eprintln!("RSS {} MiB before, {} MiB at peak; {written} bytes written", baseline >> 20, peak >> 20);
+    assert!(peak < baseline + (256 << 20), "RSS grew from {} to {} MiB for one connection", baseline >> 20, peak >> 20);
+    // Everyone else is served meanwhile.
+    assert_eq!(client.top("big", 1, 0).await.expect("top").len(), 1);
 }

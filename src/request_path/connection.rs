@@ -14,10 +14,11 @@
 //! keeps "requests on one connection take effect in the order they were sent"
 //! without serialising ordinary pipelines.
 //!
-//! Bounds: at most `max_inflight` requests per connection are in flight; past
-//! that the server stops reading and TCP pushes back on the client, so a
-//! client that pipelines without reading replies holds at most
-//! `max_inflight` requests and their replies. A frame over `max_frame` is
+//! Bounds: at most `max_inflight` requests per connection are in flight, and
+//! at most [`REPLY_ROWS_PER_REQUEST`] times as many reply rows (list
+//! entries); past either the server stops reading and TCP pushes back on
+//! the client, so a client that pipelines without reading replies holds at
+//! most that many requests and their replies. A frame over `max_frame` is
 //! refused before its body is read. A connection idle (nothing in flight,
 //! nothing sent) or not reading its replies for `idle_timeout` is closed.
 //!
@@ -60,6 +61,12 @@ use crate::watches::{PushBox, WatchHub, WatchSession};
 use rankd_client::frame::{FrameError, FrameReader};
 use rankd_client::OpKind;
 
+/// Reply rows (list entries) a connection's requests in flight may hold on
+/// average, per request of `max_inflight`: 4096 pipelined `rank`s still
+/// fit, 4096 `top`s of 1000 rows (a thousand from each shard, each, until
+/// read) do not, and wait for the client to read.
+pub const REPLY_ROWS_PER_REQUEST: usize = 16;
+
 /// Per-connection limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -89,6 +96,8 @@ struct Done {
     bytes: Vec<u8>,
     /// Requests the batch held, to take off `Connection::inflight_requests`.
     requests: usize,
+    /// Reply rows they may hold, to take off `Connection::held_rows`.
+    rows: usize,
     /// Whether it held a multi-step read, to take off
     /// `Connection::multi_outstanding`.
     multi: bool,
@@ -104,6 +113,8 @@ struct Answering {
     slots: Vec<(u64, Slot)>,
     /// When the batch was dispatched, for the latency histograms.
     started: Instant,
+    /// Reply rows its requests may hold.
+    rows: usize,
     /// Whether it held a multi-step read.
     multi: bool,
     metrics: Arc<Metrics>,
@@ -113,7 +124,7 @@ impl Answering {
     /// The batch answered: `replies` are the router's, in order, one for
     /// each routed slot.
     fn done(self, replies: Vec<Result<Reply, Error>>) -> Done {
-        let Self { slots, started, multi, metrics } = self;
+        let Self { slots, started, rows, multi, metrics } = self;
         let mut replies = replies.into_iter();
         let elapsed = started.elapsed();
         let requests = slots.len();
@@ -146,7 +157,7 @@ impl Answering {
                 metrics.op(op).finish(outcome, elapsed);
             }
         }
-        Done { bytes: out, requests, multi, opened }
+        Done { bytes: out, requests, rows, multi, opened }
     }
 }
 
@@ -191,6 +202,9 @@ struct Connection {
     answered: Vec<Done>,
     /// Requests dispatched and not yet answered.
     inflight_requests: usize,
+    /// Reply rows the requests read and not yet answered may hold (see
+    /// [`REPLY_ROWS_PER_REQUEST`]).
+    held_rows: usize,
     /// Dispatched batches holding a multi-step read, not yet answered.
     multi_outstanding: usize,
     /// Decoded but not dispatched yet, in order.
@@ -206,6 +220,22 @@ struct Connection {
 }
 
 impl Connection {
+    /// Keeps `decoded` until it is dispatched, its reply rows counted from
+    /// now.
+    fn hold(&mut self, decoded: Decoded) {
+        if let Decoded::Request(request) = &decoded {
+            self.held_rows += request.op.reply_rows();
+        }
+        self.pending.push(decoded);
+    }
+
+    /// Whether more requests may be read: fewer than `max_inflight` read
+    /// and unanswered, holding fewer reply rows than their bound.
+    fn has_room(&self, limits: &Limits) -> bool {
+        self.inflight_requests + self.pending.len() < limits.max_inflight
+            && self.held_rows < limits.max_inflight.saturating_mul(REPLY_ROWS_PER_REQUEST)
+    }
+
     /// Admits a decoded request: `auth` is answered here, and ops the
     /// connection's standing does not allow are answered `unauthorized`.
     fn admit(&mut self, request: Request) -> Decoded {
@@ -286,10 +316,12 @@ impl Connection {
         let count = batch.len();
         let mut slots: Vec<(u64, Slot)> = Vec::with_capacity(count);
         let mut ops = Vec::with_capacity(count);
+        let mut rows = 0;
         for decoded in batch {
             match decoded {
                 Decoded::Request(Request { id, op }) => {
                     slots.push((id, Slot::Routed(op.kind())));
+                    rows += op.reply_rows();
                     ops.push(op);
                 }
                 Decoded::Invalid(rejected) => slots.push((rejected.id, Slot::Rejected(rejected))),
@@ -308,7 +340,7 @@ impl Connection {
             self.multi_outstanding += 1;
         }
         self.inflight_requests += count;
-        let batch = Answering { slots, started, multi: has_multi, metrics: self.metrics.clone() };
+        let batch = Answering { slots, started, rows, multi: has_multi, metrics: self.metrics.clone() };
         match replies {
             // Nothing before it still to come: written with what is
             // answered already, without a future to poll.
@@ -345,6 +377,7 @@ impl Connection {
     /// written: pushes of the watches it opened may follow them).
     fn finished(&mut self, done: &Done) {
         self.inflight_requests -= done.requests;
+        self.held_rows -= done.rows;
         if done.multi {
             self.multi_outstanding -= 1;
         }
@@ -440,6 +473,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         inflight: FuturesOrdered::new(),
         answered: Vec::new(),
         inflight_requests: 0,
+        held_rows: 0,
         multi_outstanding: 0,
         pending: Vec::new(),
         access: Access::new(tokens),
@@ -464,7 +498,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         if closing && conn.inflight.is_empty() && conn.pending.is_empty() {
             break;
         }
-        let can_read = !closing && conn.pending.is_empty() && conn.inflight_requests < limits.max_inflight;
+        let can_read = !closing && conn.pending.is_empty() && conn.has_room(&limits);
         let pushes = conn.watching.as_ref().map(WatchSession::pushes);
         let watching = conn.is_watching() && !closing;
         tokio::select! {
@@ -485,7 +519,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                             match parse(&body).map(|request| conn.admit(request)) {
                                 // Nothing after it is read.
                                 Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
-                                Ok(decoded) => conn.pending.push(decoded),
+                                Ok(decoded) => conn.hold(decoded),
                                 Err(rejected) => conn.pending.push(Decoded::Invalid(rejected)),
                             }
                         }
@@ -509,8 +543,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     }
                     // Nothing after the last permitted failed `auth` is read.
                     closing |= conn.locked_out;
-                    let room = conn.inflight_requests + conn.pending.len() < limits.max_inflight;
-                    if closing || !room || !frames.has_buffered_frame() {
+                    if closing || !conn.has_room(&limits) || !frames.has_buffered_frame() {
                         break;
                     }
                     frame = frames.next_frame().await;

@@ -213,6 +213,20 @@ impl Op {
     pub fn is_write(&self) -> bool {
         self.kind().is_write()
     }
+
+    /// The rows its reply may hold (a list's entries, a `set_many`'s
+    /// scores), 1 for any other reply: what a connection's requests in
+    /// flight may pin in memory until their client reads the replies.
+    pub fn reply_rows(&self) -> usize {
+        let rows = match self {
+            Self::Top { limit, .. } | Self::Boards { limit, .. } => *limit,
+            Self::Around { before, after, .. } => before.saturating_add(*after).saturating_add(1),
+            Self::Ranks { players, .. } => players.len(),
+            Self::SetMany { entries, .. } => entries.len(),
+            _ => 1,
+        };
+        rows.max(1)
+    }
 }
 
 /// A frame that is not a valid request: the error to answer, with the
