@@ -289,3 +289,22 @@ def test_the_tls_context_may_be_given_whole() -> None:
     with FakeServer(silent) as server:
         with pytest.raises(rankd.RankdTimeout):
             rankd.Client(**server.address, tls=context, connect_timeout=0.2)
+
+
+def test_auth_with_a_new_token_reconnects_with_it_not_with_the_one_it_replaces(kind: str) -> None:
+    def rotated(conn: FakeConnection) -> None:
+        """A server whose tokens were rotated: the old one is refused."""
+        while (request := conn.read()) is not None:
+            if request.get("op") == "auth" and request.get("token") != "new":
+                conn.err(request, "unauthorized", "wrong token")
+            else:
+                answer(conn, request)
+
+    # The first connection answers the auth and a ping, then breaks on the
+    # next request: the `auth` with the new token, which must reconnect.
+    with FakeServer(serve_then_close(2), rotated) as server:
+        with open_client(kind, **server.address, token="old", retry_writes=False) as db:
+            assert db.ping() == "pong"
+            assert db.auth("new") is True
+            assert [r["token"] for r in server.sent("auth", 1)] == ["new", "new"]
+            assert db.ping() == "pong"

@@ -532,9 +532,15 @@ class Client:
         `token` after every reconnection. `True`, or `{"role": "read"|"write"}`
         on a server with token roles; `RankdError("unauthorized")` if refused
         (the third refusal on one connection closes it)."""
-        result = cast(Auth, self._call(_wire.request("auth", token=token)))
-        self._token = token
-        return result
+        # Stored first: should this call have to reconnect, the new
+        # connection presents this token, not one it replaces (perhaps
+        # revoked meanwhile). Put back if refused.
+        previous, self._token = self._token, token
+        try:
+            return cast(Auth, self._call(_wire.request("auth", token=token)))
+        except BaseException:
+            self._token = previous
+            raise
 
     def create_board(
         self,
@@ -573,9 +579,29 @@ class Client:
         and end."""
         return cast(bool, self._call(_wire.request("drop_board", board=board)))
 
-    def boards(self) -> List[Board]:
-        """Every board with its config and count."""
-        return cast(List[Board], self._call(_wire.request("boards")))
+    def boards(
+        self, prefix: Optional[str] = None, *, after: Optional[str] = None, limit: Optional[int] = None
+    ) -> List[Board]:
+        """One page of boards with their configs and counts, in byte order
+        of their names: those whose name starts with `prefix`, after the
+        board named `after`, at most `limit` (1 to 10 000; the server's
+        default, 1000). Ask again with `after` set to the last name until a
+        page comes back shorter than `limit`, or call `all_boards`."""
+        return cast(
+            List[Board], self._call(_wire.request("boards", prefix=prefix, after=after, limit=limit))
+        )
+
+    def all_boards(self, prefix: Optional[str] = None, *, page: int = 1000) -> List[Board]:
+        """Every board whose name starts with `prefix`, asked for `page` at a
+        time (a server may hold millions: see `boards`)."""
+        found: List[Board] = []
+        after: Optional[str] = None
+        while True:
+            got = self.boards(prefix, after=after, limit=page)
+            found.extend(got)
+            if len(got) < page:
+                return found
+            after = got[-1]["board"]
 
     @overload
     def set(
