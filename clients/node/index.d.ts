@@ -271,6 +271,8 @@ export class RankdClient extends EventEmitter {
   rankOfScore(board: string, score: Int64, options?: ReadOptions): Promise<number>;
   top(board: string, options?: TopOptions): Promise<Entry[]>;
   around(board: string, player: string, options?: AroundOptions): Promise<Entry[]>;
+  /** Those of `players` (1 to 1000 names) present, each once, best first, each with its board-wide rank. */
+  ranks(board: string, players: Iterable<string>, options?: ReadOptions): Promise<Entry[]>;
 
   /**
    * Follows a board's best `top` entries or one `player`'s rank; resolves

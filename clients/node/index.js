@@ -38,7 +38,7 @@ const RETRY_DELAY_MAX_MS = 2_000;
 /** The writes that take a `wid` (protocol 1.1): the server applies a (board, wid) at most once. */
 const WID_OPS = new Set(["set", "set_many", "remove"]);
 /** Ops that change nothing: a connection lost while one was in flight leaves no doubt. */
-const READ_OPS = new Set(["ping", "auth", "boards", "get", "count", "rank", "rank_of_score", "top", "around", "watch", "unwatch"]);
+const READ_OPS = new Set(["ping", "auth", "boards", "get", "count", "rank", "rank_of_score", "top", "around", "ranks", "watch", "unwatch"]);
 
 const HEADER = 4;
 const I64_MIN = -(2n ** 63n);
@@ -591,6 +591,11 @@ export class RankdClient extends EventEmitter {
   /** The player with up to `before` better and `after` worse neighbours; `[]` if absent. */
   around(board, player, { before, after, window, period, ...extra } = {}) {
     return this.call("around", { ...extra, board, player, before, after, window, period });
+  }
+
+  /** A friends leaderboard in one call: those of `players` (1 to 1000 names) present, each once, best first, each with its board-wide rank. */
+  ranks(board, players, { window, period, ...extra } = {}) {
+    return this.call("ranks", { ...extra, board, players: [...players], window, period });
   }
 
   /**

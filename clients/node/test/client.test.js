@@ -65,6 +65,10 @@ async function assertBoardMatches(client, board, scores, config = {}) {
   assert.equal(await client.get(board, "nobody"), null, "get of an absent player");
   assert.equal(await client.rank(board, "nobody"), null, "rank of an absent player");
   assert.deepEqual(await client.around(board, "nobody"), [], "around an absent player");
+  // A friends list: every other player, one twice, one absent; best first.
+  const friends = want.list.filter((_, i) => i % 2 === 0);
+  const asked = [...friends.map((e) => e.player).reverse(), "nobody", friends[0]?.player].filter(Boolean);
+  assert.deepEqual(await client.ranks(board, new Set(asked)), friends, "ranks of a friends list");
 }
 
 // -- against a real rankd ------------------------------------------------

@@ -189,7 +189,7 @@ describe("idempotent writes against a scripted server", () => {
   test("only writes with a wid go again: reads and create_board in flight fail, and say whether they may have applied", async () => {
     const server = await new FakeServer(async (conn, index) => {
       if (index === 0) {
-        for (let i = 0; i < 4; i++) await conn.read();
+        for (let i = 0; i < 5; i++) await conn.read();
         conn.drop();
       } else {
         for (let request; (request = await conn.read()); ) conn.reply(request, request.op === "remove" ? true : 1);
@@ -199,15 +199,18 @@ describe("idempotent writes against a scripted server", () => {
     try {
       const calls = [
         db.get("b", "p"),
+        db.ranks("b", ["p", "q"]),
         db.createBoard("b2"),
         db.remove("b", "p", { wid: "rm-9" }),
         db.set("b", "p", 1, { mode: "incr", wid: "x" }),
       ];
       const outcomes = await Promise.allSettled(calls);
-      const [get, create, remove, set] = outcomes;
+      const [get, ranks, create, remove, set] = outcomes;
       assert.equal(get.status, "rejected");
       assert.ok(get.reason instanceof RankdConnectionError);
       assert.equal(get.reason.maybeApplied, false, "a read changes nothing");
+      assert.equal(ranks.status, "rejected");
+      assert.equal(ranks.reason.maybeApplied, false, "nor does a friends list");
       assert.equal(create.status, "rejected");
       assert.equal(create.reason.maybeApplied, true, "create_board may have applied");
       assert.match(create.reason.message, /create_board was sent once and may or may not have applied/);
