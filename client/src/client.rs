@@ -55,6 +55,12 @@ pub struct Client {
     pub(crate) writer: Box<dyn AsyncWrite + Send + Unpin>,
     /// The id of the next request: replies are matched to calls by it.
     next_id: u64,
+    /// Set while a pipeline's requests and replies are under way, cleared
+    /// once every reply is read: still set when the next pipeline starts,
+    /// the last one was abandoned (its future dropped, as by a timeout) or
+    /// failed part way, and what is on the wire is out of step with the
+    /// calls. Such a client answers every call with an error: connect again.
+    unsettled: bool,
     /// Pushes read while waiting for replies.
     pushes: PushBuffer,
 }
@@ -69,8 +75,13 @@ impl Client {
     /// with the token if one is given.
     pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Self, ClientError> {
         let (read, writer) = connect::open(addr, options.tls.as_ref()).await?;
-        let mut client =
-            Self { reader: FrameReader::new(read, MAX_REPLY), writer, next_id: 1, pushes: PushBuffer::default() };
+        let mut client = Self {
+            reader: FrameReader::new(read, MAX_REPLY),
+            writer,
+            next_id: 1,
+            unsettled: false,
+            pushes: PushBuffer::default(),
+        };
         if let Some(token) = &options.token {
             client.auth(&token.0).await?;
         }
@@ -119,7 +130,10 @@ impl Client {
     /// once, so a long pipeline cannot deadlock on full socket buffers), and
     /// returns each result in order. The outer error is the connection's; a
     /// call's own failure is its entry's. Pushes arriving in between are set
-    /// aside (see [`Client::take_push`]).
+    /// aside (see [`Client::take_push`]). Not cancel-safe: a pipeline whose
+    /// future is dropped (by a timeout, say) leaves its replies on the wire,
+    /// and every later call fails at once rather than read them as its own
+    /// ([`Client::is_out_of_step`]); connect again.
     pub async fn pipeline<T: DeserializeOwned>(
         &mut self,
         calls: &[Call],
@@ -136,6 +150,14 @@ impl Client {
         if let Some(why) = calls.iter().find_map(Call::invalid) {
             return Err(ClientError::Encode(why.to_string()));
         }
+        if self.unsettled {
+            return Err(ClientError::Protocol(
+                "an earlier call on this connection was abandoned or failed part way, so its replies are out of \
+                 step with the calls: connect again"
+                    .into(),
+            ));
+        }
+        self.unsettled = true;
         let first = self.next_id;
         let mut out = Vec::with_capacity(calls.len() * 48);
         for (i, call) in calls.iter().enumerate() {
@@ -175,7 +197,15 @@ impl Client {
         let (written, results) = tokio::join!(write, read);
         let results = results?;
         written?;
+        self.unsettled = false;
         Ok(results)
+    }
+
+    /// Whether a call was abandoned or failed part way on this connection,
+    /// which then answers every call with an error (see
+    /// [`Client::pipeline`]): a pool or a retrying client connects again.
+    pub fn is_out_of_step(&self) -> bool {
+        self.unsettled
     }
 
     /// The oldest push set aside while a call waited for its reply, if any
@@ -424,6 +454,31 @@ mod tests {
         let mut client = Client::connect(&addr).await.unwrap();
         let error = client.next_push().await.unwrap_err();
         assert!(matches!(&error, ClientError::Protocol(why) if why.contains("reply id 9")), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_call_abandoned_part_way_fails_every_later_call_rather_than_hand_it_a_late_reply() {
+        let addr = serve(|n, mut peer| async move {
+            if n == 0 {
+                // Answered late: after the caller gave up on it.
+                let slow = peer.request().await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                peer.reply(id(&slow), "pong".into()).await;
+            }
+            while let Some(request) = peer.request().await {
+                peer.reply(id(&request), "pong".into()).await;
+            }
+        })
+        .await;
+        let mut client = Client::connect(&addr).await.unwrap();
+        let abandoned = tokio::time::timeout(std::time::Duration::from_millis(50), client.ping()).await;
+        assert!(abandoned.is_err(), "the server holds the reply back");
+        assert!(client.is_out_of_step());
+        let error = client.ping().await.unwrap_err();
+        assert!(matches!(&error, ClientError::Protocol(why) if why.contains("connect again")), "{error}");
+        let mut fresh = Client::connect(&addr).await.unwrap();
+        assert_eq!(fresh.ping().await.unwrap(), "pong");
+        assert!(!fresh.is_out_of_step());
     }
 
     #[tokio::test]

@@ -117,6 +117,11 @@ impl RetryingClient {
     /// The connection, opened (within the policy's timeout) if there is
     /// none: for reads and other calls, which are not retried.
     pub async fn client(&mut self) -> Result<&mut Client, ClientError> {
+        // A read abandoned part way (a caller's timeout) left its replies
+        // on the wire: that connection can answer nothing more.
+        if self.client.as_ref().is_some_and(Client::is_out_of_step) {
+            self.client = None;
+        }
         if self.client.is_none() {
             let connect = Client::connect_with(&self.addr, &self.options);
             let client = tokio::time::timeout(self.policy.timeout, connect).await.map_err(|_| timed_out())??;
