@@ -6,6 +6,7 @@ use rankd_client::{Mode, OpKind};
 use rmpv::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 /// A plain HTTP/1.0 GET (the endpoint is served by axum; the test needs no
 /// HTTP client of its own). Returns (status line, body).
@@ -244,4 +245,29 @@ async fn a_starved_runs_thread_holds_writes_back_instead_of_piling_up_runs() {
     assert_eq!(client.count("starved").await.expect("count"), written as u64, "every acknowledged write is there");
     let top = client.top("starved", 1, 0).await.expect("top");
     assert_eq!(top[0].player, format!("p{}", written - 1), "and listed from the written runs");
+}
+
+/// `/readyz` answers 503 from the moment SIGTERM arrives, not only once
+/// the connections are drained (up to 30 s later): a load balancer stops
+/// sending clients to a port that no longer accepts them.
+#[tokio::test]
+async fn readyz_turns_503_as_soon_as_sigterm_arrives() {
+    let mut server = common::Server::start_with(1, &["--debug-commit-delay-ms", "3000"]);
+    let (status, _) = http_get(&server.metrics_addr, "/readyz");
+    assert!(status.contains("200"), "readyz: {status}");
+    // A write whose commit takes 3 s keeps the drain busy.
+    let mut client = server.client().await;
+    let write = tokio::spawn(async move { client.set("b", "p", 1, Mode::Set).await });
+    common::wait_until(Duration::from_secs(5), "the write to reach its shard", async || {
+        server.metric("rankd_shard_mailbox_depth", &[]) > 0.0
+    })
+    .await;
+    let pid = server.pid().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    common::wait_until(Duration::from_secs(2), "/readyz to answer 503 during the drain", async || {
+        http_get(&server.metrics_addr, "/readyz").0.contains("503")
+    })
+    .await;
+    assert_eq!(write.await.unwrap().expect("answered before the exit"), 1);
+    assert!(server.terminate().success());
 }

@@ -114,6 +114,8 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
         }
     }
     tracing::info!("shutting down: no new connections; answering what was read");
+    // Load balancers stop sending clients now, not after the drain.
+    metrics.set_ready(false);
     drop(listener);
     let _ = shutdown_tx.send(true);
     drop(alive_tx);

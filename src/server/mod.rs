@@ -146,7 +146,6 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
             watches,
         };
         listener::accept_until_signal(listener, &io, serving, metrics.clone()).await;
-        metrics.set_ready(false);
         listener::sync_shards(&links).await;
         io.stop();
         watch_thread.stop();
