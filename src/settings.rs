@@ -130,6 +130,20 @@ pub struct ServeSettings {
     pub hooks: crate::hooks::TestHooks,
 }
 
+/// Most connections `--max-connections` may allow: far past any file
+/// descriptor limit, and below what the connection semaphore can count.
+const MAX_CONNECTIONS: usize = 1 << 24;
+
+/// Longest `--idle-timeout-secs`: a year (a deadline that far ahead still
+/// fits the clock's arithmetic).
+const MAX_IDLE_TIMEOUT_SECS: u64 = 365 * 86_400;
+
+/// The machine's cores, within what `--shards` and `--io-threads` allow
+/// (their defaults).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from).min(256)
+}
+
 impl Default for ServeSettings {
     fn default() -> Self {
         Self {
@@ -137,8 +151,8 @@ impl Default for ServeSettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
             data_dir: PathBuf::from("rankd-data"),
-            shards: std::thread::available_parallelism().map_or(1, usize::from),
-            io_threads: std::thread::available_parallelism().map_or(1, usize::from),
+            shards: cores(),
+            io_threads: cores(),
             branching: rankd_shards::tree::DEFAULT_BRANCHING,
             max_batch: 4096,
             max_frame: DEFAULT_MAX_FRAME,
@@ -256,6 +270,12 @@ impl ServeSettings {
         }
         if self.max_connections == 0 || self.max_shard_queue == 0 || self.idle_timeout_secs == 0 {
             return invalid("--max-connections, --max-shard-queue and --idle-timeout-secs must be at least 1".into());
+        }
+        if self.max_connections > MAX_CONNECTIONS || self.idle_timeout_secs > MAX_IDLE_TIMEOUT_SECS {
+            return invalid(format!(
+                "--max-connections must be at most {MAX_CONNECTIONS} and --idle-timeout-secs at most \
+                 {MAX_IDLE_TIMEOUT_SECS} (a year)"
+            ));
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return invalid("--tls-cert and --tls-key go together".into());
@@ -405,6 +425,17 @@ mod tests {
         std::fs::write(&tokens_file, "[[tokens]]\nrole = \"read\"\ntoken = s3cret-unquoted\n").unwrap();
         let err = resolve(&args).unwrap_err().to_string();
         assert!(err.contains("line 3") && !err.contains("s3cret"), "where, never the token: {err}");
+    }
+
+    #[test]
+    fn limits_too_large_to_take_are_refused_before_anything_opens() {
+        // Once let through, each panicked later: the connection semaphore
+        // cannot count that far; a deadline that far ahead overflows.
+        assert!(resolve(&["--max-connections", &usize::MAX.to_string()]).is_err());
+        assert!(resolve(&["--idle-timeout-secs", &u64::MAX.to_string()]).is_err());
+        assert!(resolve(&["--max-connections", "100000", "--idle-timeout-secs", "86400"]).is_ok());
+        let defaults = ServeSettings::default();
+        assert!((1..=256).contains(&defaults.shards) && defaults.io_threads == defaults.shards, "one per core, capped");
     }
 
     #[test]
