@@ -45,6 +45,16 @@ pub enum LayoutError {
         /// What was asked.
         wanted: u32,
     },
+    /// A shard's directory is gone from a data dir that had it.
+    #[error("data dir {dir} holds {shards} shards but {missing} is missing: restore it (from a backup, or put it back) before starting; starting without it would lose its players")]
+    MissingShard {
+        /// The data dir.
+        dir: PathBuf,
+        /// Its shard count.
+        shards: usize,
+        /// The missing directory's name.
+        missing: String,
+    },
     /// Unreadable or from a newer rankd.
     #[error("cannot use layout file {path}: {reason}")]
     Invalid {
@@ -63,8 +73,11 @@ pub fn shard_dir(data_dir: &Path, index: usize) -> PathBuf {
     data_dir.join(format!("shard-{index}"))
 }
 
-/// Creates the layout file in a new data dir, or checks an existing one
-/// matches `shards` and `branching`.
+/// Creates a new data dir (its shard directories, then the layout file),
+/// or checks an existing one matches `shards` and `branching` and still
+/// has every shard's directory. The layout file is written last, so a data
+/// dir that has one had every shard directory: one missing now was lost
+/// or moved, and is not silently made again, empty.
 pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result<Layout, LayoutError> {
     let path = data_dir.join(LAYOUT_FILE);
     let wanted = Layout { format: FORMAT, shards, branching };
@@ -85,15 +98,23 @@ pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result
                     wanted: branching,
                 });
             }
+            if let Some(missing) = (0..shards).map(|index| shard_dir(data_dir, index)).find(|dir| !dir.is_dir()) {
+                let missing = missing.file_name().map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+                return Err(LayoutError::MissingShard { dir: data_dir.to_path_buf(), shards, missing });
+            }
             Ok(stored)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if data_dir.join("shard-0").exists() {
+            // Empty shard directories are a start cut short before its
+            // layout file was written: nothing was stored in them.
+            let used = |dir: PathBuf| std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+            if (0..shards.max(1)).map(|index| shard_dir(data_dir, index)).any(used) {
                 return Err(LayoutError::Invalid {
                     path,
                     reason: "shard directories exist but the layout file is missing".into(),
                 });
             }
+            create_shard_dirs(data_dir, shards)?;
             write(data_dir, wanted)?;
             Ok(wanted)
         }
@@ -106,7 +127,7 @@ pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result
 /// not the directory's own entry in its parent: after a power cut a new
 /// shard's directory, with the journal of its acknowledged writes, was gone
 /// (found by the power-cut tests).
-pub fn create_shard_dirs(data_dir: &Path, shards: usize) -> Result<(), LayoutError> {
+fn create_shard_dirs(data_dir: &Path, shards: usize) -> Result<(), LayoutError> {
     let io = |e| LayoutError::Io(data_dir.to_path_buf(), e);
     let mut created = false;
     for index in 0..shards {
@@ -169,6 +190,29 @@ mod tests {
         let err = check_or_create(dir.path(), 2, 16).unwrap_err().to_string();
         assert!(err.contains("holds 4 shards") && err.contains("--shards 4"), "{err}");
         assert!(check_or_create(dir.path(), 4, 64).is_err());
+    }
+
+    #[test]
+    fn a_shard_directory_gone_from_a_data_dir_is_refused_not_made_again_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        check_or_create(dir.path(), 3, 16).unwrap();
+        assert!((0..3).all(|index| shard_dir(dir.path(), index).is_dir()), "made with the data dir");
+        std::fs::remove_dir_all(shard_dir(dir.path(), 1)).unwrap();
+        let err = check_or_create(dir.path(), 3, 16).unwrap_err().to_string();
+        assert!(err.contains("shard-1 is missing"), "{err}");
+        assert!(!shard_dir(dir.path(), 1).exists(), "not made again");
+    }
+
+    #[test]
+    fn empty_shard_directories_without_a_layout_are_a_start_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        create_shard_dirs(dir.path(), 2).unwrap(); // then the process died
+        check_or_create(dir.path(), 2, 16).unwrap();
+        let used = tempfile::tempdir().unwrap();
+        create_shard_dirs(used.path(), 2).unwrap();
+        std::fs::write(shard_dir(used.path(), 0).join("journal"), b"acknowledged writes").unwrap();
+        let err = check_or_create(used.path(), 2, 16).unwrap_err().to_string();
+        assert!(err.contains("layout file is missing"), "{err}");
     }
 
     #[test]

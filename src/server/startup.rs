@@ -25,7 +25,6 @@ use crate::settings::{DurabilityArg, ServeSettings};
 /// to load their count trees.
 pub fn open_shards(config: &ServeSettings) -> Result<(Vec<Shard>, RouterState), StartError> {
     layout::check_or_create(&config.data_dir, config.shards, config.branching)?;
-    layout::create_shard_dirs(&config.data_dir, config.shards)?;
     let options = shard_options(config);
     std::thread::scope(|scope| {
         let (boards_tx, boards_rx) = std::sync::mpsc::channel();
