@@ -91,6 +91,13 @@ fn msgpack_streams_import_and_bad_rows_are_refused() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("row 2"), "names the bad row");
+    // A pipeline of 0 would never fill: refused, not the whole file held.
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .args(["import", "-q", "--pipeline", "0", "-s", &server.addr, bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pipeline must be at least 1"));
 }
 
 #[test]

@@ -251,6 +251,10 @@ pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
     if !(1..=MAX_SET_MANY).contains(&args.batch) {
         return Err(TransferError::Usage(format!("--batch must be 1 to {MAX_SET_MANY}")));
     }
+    // 0 would never fill a pipeline: the whole file held, then sent at once.
+    if args.pipeline == 0 {
+        return Err(TransferError::Usage("--pipeline must be at least 1".into()));
+    }
     let (input, len): (Box<dyn Read>, Option<u64>) = if args.file.as_os_str() == "-" {
         (Box::new(std::io::stdin()), None)
     } else {
