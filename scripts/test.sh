@@ -4,8 +4,9 @@
 # tests/python_client.rs runs with $RANKD_TEST_PYTHON; the Node client's npm
 # dependencies, and Node itself if there is none; Debian's prometheus
 # package, whose server and promtool check the dashboard and alert rules;
-# fuse3, for the power-cut filesystem of tests/power_cut.rs),
-# then every unit, property and integration test.
+# fuse3, for the power-cut filesystem of tests/power_cut.rs; redis-server,
+# for the load generator's Redis comparison; python3-yaml and systemd, for
+# tests/deployment/), then every unit, property and integration test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,16 @@ fi
 if ! command -v fusermount3 >/dev/null; then
   echo "installing Debian's fuse3 package for tests/power_cut.rs (the power-cut filesystem mounts with fusermount3)"
   apt_install fuse3
+fi
+
+# tests/deployment/ reads the compose file and the Kubernetes manifests
+# with PyYAML and checks the systemd unit with systemd-analyze.
+deployment_needs=()
+command -v systemd-analyze >/dev/null || deployment_needs+=(systemd)
+/usr/bin/python3 -c 'import yaml' 2>/dev/null || deployment_needs+=(python3-yaml)
+if [ ${#deployment_needs[@]} -gt 0 ]; then
+  echo "installing Debian's ${deployment_needs[*]} for tests/deployment/"
+  apt_install "${deployment_needs[@]}"
 fi
 
 if ! command -v redis-server >/dev/null; then
