@@ -271,3 +271,27 @@ async fn readyz_turns_503_as_soon_as_sigterm_arrives() {
     assert_eq!(write.await.unwrap().expect("answered before the exit"), 1);
     assert!(server.terminate().success());
 }
+
+/// A second SIGTERM ends a shutdown stalled on its drain at once, with exit
+/// status 2 (a first one alone waits up to 30 s for the connections, and
+/// then for every shard's last sync, which a hung disk never finishes).
+/// Nothing acknowledged is lost: every acknowledged write is durable.
+#[tokio::test]
+async fn a_second_sigterm_ends_a_stalled_shutdown_at_once() {
+    let mut server = common::Server::start_with(1, &["--debug-commit-delay-ms", "20000"]);
+    let mut client = server.client().await;
+    let stalled = tokio::spawn(async move { client.set("b", "p", 1, Mode::Set).await });
+    common::wait_until(Duration::from_secs(5), "the write to reach its shard", async || {
+        server.metric("rankd_shard_mailbox_depth", &[]) > 0.0
+    })
+    .await;
+    let pid = server.pid().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    common::wait_until(Duration::from_secs(5), "the shutdown to begin", async || {
+        http_get(&server.metrics_addr, "/readyz").0.contains("503")
+    })
+    .await;
+    let status = tokio::task::spawn_blocking(move || server.terminate()).await.expect("terminate");
+    assert_eq!(status.code(), Some(2), "cut short by the second signal: {status}");
+    assert!(stalled.await.unwrap().is_err(), "the stalled write was never acknowledged");
+}

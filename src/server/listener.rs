@@ -113,9 +113,17 @@ pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving:
             () = &mut signal => break,
         }
     }
-    tracing::info!("shutting down: no new connections; answering what was read");
+    tracing::info!("shutting down: no new connections; answering what was read (a second signal exits at once)");
     // Load balancers stop sending clients now, not after the drain.
     metrics.set_ready(false);
+    // The drain and the shards' last sync wait on clients and on the disk;
+    // an operator's second signal ends the wait. Nothing acknowledged is
+    // lost by it: every acknowledged write is durable already.
+    actix_rt::spawn(async {
+        shutdown_signal().await;
+        tracing::warn!("a second signal: exiting without waiting for the drain");
+        std::process::exit(SECOND_SIGNAL_EXIT);
+    });
     drop(listener);
     let _ = shutdown_tx.send(true);
     drop(alive_tx);
@@ -181,6 +189,9 @@ fn reload_certificate(tls: Option<&TlsReloader>, metrics: &Metrics) {
         }
     }
 }
+
+/// The exit status after a second SIGTERM or Ctrl-C cut the shutdown short.
+pub const SECOND_SIGNAL_EXIT: i32 = 2;
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
