@@ -38,9 +38,9 @@ impl ThreadCpu {
         let counter = CounterVec::new(
             Opts::new(
                 "rankd_thread_cpu_seconds_total",
-                "CPU time (user and system) of the server's threads, by role: io-N (client I/O, routing, \
-                 ranks and writes in place), shard-N (the batch loop), commit-N, runs-N, and unregistered threads by OS name (fjall:worker: \
-                 flushes and compaction; rankd-leaves: a checkpoint's leaf writer).",
+                "CPU time (user and system) of the server's threads, by role: io-N (client I/O, routing, ranks \
+                 and writes in place), shard-N (the batch loop), commit-N, runs-N, and unregistered threads by OS \
+                 name (fjall:worker: flushes and compaction; rankd-leaves: a checkpoint's leaf writer).",
             ),
             &["thread"],
         )?;

@@ -46,14 +46,14 @@ pub enum LayoutError {
         wanted: u32,
     },
     /// A shard's directory is gone from a data dir that had it.
-    #[error("data dir {dir} holds {shards} shards but {missing} is missing: restore it (from a backup, or put it back) before starting; starting without it would lose its players")]
+    #[error("data dir {dir} holds {shards} shards but shard-{missing} is missing: restore it (from a backup, or put it back) before starting; starting without it would lose its players")]
     MissingShard {
         /// The data dir.
         dir: PathBuf,
         /// Its shard count.
         shards: usize,
-        /// The missing directory's name.
-        missing: String,
+        /// The shard whose directory is missing.
+        missing: usize,
     },
     /// Unreadable or from a newer rankd.
     #[error("cannot use layout file {path}: {reason}")]
@@ -98,8 +98,7 @@ pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result
                     wanted: branching,
                 });
             }
-            if let Some(missing) = (0..shards).map(|index| shard_dir(data_dir, index)).find(|dir| !dir.is_dir()) {
-                let missing = missing.file_name().map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+            if let Some(missing) = (0..shards).find(|&index| !shard_dir(data_dir, index).is_dir()) {
                 return Err(LayoutError::MissingShard { dir: data_dir.to_path_buf(), shards, missing });
             }
             Ok(stored)
@@ -108,7 +107,7 @@ pub fn check_or_create(data_dir: &Path, shards: usize, branching: u32) -> Result
             // Empty shard directories are a start cut short before its
             // layout file was written: nothing was stored in them.
             let used = |dir: PathBuf| std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
-            if (0..shards.max(1)).map(|index| shard_dir(data_dir, index)).any(used) {
+            if (0..shards).map(|index| shard_dir(data_dir, index)).any(used) {
                 return Err(LayoutError::Invalid {
                     path,
                     reason: "shard directories exist but the layout file is missing".into(),

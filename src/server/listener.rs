@@ -191,7 +191,7 @@ fn reload_certificate(tls: Option<&TlsReloader>, metrics: &Metrics) {
 }
 
 /// The exit status after a second SIGTERM or Ctrl-C cut the shutdown short.
-pub const SECOND_SIGNAL_EXIT: i32 = 2;
+const SECOND_SIGNAL_EXIT: i32 = 2;
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

@@ -238,9 +238,12 @@ impl Forward {
     /// before the rank, which the count must see.
     pub fn send(self, tree: TreeId, key: u128) {
         for (link, reply) in self.0 {
-            let counted = (link.engine.unapplied().load(Ordering::Acquire) == 0)
-                .then(|| link.engine.try_read(|shard| Counts::read(shard, tree, std::slice::from_ref(&key))))
-                .flatten();
+            let behind_nothing = link.engine.unapplied().load(Ordering::Acquire) == 0;
+            let counted = if behind_nothing {
+                link.engine.try_read(|shard| Counts::read(shard, tree, std::slice::from_ref(&key)))
+            } else {
+                None
+            };
             match counted {
                 Some(counts) => drop(reply.send(Ok(counts))),
                 None => link.send(vec![Command::CountBefore { tree, keys: vec![key], reply }]),
