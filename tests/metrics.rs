@@ -2,7 +2,7 @@
 
 mod common;
 
-use rankd_client::{Mode, OpKind};
+use rankd_client::{ClientError, Mode, OpKind};
 use rmpv::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -247,15 +247,10 @@ async fn a_starved_runs_thread_holds_writes_back_instead_of_piling_up_runs() {
     assert_eq!(top[0].player, format!("p{}", written - 1), "and listed from the written runs");
 }
 
-/// `/readyz` answers 503 from the moment SIGTERM arrives, not only once
-/// the connections are drained (up to 30 s later): a load balancer stops
-/// sending clients to a port that no longer accepts them.
-#[tokio::test]
-async fn readyz_turns_503_as_soon_as_sigterm_arrives() {
-    let mut server = common::Server::start_with(1, &["--debug-commit-delay-ms", "3000"]);
-    let (status, _) = http_get(&server.metrics_addr, "/readyz");
-    assert!(status.contains("200"), "readyz: {status}");
-    // A write whose commit takes 3 s keeps the drain busy.
+/// Sends a `set` (whose commit the server's debug delay holds up) and,
+/// once it is queued at its shard, SIGTERM; returns the set's answer to
+/// come.
+async fn sigterm_behind_a_write(server: &common::Server) -> tokio::task::JoinHandle<Result<i64, ClientError>> {
     let mut client = server.client().await;
     let write = tokio::spawn(async move { client.set("b", "p", 1, Mode::Set).await });
     common::wait_until(Duration::from_secs(5), "the write to reach its shard", async || {
@@ -264,12 +259,25 @@ async fn readyz_turns_503_as_soon_as_sigterm_arrives() {
     .await;
     let pid = server.pid().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    write
+}
+
+/// `/readyz` answers 503 from the moment SIGTERM arrives, not only once
+/// the connections are drained (up to 30 s later): a load balancer stops
+/// sending clients to a port that no longer accepts them.
+#[tokio::test]
+async fn readyz_turns_503_as_soon_as_sigterm_arrives() {
+    // A write whose commit takes 3 s keeps the drain busy.
+    let mut server = common::Server::start_with(1, &["--debug-commit-delay-ms", "3000"]);
+    let (status, _) = http_get(&server.metrics_addr, "/readyz");
+    assert!(status.contains("200"), "readyz: {status}");
+    let write = sigterm_behind_a_write(&server).await;
     common::wait_until(Duration::from_secs(2), "/readyz to answer 503 during the drain", async || {
         http_get(&server.metrics_addr, "/readyz").0.contains("503")
     })
     .await;
     assert_eq!(write.await.unwrap().expect("answered before the exit"), 1);
-    assert!(server.terminate().success());
+    assert!(server.wait_for_exit().success(), "the one SIGTERM: a clean exit");
 }
 
 /// A second SIGTERM ends a shutdown stalled on its drain at once, with exit
@@ -279,14 +287,7 @@ async fn readyz_turns_503_as_soon_as_sigterm_arrives() {
 #[tokio::test]
 async fn a_second_sigterm_ends_a_stalled_shutdown_at_once() {
     let mut server = common::Server::start_with(1, &["--debug-commit-delay-ms", "20000"]);
-    let mut client = server.client().await;
-    let stalled = tokio::spawn(async move { client.set("b", "p", 1, Mode::Set).await });
-    common::wait_until(Duration::from_secs(5), "the write to reach its shard", async || {
-        server.metric("rankd_shard_mailbox_depth", &[]) > 0.0
-    })
-    .await;
-    let pid = server.pid().to_string();
-    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let stalled = sigterm_behind_a_write(&server).await;
     common::wait_until(Duration::from_secs(5), "the shutdown to begin", async || {
         http_get(&server.metrics_addr, "/readyz").0.contains("503")
     })

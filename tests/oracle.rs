@@ -346,6 +346,25 @@ async fn a_rank_sees_the_writes_sent_before_it() {
     }
 }
 
+/// Sends a `set` of `written` on board `b` (request id `id`), then ~20 µs
+/// later, in a frame of its own, a `rank` of `ranked` (id `id + 1`): less
+/// than a sleeping shard thread takes to wake for the write. Returns the
+/// set's reply and the rank.
+async fn write_then_rank(client: &mut Client, id: u64, written: &str, score: i64, ranked: &str) -> (Value, RankInfo) {
+    let (mut write, mut read) = (Vec::new(), Vec::new());
+    rankd_client::set_call("b", written, score, Mode::Set).encode(id, &mut write);
+    Call::new(OpKind::Rank).with("board", "b").with("player", ranked).encode(id + 1, &mut read);
+    client.send_raw(&write).await.unwrap();
+    let sent = std::time::Instant::now();
+    while sent.elapsed() < std::time::Duration::from_micros(20) {
+        std::hint::spin_loop();
+    }
+    client.send_raw(&read).await.unwrap();
+    let set = client.read_raw::<Value>().await.unwrap().expect("the set's reply");
+    let ranked = client.read_raw::<Value>().await.unwrap().expect("the rank's reply");
+    (set, rmpv::ext::from_value(field(&ranked, "ok").expect("ok").clone()).unwrap())
+}
+
 /// A rank sent in a batch of its own while a write before it on its
 /// connection is unanswered sees that write: it queues behind it rather
 /// than being answered in place from the shards' engines, where the write
@@ -359,19 +378,8 @@ async fn a_rank_behind_an_unanswered_write_sees_it() {
     let mut client = server.client().await;
     for round in 0..300u64 {
         let score = round as i64 * 7 + 1;
-        let (mut write, mut read) = (Vec::new(), Vec::new());
-        rankd_client::set_call("b", "p", score, Mode::Set).encode(2 * round + 1, &mut write);
-        Call::new(OpKind::Rank).with("board", "b").with("player", "p").encode(2 * round + 2, &mut read);
-        client.send_raw(&write).await.unwrap();
-        let sent = std::time::Instant::now();
-        while sent.elapsed() < std::time::Duration::from_micros(20) {
-            std::hint::spin_loop();
-        }
-        client.send_raw(&read).await.unwrap();
-        let written = client.read_raw::<Value>().await.unwrap().expect("the set's reply");
+        let (written, rank) = write_then_rank(&mut client, 2 * round + 1, "p", score, "p").await;
         assert_eq!(field(&written, "ok"), Some(&Value::from(score)), "round {round}: {written}");
-        let ranked = client.read_raw::<Value>().await.unwrap().expect("the rank's reply");
-        let rank: RankInfo = rmpv::ext::from_value(field(&ranked, "ok").expect("ok").clone()).unwrap();
         assert_eq!((rank.score, rank.rank, rank.count), (score, 1, 1), "round {round}");
     }
 }
@@ -414,19 +422,8 @@ async fn a_forwarded_rank_behind_an_unanswered_write_on_another_shard_sees_it() 
         })
     };
     for (round, rival) in (0..200u64).zip(rivals) {
-        let (mut write, mut read) = (Vec::new(), Vec::new());
-        rankd_client::set_call("b", &rival, 2_000_000, Mode::Set).encode(2 * round + 1, &mut write);
-        Call::new(OpKind::Rank).with("board", "b").with("player", ranked).encode(2 * round + 2, &mut read);
-        client.send_raw(&write).await.unwrap();
-        let sent = std::time::Instant::now();
-        while sent.elapsed() < std::time::Duration::from_micros(20) {
-            std::hint::spin_loop();
-        }
-        client.send_raw(&read).await.unwrap();
-        let written = client.read_raw::<Value>().await.unwrap().expect("the set's reply");
+        let (written, rank) = write_then_rank(&mut client, 2 * round + 1, &rival, 2_000_000, ranked).await;
         assert_eq!(field(&written, "ok"), Some(&Value::from(2_000_000)), "round {round}: {written}");
-        let ranked = client.read_raw::<Value>().await.unwrap().expect("the rank's reply");
-        let rank: RankInfo = rmpv::ext::from_value(field(&ranked, "ok").expect("ok").clone()).unwrap();
         let beaten = round + 1; // rivals so far, each above `ranked`
         assert_eq!((rank.rank, rank.count), (beaten + 1, beaten + 1), "round {round}");
     }

@@ -151,7 +151,13 @@ impl Server {
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let status = wait_for_blocking(Duration::from_secs(30), "the server to exit after SIGTERM", || {
+        self.wait_for_exit()
+    }
+
+    /// Waits for the process to exit by itself (bounded: 30 s), e.g. after
+    /// a SIGTERM the test sent (a second one would cut the shutdown short).
+    pub fn wait_for_exit(&mut self) -> std::process::ExitStatus {
+        let status = wait_for_blocking(Duration::from_secs(30), "the server to exit", || {
             self.child.try_wait().expect("wait").ok_or_else(|| "still running".to_string())
         });
         self.join_drain();
