@@ -394,6 +394,43 @@ mod tests {
         }
     }
 
+    /// A failed commit rebuilds the shard from disk (`Shard::rolled_back`)
+    /// while a checkpoint may be under way. That checkpoint is dropped with
+    /// the trees it was copying: carried on over the rebuilt trees (which
+    /// hold no snapshot), it ended at once with most leaves never written,
+    /// yet deleted the log holding their changes, and a reopen then lost
+    /// them (the shard's check failed, boards came back short).
+    #[test]
+    fn a_rebuild_while_a_checkpoint_is_copied_drops_it_and_loses_no_change() {
+        use crate::board::{Board, BoardConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let options =
+            ShardOptions { checkpoint_every: 1_000_000, checkpoint_slice_leaves: 4, ..ShardOptions::default() };
+        let mut shard = Shard::open(dir.path(), options).unwrap();
+        let config: std::sync::Arc<BoardConfig> = BoardConfig::default().into();
+        let boards: Vec<Board> =
+            (1..=100).map(|id| Board { id, name: format!("b{id}").into(), config: config.clone() }).collect();
+        for (i, board) in boards.iter().enumerate() {
+            shard.write(board, "p", i as i64, Mode::Set, i as u64 + 1).unwrap();
+        }
+        shard.commit().unwrap();
+        shard.begin_checkpoint();
+        shard.copy_checkpoint_step(); // a few trees handed out, most not
+        shard.load(drop).unwrap(); // as after a failed commit
+        assert!(shard.checkpoints.copying.is_none(), "the rebuild dropped the checkpoint under way");
+        // The next batch would have ended a checkpoint carried on; a crash
+        // (a reopen as after kill -9: no checkpoint taken on the way) then.
+        shard.write(&boards[0], "q", 7, Mode::Set, 1000).unwrap();
+        shard.commit().unwrap();
+        let shard = shard.reopen().unwrap();
+        shard.check().unwrap();
+        for (i, board) in boards.iter().enumerate() {
+            let tree = TreeId::all_time(board.id);
+            assert_eq!(shard.get(tree, "p").unwrap().map(|r| r.score), Some(i as i64), "board {}", board.id);
+            assert_eq!(shard.count(tree), 1 + u64::from(i == 0), "board {}", board.id);
+        }
+    }
+
     /// A checkpoint begun as the writes stop is copied by steps between
     /// rounds, a slice of 4 leaves each: every tree it hands out freezes
     /// without another write, and the next write's batch ends it; the

@@ -115,6 +115,12 @@ impl Shard {
         let mut phases = LoadPhases::default();
         let mut phase_start = Instant::now();
         let mut lap = || std::mem::replace(&mut phase_start, Instant::now()).elapsed();
+        // A checkpoint under way was copying the trees about to be replaced:
+        // dropped with them (nothing it wrote is read), the next one covers
+        // its changes, which the replay below marks again. Carried on, it
+        // would end with leaves never written and delete the log that holds
+        // their changes.
+        self.abandon_checkpoint();
         self.cache.get_mut().clear();
         self.held = Holdings::new(self.options.branching);
         self.staged = Staged::default();
