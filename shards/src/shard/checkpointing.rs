@@ -394,19 +394,14 @@ mod tests {
         }
     }
 
-    /// A failed commit rebuilds the shard from disk (`Shard::rolled_back`)
-    /// while a checkpoint may be under way. That checkpoint is dropped with
-    /// the trees it was copying: carried on over the rebuilt trees (which
-    /// hold no snapshot), it ended at once with most leaves never written,
-    /// yet deleted the log holding their changes, and a reopen then lost
-    /// them (the shard's check failed, boards came back short).
-    #[test]
-    fn a_rebuild_while_a_checkpoint_is_copied_drops_it_and_loses_no_change() {
+    /// A shard that checkpoints only when asked, copying 4 leaves a slice,
+    /// holding 100 boards of one player each (`p`, with score `i` on the
+    /// board of id `i + 1`), committed.
+    fn hundred_boards(dir: &std::path::Path) -> (Shard, Vec<crate::board::Board>) {
         use crate::board::{Board, BoardConfig};
-        let dir = tempfile::tempdir().unwrap();
         let options =
             ShardOptions { checkpoint_every: 1_000_000, checkpoint_slice_leaves: 4, ..ShardOptions::default() };
-        let mut shard = Shard::open(dir.path(), options).unwrap();
+        let mut shard = Shard::open(dir, options).unwrap();
         let config: std::sync::Arc<BoardConfig> = BoardConfig::default().into();
         let boards: Vec<Board> =
             (1..=100).map(|id| Board { id, name: format!("b{id}").into(), config: config.clone() }).collect();
@@ -414,6 +409,19 @@ mod tests {
             shard.write(board, "p", i as i64, Mode::Set, i as u64 + 1).unwrap();
         }
         shard.commit().unwrap();
+        (shard, boards)
+    }
+
+    /// A failed commit rebuilds the shard from disk (`Shard::rolled_back`)
+    /// while a checkpoint may be under way. That checkpoint is dropped with
+    /// the trees it was copying: carried on over the rebuilt trees (which
+    /// hold no snapshot), it ended at once with most leaves never written,
+    /// yet deleted the log holding their changes, and a reopen then lost
+    /// them (boards came back without their player).
+    #[test]
+    fn a_rebuild_while_a_checkpoint_is_copied_drops_it_and_loses_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut shard, boards) = hundred_boards(dir.path());
         shard.begin_checkpoint();
         shard.copy_checkpoint_step(); // a few trees handed out, most not
         shard.load(drop).unwrap(); // as after a failed commit
@@ -437,18 +445,8 @@ mod tests {
     /// boards survive a reopen.
     #[test]
     fn an_idle_shards_checkpoint_is_copied_by_steps_and_its_trees_freeze() {
-        use crate::board::{Board, BoardConfig};
         let dir = tempfile::tempdir().unwrap();
-        let options =
-            ShardOptions { checkpoint_every: 1_000_000, checkpoint_slice_leaves: 4, ..ShardOptions::default() };
-        let mut shard = Shard::open(dir.path(), options).unwrap();
-        let config: std::sync::Arc<BoardConfig> = BoardConfig::default().into();
-        let boards: Vec<Board> =
-            (1..=100).map(|id| Board { id, name: format!("b{id}").into(), config: config.clone() }).collect();
-        for (i, board) in boards.iter().enumerate() {
-            shard.write(board, "p", i as i64, Mode::Set, i as u64 + 1).unwrap();
-        }
-        shard.commit().unwrap();
+        let (mut shard, boards) = hundred_boards(dir.path());
         assert!(!shard.copy_checkpoint_step(), "no checkpoint under way: nothing to copy");
         shard.begin_checkpoint();
         assert_eq!(shard.tree_forms().compact, 100);
