@@ -16,7 +16,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use rankd_client::{ApproxRankInfo, ApproxRankOfScore, Call, Client, Mode, OpKind, Order, RankInfo, Ties};
+use rankd_client::{set_call, ApproxRankInfo, ApproxRankOfScore, Call, Client, Mode, OpKind, Order, RankInfo, Ties};
 use rmpv::Value;
 
 const PLAYERS: usize = 3000;
@@ -208,4 +208,54 @@ async fn dense_boards_wrong_types_absent_players_and_missing_boards() {
     // A window the board lacks is refused as for the exact rank.
     let err = client.call::<Value>(rank_call("board", "a", "daily").with("approx", true)).await.expect_err("window");
     assert_eq!(err.code(), Some("bad_request"));
+}
+
+/// The summary is refreshed at least once a second (protocol.md) even
+/// while its shard's queue is full and sheds requests `overloaded`: the
+/// refresh, one command a shard a second, is never shed, or a busy shard
+/// would leave approximate ranks minutes stale without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_is_refreshed_while_its_shard_sheds_requests() {
+    let server = common::Server::start_with(1, &["--max-shard-queue", "4", "--debug-queue-lone"]);
+    let mut client = server.client().await;
+    for i in 0..100 {
+        client.set("big", &format!("p{i}"), i, Mode::Set).await.expect("set");
+    }
+    wait_for_summary(&mut client, "big", "p0", "all", 100).await;
+    // More connections writing one at a time than the queue holds: every
+    // round of the shard finds it full.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut flooders = Vec::new();
+    for f in 0..8 {
+        let (mut flood, stop) = (server.client().await, stop.clone());
+        flooders.push(tokio::spawn(async move {
+            for i in 0i64.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let _ = flood.call::<Value>(set_call("flood", &format!("f{f}"), i, Mode::Set)).await;
+            }
+        }));
+    }
+    let refreshes = server.counter("rankd_approx_refreshes_total", &[]);
+    // Two seconds of asking (a summary nobody asks for is dropped), eight
+    // refresh intervals.
+    // (An ask may itself be shed: its record is read on the full shard.)
+    let call = rank_call("big", "p0", "all").with("approx", true);
+    for _ in 0..20 {
+        let _ = client.call::<Option<ApproxRankInfo>>(call.clone()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let shed = server.counter("rankd_requests_total", &[r#"outcome="overloaded""#]);
+    let (refreshed, failed) = (
+        server.counter("rankd_approx_refreshes_total", &[]) - refreshes,
+        server.counter("rankd_approx_refresh_failures_total", &[]),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for flooder in flooders {
+        flooder.await.unwrap();
+    }
+    assert!(shed > 0.0, "the shard shed requests");
+    assert_eq!(failed, 0.0, "no refresh was shed");
+    assert!(refreshed >= 3.0, "refreshed meanwhile: {refreshed}");
 }

@@ -23,9 +23,12 @@ async fn round(
     split_ties: bool,
 ) -> Result<(Summary, Vec<u128>), ApproxError> {
     let limits = summaries.limits();
+    // Never shed by a full queue: protocol.md promises a refresh at least
+    // once a second, and a busy shard would otherwise leave the summary
+    // stale without a word. One command a shard, awaited before the next.
     let pending = shards.iter().map(|link| {
         let keys = bounds.clone();
-        link.ask(|reply| Command::Buckets { tree, keys, buckets: limits.buckets, split_ties, reply })
+        link.ask_unbounded(|reply| Command::Buckets { tree, keys, buckets: limits.buckets, split_ties, reply })
     });
     let parts: Vec<Buckets> = try_join_all(pending.map(answer)).await.map_err(ApproxError::Shard)?;
     let summary = Summary::merge(&bounds, parts.iter().map(|p| (p.before.as_slice(), p.total)))?;

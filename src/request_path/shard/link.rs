@@ -62,6 +62,15 @@ impl ShardLink {
         self.engine.try_write(self.origin, command)
     }
 
+    /// [`ShardLink::ask`] past the queue's bound: for the server's own work
+    /// that must not be shed (a summary's refresh, one command a shard per
+    /// interval, each awaited before the next).
+    pub fn ask_unbounded<T>(&self, make: impl FnOnce(Responder<T>) -> Command) -> Pending<T> {
+        let (sender, pending) = reply();
+        self.send_unbounded(vec![make(sender)]);
+        pending
+    }
+
     /// Enqueues several commands as one mailbox message, or answers them all
     /// `overloaded` if the shard's queue is full.
     pub fn send(&self, commands: Vec<Command>) {
