@@ -16,7 +16,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use rankd_client::{set_call, ApproxRankInfo, ApproxRankOfScore, Call, Client, Mode, OpKind, Order, RankInfo, Ties};
+use rankd_client::{ApproxRankInfo, ApproxRankOfScore, Call, Client, Mode, OpKind, Order, RankInfo, Ties};
 use rmpv::Value;
 
 const PLAYERS: usize = 3000;
@@ -224,19 +224,7 @@ async fn the_summary_is_refreshed_while_its_shard_sheds_requests() {
     wait_for_summary(&mut client, "big", "p0", "all", 100).await;
     // More connections writing one at a time than the queue holds: every
     // round of the shard finds it full.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut flooders = Vec::new();
-    for f in 0..8 {
-        let (mut flood, stop) = (server.client().await, stop.clone());
-        flooders.push(tokio::spawn(async move {
-            for i in 0i64.. {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                let _ = flood.call::<Value>(set_call("flood", &format!("f{f}"), i, Mode::Set)).await;
-            }
-        }));
-    }
+    let flood = common::load::lone_writers(&server, 8, "flood").await;
     let refreshes = server.counter("rankd_approx_refreshes_total", &[]);
     // Two seconds of asking (a summary nobody asks for is dropped), eight
     // refresh intervals.
@@ -251,10 +239,7 @@ async fn the_summary_is_refreshed_while_its_shard_sheds_requests() {
         server.counter("rankd_approx_refreshes_total", &[]) - refreshes,
         server.counter("rankd_approx_refresh_failures_total", &[]),
     );
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for flooder in flooders {
-        flooder.await.unwrap();
-    }
+    flood.stop().await;
     assert!(shed > 0.0, "the shard shed requests");
     assert_eq!(failed, 0.0, "no refresh was shed");
     assert!(refreshed >= 3.0, "refreshed meanwhile: {refreshed}");

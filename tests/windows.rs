@@ -199,20 +199,7 @@ async fn expired_periods_are_dropped_while_lone_writes_never_stop() {
     // and kept; at the boundary it falls out of `keep`, with writers busy.
     server.restart_with_flag(common::CLOCK_OFFSET, &offset_to(BOUNDARY - LEAD as i64));
     let trees = |server: &common::Server| server.metric("rankd_shard_trees", &[r#"shard="0""#]);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..16 {
-        let (mut client, stop) = (server.client().await, stop.clone());
-        writers.push(tokio::spawn(async move {
-            for i in 0u64.. {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return i;
-                }
-                client.set("busy", &format!("w{w}-{}", i % 100), i as i64, Mode::Set).await.expect("set");
-            }
-            unreachable!()
-        }));
-    }
+    let writers = common::load::lone_writers(&server, 16, "busy").await;
     common::wait_until(Duration::from_secs(LEAD), "the writers' board", async || trees(&server) == 3.0).await;
     // Then `busy`'s tree and `d`'s all-time one only.
     let dropped =
@@ -225,8 +212,8 @@ async fn expired_periods_are_dropped_while_lone_writes_never_stop() {
             }
         })
         .await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let written: u64 = futures::future::join_all(writers).await.into_iter().map(|w| w.expect("writer")).sum();
+    let (written, refused) = writers.stop().await;
+    assert_eq!(refused, 0, "every write answered");
     assert!(written > 1_000, "the writers kept going: {written} writes");
     assert_eq!(dropped, 2.0);
     let mut client = server.client().await;

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod load;
 pub mod ops;
 pub mod oracle_board;
 pub mod prometheus;
