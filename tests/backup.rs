@@ -74,6 +74,10 @@ async fn a_backup_under_load_holds_everything_acknowledged_before_it_and_no_writ
     assert!(out.status.success(), "rankd backup failed: {}", String::from_utf8_lossy(&out.stderr));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("backed up 3 shards"), "{said}");
+    // The command it gives opens the copy on any machine: with the copy's
+    // shard count and branching, not the defaults (one shard per core).
+    let start = format!("rankd serve --data-dir {} --shards 3 --branching 16`", target.display());
+    assert!(said.contains(&start), "{said}");
     // Writes went on during the backup and after it.
     let during = ledger.lock().acked.len();
     common::wait_until(Duration::from_secs(30), "writes after the backup", async || {

@@ -41,6 +41,8 @@ pub struct BackupArgs {
 pub struct BackupReport {
     /// Shards copied.
     pub shards: usize,
+    /// The count trees' branching factor, which the copy keeps.
+    pub branching: u32,
     /// Stored entries copied.
     pub entries: u64,
     /// Bytes of keys and values copied.
@@ -126,6 +128,7 @@ pub async fn backup(args: &BackupArgs) -> Result<BackupReport, BackupError> {
     layout::write(dir, Layout { format: header.format, shards: header.shards, branching: header.branching })?;
     Ok(BackupReport {
         shards: summary.shards,
+        branching: header.branching,
         entries: summary.entries,
         bytes: summary.bytes,
         seconds: started.elapsed().as_secs_f64(),
@@ -192,13 +195,16 @@ impl BackupReport {
     /// One line for people.
     pub fn describe(&self, dir: &Path) -> String {
         format!(
-            "backed up {} shards, {} entries ({}) in {:.1} s to {}; start it with `rankd serve --data-dir {}`",
+            "backed up {} shards, {} entries ({}) in {:.1} s to {}; start it with `rankd serve --data-dir {} \
+             --shards {} --branching {}`",
             self.shards,
             self.entries,
             HumanBytes(self.bytes),
             self.seconds,
             dir.display(),
-            dir.display()
+            dir.display(),
+            self.shards,
+            self.branching
         )
     }
 }

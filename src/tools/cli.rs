@@ -152,7 +152,8 @@ pub enum Command {
     /// Write a board in rank order as CSV.
     Export(crate::tools::transfer::ExportArgs),
     /// Copy a running server's data, consistent at one moment, into a new
-    /// data dir: `rankd backup --to DIR`, then `rankd serve --data-dir DIR`.
+    /// data dir: `rankd backup --to DIR`, then `rankd serve --data-dir DIR`
+    /// with the shard count and branching it prints.
     Backup(crate::tools::backup::BackupArgs),
 }
 
