@@ -23,7 +23,6 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rankd_client::{set_call, BoardInfo, Call, Client, Entry, Mode, OpKind, Order, RankInfo, Ties};
 use rmpv::Value;
@@ -39,21 +38,15 @@ const MAY_28: i64 = 1_779_969_600;
 
 // ------------------------------------------------------------- helpers --
 
-/// The clock offset that makes a server started now read `at`.
-fn offset_to(at: i64) -> String {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
-    (at - now).to_string()
-}
-
 /// A server (3 shards) whose clock reads `at`.
 fn server_at(at: i64) -> common::Server {
-    common::Server::start_with(3, &[common::CLOCK_OFFSET, &offset_to(at)])
+    common::Server::start_with(3, &[common::CLOCK_OFFSET, &common::offset_to(at)])
 }
 
 /// Stops the server cleanly and starts it again with its clock at `at`.
 async fn move_clock(server: &mut common::Server, at: i64) -> Client {
     assert!(server.terminate().success(), "SIGTERM exits 0");
-    server.restart_with_flag(common::CLOCK_OFFSET, &offset_to(at));
+    server.restart_with_flag(common::CLOCK_OFFSET, &common::offset_to(at));
     server.client().await
 }
 

@@ -185,9 +185,8 @@ async fn windows_survive_kill_9_across_a_rollover() {
 /// went through only at a lucky moment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_periods_are_dropped_while_lone_writes_never_stop() {
-    let offset_to = |at: i64| (at - SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64).to_string();
     // Written two days before the boundary, at noon.
-    let written_at = offset_to(BOUNDARY - 2 * 86_400 + 43_200);
+    let written_at = common::offset_to(BOUNDARY - 2 * 86_400 + 43_200);
     let mut server = common::Server::start_capturing(1, &[common::CLOCK_OFFSET, &written_at], &[]);
     let mut client = server.client().await;
     create(&mut client, "d", &["all", "daily"], 1).await;
@@ -197,7 +196,7 @@ async fn expired_periods_are_dropped_while_lone_writes_never_stop() {
     assert!(server.terminate().success());
     // Back a day later, just before the boundary: that period is yesterday's
     // and kept; at the boundary it falls out of `keep`, with writers busy.
-    server.restart_with_flag(common::CLOCK_OFFSET, &offset_to(BOUNDARY - LEAD as i64));
+    server.restart_with_flag(common::CLOCK_OFFSET, &common::offset_to(BOUNDARY - LEAD as i64));
     let trees = |server: &common::Server| server.metric("rankd_shard_trees", &[r#"shard="0""#]);
     let writers = common::load::lone_writers(&server, 16, "busy").await;
     common::wait_until(Duration::from_secs(LEAD), "the writers' board", async || trees(&server) == 3.0).await;

@@ -26,6 +26,13 @@ use rankd_client::Client;
 /// The test hook that shifts the server's clock by a number of seconds.
 pub const CLOCK_OFFSET: &str = "--debug-clock-offset-secs";
 
+/// The [`CLOCK_OFFSET`] that makes a server started now read `at` (Unix
+/// seconds).
+pub fn offset_to(at: i64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs();
+    (at - now as i64).to_string()
+}
+
 /// A running server process.
 pub struct Server {
     child: Child,
