@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use powercut::{CutMode, Layer};
+use powercut::CutMode;
 use rand::{Rng, SeedableRng};
 use rankd::request_path::router::shard_of;
 use rankd_client::{set_call, Call, Client, Mode, OpKind};
@@ -220,12 +220,8 @@ async fn finish(client: &mut Client, ledger: &Arc<Mutex<Ledger>>, unfinished: &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_power_cuts() {
     let cycles: usize = std::env::var("RANKD_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let binary = powercut::find_binary().expect("the rankd-powercut binary (cargo build -p rankd-powercut)");
-    let root = tempfile::tempdir().expect("temp dir");
-    let mountpoint = root.path().join("disk");
-    std::fs::create_dir(&mountpoint).expect("mountpoint");
-    let layer = Layer::mount(&binary, &mountpoint).expect("mount the power-cut layer (root, /dev/fuse, fusermount3)");
-    let data_dir = mountpoint.join("data");
+    let disk = common::power::PowerDisk::mount();
+    let (layer, data_dir) = (&disk.layer, disk.path("data"));
     let mut server = common::Server::start_in(&data_dir, SHARDS, &HOOKS);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(37);
@@ -283,11 +279,8 @@ async fn acknowledged_writes_survive_power_cuts() {
 /// layer, then the power cut, the copy still opens whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_backup_survives_a_power_cut() {
-    let binary = powercut::find_binary().expect("the rankd-powercut binary (cargo build -p rankd-powercut)");
-    let root = tempfile::tempdir().expect("temp dir");
-    let mountpoint = root.path().join("disk");
-    std::fs::create_dir(&mountpoint).expect("mountpoint");
-    let layer = Layer::mount(&binary, &mountpoint).expect("mount the power-cut layer");
+    let disk = common::power::PowerDisk::mount();
+    let layer = &disk.layer;
     let server = common::Server::start_with(2, &HOOKS);
     let mut client = server.client().await;
     let players: Vec<String> = (0..3000).map(|i| format!("p{i}")).collect();
@@ -295,7 +288,7 @@ async fn a_finished_backup_survives_a_power_cut() {
         let entries: Vec<(&str, i64)> = chunk.iter().map(|p| (p.as_str(), p.len() as i64)).collect();
         client.set_many("kept", &entries, Mode::Set).await.expect("set_many");
     }
-    let copy = mountpoint.join("copy");
+    let copy = disk.path("copy");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
         .args(["backup", "-q", "--server", &server.addr, "--to"])
         .arg(&copy)

@@ -38,7 +38,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,6 +48,7 @@ use rankd::request_path::shard::health::RECOVERY_RETRY;
 use rankd_client::{set_call, Call, Client, ClientError, Mode, OpKind, Order, Ties};
 use rmpv::Value;
 
+use common::power::PowerDisk;
 use common::prometheus::{tool, Prometheus};
 use common::Server;
 
@@ -73,23 +73,6 @@ const HEALING: u8 = 2;
 const SLOW: u8 = 3;
 const CUT: u8 = 4;
 const PHASES: [&str; 5] = ["healthy", "fault", "healing", "slow", "cut"];
-
-/// The power-cut layer on a temp dir; unmounted on drop (declare it before
-/// the server, so the server is killed first).
-struct Disk {
-    layer: Layer,
-    data_dir: PathBuf,
-    _root: tempfile::TempDir,
-}
-
-fn mount() -> Disk {
-    let binary = powercut::find_binary().expect("the rankd-powercut binary (cargo build -p rankd-powercut)");
-    let root = tempfile::tempdir().expect("temp dir");
-    let mountpoint = root.path().join("disk");
-    std::fs::create_dir(&mountpoint).expect("mountpoint");
-    let layer = Layer::mount(&binary, &mountpoint).expect("mount the power-cut layer (root, /dev/fuse, fusermount3)");
-    Disk { layer, data_dir: mountpoint.join("data"), _root: root }
-}
 
 /// Every write's answer.
 #[derive(Default)]
@@ -292,9 +275,9 @@ struct Case {
 }
 
 impl Case {
-    async fn start(disk: &Disk) -> Self {
+    async fn start(disk: &PowerDisk) -> Self {
         tool("prometheus", "PROMETHEUS"); // fail fast, before starting anything
-        let server = Server::start_in(&disk.data_dir, SHARDS, &[]);
+        let server = Server::start_in(&disk.path("data"), SHARDS, &[]);
         let mut client = server.client().await;
         client.create_board("disk", Order::Desc, Ties::Competition).await.expect("create board");
         drop(client);
@@ -374,7 +357,7 @@ impl Case {
     /// acknowledged write must be there with its score, and every refused
     /// one hold its score or nothing. Returns how many writes were
     /// acknowledged, and how many refused ones landed all the same.
-    async fn cut_and_verify(mut self, disk: &Disk) -> (usize, usize) {
+    async fn cut_and_verify(mut self, disk: &PowerDisk) -> (usize, usize) {
         self.enter(CUT);
         let report = blocking(|| disk.layer.cut()).expect("cut the power");
         self.server.kill9();
@@ -386,7 +369,7 @@ impl Case {
         }
         self.assert_no_false_ack();
         eprintln!("power cut dropped {} unsynced bytes of {} files", report.bytes_dropped, report.files_reverted);
-        common::rankd_check(&disk.data_dir, "after the power cut");
+        common::rankd_check(&disk.path("data"), "after the power cut");
         self.server.restart();
         let mut client = self.server.client().await;
         let ledger = std::mem::take(&mut *self.ledger.lock());
@@ -430,7 +413,7 @@ struct Fault {
 /// The failing-disk case: see the module doc.
 async fn failing_disk_refuses_writes_alerts_and_recovers(fault: Fault) {
     let started = Instant::now();
-    let disk = mount();
+    let disk = PowerDisk::mount();
     let mut case = Case::start(&disk).await;
     case.wait_acked(HEALTHY, 200).await;
     case.assert_reads_answer(HEALTHY, 1, 0).await;
@@ -569,7 +552,7 @@ fn fsync_totals(server: &Server) -> (f64, f64) {
 async fn a_slow_fsync_shows_in_the_histogram_and_alert_and_loses_nothing() {
     const DELAY: Duration = Duration::from_millis(150);
     let started = Instant::now();
-    let disk = mount();
+    let disk = PowerDisk::mount();
     let mut case = Case::start(&disk).await;
     // A short healthy start: RankdFsyncSlow's p99 is over the fsyncs of
     // its 5 minutes, and a fast disk does far more fsyncs than a slow one,

@@ -10,6 +10,7 @@ pub mod certs;
 pub mod load;
 pub mod ops;
 pub mod oracle_board;
+pub mod power;
 pub mod prometheus;
 pub mod raw;
 
