@@ -303,3 +303,84 @@ async fn a_finished_backup_survives_a_power_cut() {
     assert_eq!(client.count("kept").await.expect("count"), 3000, "after a cut that dropped {cut:?}");
     assert_eq!(client.get("kept", "p2999").await.expect("get"), Some(5));
 }
+
+/// A backup the power cut short never passes for a whole one: `rankd
+/// check` refuses the copy, and so does `rankd serve` once anything of it
+/// is on disk (an empty copy is only an empty dir, which serve would take
+/// as a new data dir, as on any first start); or the cut came after the
+/// backup finished, and the copy holds every player. On this layer a cut
+/// short backup leaves nothing: its shards' directory names become durable
+/// with the layout file, written last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_cut_short_by_the_power_is_refused_not_opened_in_part() {
+    const PLAYERS: usize = 100_000;
+    let disk = common::power::PowerDisk::mount();
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    for chunk in 0..PLAYERS / 10_000 {
+        let entries: Vec<(String, i64)> = (0..10_000).map(|i| (format!("p{}", chunk * 10_000 + i), i as i64)).collect();
+        let entries: Vec<(&str, i64)> = entries.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        client.set_many("kept", &entries, Mode::Set).await.expect("set_many");
+    }
+    let backup = |to: &std::path::Path| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"));
+        command.args(["backup", "-q", "--server", &server.addr, "--to"]).arg(to);
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        command
+    };
+    // How long a whole backup takes on the layer, so that cuts land in one.
+    let started = std::time::Instant::now();
+    assert!(backup(&disk.path("whole")).status().expect("run rankd backup").success());
+    let whole = started.elapsed();
+    let (mut refused, mut finished, mut empty) = (0, 0, 0);
+    for attempt in 0..8 {
+        let copy = disk.path(&format!("copy-{attempt}"));
+        if attempt % 2 == 1 {
+            // An empty dir made ready beforehand (e.g. a mount), durable.
+            std::fs::create_dir(&copy).expect("the copy's dir");
+            disk.layer.sync_all().expect("sync");
+        }
+        let running = common::Running(backup(&copy).spawn().expect("run rankd backup"));
+        std::thread::sleep(whole.mul_f64(attempt as f64 / 7.0));
+        let mode = [CutMode::All, CutMode::Prefix, CutMode::Torn][attempt % 3];
+        disk.layer.cut_with(mode).expect("cut the power");
+        drop(running);
+        disk.layer.resume().expect("power on");
+        let checked = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
+            .args(["check", "--data-dir"])
+            .arg(&copy)
+            .env("RANKD_LOG", "error")
+            .output()
+            .expect("run rankd check");
+        if checked.status.success() {
+            let restored = common::Server::start_in(&copy, 2, &[]);
+            let mut client = restored.client().await;
+            assert_eq!(client.count("kept").await.expect("count"), PLAYERS as u64, "copy {attempt} passed the check");
+            finished += 1;
+            continue;
+        }
+        let stored = walkdir_files(&copy);
+        if stored == 0 {
+            empty += 1;
+            continue;
+        }
+        match common::Server::try_start_in(&copy, 2, &[]) {
+            Ok(mut opened) => {
+                let count = opened.client().await.count("kept").await.expect("count");
+                opened.kill9();
+                panic!(
+                    "copy {attempt}, cut short with {stored} files on disk, opened with {count} of {PLAYERS} players"
+                );
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    eprintln!("8 backups cut by the power: {refused} refused, {finished} finished whole, {empty} left nothing on disk");
+    assert!(refused + empty > 0, "no cut landed inside a backup: the test checked nothing it claims to");
+}
+
+/// Files under `dir`, at any depth (0 if it does not exist).
+fn walkdir_files(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries.flatten().map(|entry| if entry.path().is_dir() { walkdir_files(&entry.path()) } else { 1 }).sum()
+}

@@ -98,11 +98,16 @@ impl Server {
     /// Starts a server on a data dir the caller owns (e.g. on a special
     /// filesystem); it must outlive the server.
     pub fn start_in(data_dir: &Path, shards: usize, extra: &[&str]) -> Self {
+        Self::try_start_in(data_dir, shards, extra).expect("server starts")
+    }
+
+    /// [`Server::start_in`], or why the server did not start (its exit
+    /// status and first line; its stderr is inherited).
+    pub fn try_start_in(data_dir: &Path, shards: usize, extra: &[&str]) -> Result<Self, String> {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let stdout = Arc::default();
-        let (child, addr, metrics_addr, drain) =
-            launch(data_dir, shards, &extra, &[], &stdout, None).expect("server starts");
-        Self {
+        let (child, addr, metrics_addr, drain) = launch(data_dir, shards, &extra, &[], &stdout, None)?;
+        Ok(Self {
             child,
             addr,
             metrics_addr,
@@ -114,7 +119,7 @@ impl Server {
             drain: Some(drain),
             stderr_log: None,
             _tmp: None,
-        }
+        })
     }
 
     /// The server's process id.
