@@ -45,6 +45,7 @@ pub(super) fn run<A: Send + 'static>(
             .map_err(|e| tracing::error!(error = %e, "starting the runs thread failed; writing runs inline"))
             .ok()
     };
+    let runs = RunsThread { to_runs: Some(to_runs), thread: runs_thread };
     // Only for runs written here, when the runs thread is missing.
     let mut failed_generation = None;
     while let Ok(first) = jobs.recv() {
@@ -64,15 +65,15 @@ pub(super) fn run<A: Send + 'static>(
                 progress.finished(answered.jobs, None);
                 continue;
             }
-            let unsent = match runs_thread {
-                Some(_) => {
+            let unsent = match (&runs.thread, &runs.to_runs) {
+                (Some(_), Some(to_runs)) => {
                     runs_pending.fetch_add(1, Ordering::AcqRel);
                     to_runs.send(answered).err().map(|mpsc::SendError(answered)| {
                         runs_pending.fetch_sub(1, Ordering::AcqRel);
                         answered
                     })
                 }
-                None => Some(answered),
+                _ => Some(answered),
             };
             if let Some(answered) = unsent {
                 write_runs(answered, &*hooks, &progress, &mut failed_generation);
@@ -80,9 +81,23 @@ pub(super) fn run<A: Send + 'static>(
         }
         on_progress(PipelineThread::Committer);
     }
-    drop(to_runs);
-    if let Some(thread) = runs_thread {
-        let _ = thread.join();
+}
+
+/// The runs thread, as the committer holds it: dropped, on the way out or
+/// by a panic, it lets the runs thread finish what it was handed and waits
+/// for it. So once the committer thread is over, no pipeline thread still
+/// counts jobs (what [`super::Pipeline::respawn`] relies on).
+struct RunsThread {
+    to_runs: Option<mpsc::Sender<Answered>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for RunsThread {
+    fn drop(&mut self) {
+        self.to_runs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

@@ -65,11 +65,18 @@ pub struct SlowDisk {
     /// Before the runs of each answered group are written.
     #[cfg(feature = "test-hooks")]
     pub runs: Duration,
+    /// The committer panics before writing a batch, as a bug would.
+    #[cfg(feature = "test-hooks")]
+    pub committer_panics: bool,
 }
 
 impl SlowDisk {
     /// Sleeps before a batch is written; returns how long.
     pub(super) fn before_commit(self) -> Duration {
+        #[cfg(feature = "test-hooks")]
+        if self.committer_panics {
+            panic!("test hook: the committer panics");
+        }
         #[cfg(feature = "test-hooks")]
         if !self.commit.is_zero() {
             std::thread::sleep(self.commit);

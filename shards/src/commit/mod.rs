@@ -270,6 +270,30 @@ impl<A: Send + 'static> Pipeline<A> {
         self.absorb()
     }
 
+    /// Whether the committer thread ended while the pipeline runs: a panic
+    /// (a bug). The jobs it held will never be answered, and jobs sent to
+    /// it fail; see [`Pipeline::respawn`].
+    pub fn committer_died(&self) -> bool {
+        self.jobs.is_some() && self.committer.as_ref().is_some_and(JoinHandle::is_finished)
+    }
+
+    /// After the committer died: counts every job it left as failed, so
+    /// the owner stops waiting for them, and starts new threads. The caller
+    /// must keep [`Submitter`]s from sending meanwhile, and hand out new
+    /// ones after: the old ones reach the dead thread.
+    pub fn respawn(
+        &mut self,
+        name: &str,
+        on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
+    ) -> std::io::Result<()> {
+        self.jobs = None;
+        if let Some(committer) = self.committer.take() {
+            let _ = committer.join(); // the panic, already logged by the panic hook
+        }
+        self.progress.abandon();
+        self.spawn(name, on_progress)
+    }
+
     /// Storage was reopened after a failure: later jobs belong to the new
     /// opening, and are committed even though earlier ones failed.
     pub fn reopened(&mut self) {

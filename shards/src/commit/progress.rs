@@ -75,6 +75,15 @@ impl Progress {
         self.changed.notify_all();
     }
 
+    /// Counts every job sent and not yet answered or finished as failed
+    /// (`Panicked`): for when no thread is left to count them. The caller
+    /// must keep new jobs from being sent meanwhile.
+    pub fn abandon(&self) {
+        let sent = self.sent.load(Ordering::Acquire);
+        self.answered.fetch_max(sent, Ordering::AcqRel);
+        self.report(|counts| counts.finished = counts.finished.max(sent), Some(CommitError::Panicked));
+    }
+
     /// Whether a failure waits for the owner to take it.
     pub fn has_failure(&self) -> bool {
         self.lock().failure.is_some()
@@ -152,6 +161,19 @@ mod tests {
         progress.finished(3, None);
         assert!(waiter.join().unwrap());
         assert!(!progress.wait_finished(4, Duration::from_millis(1), || true), "a gone thread ends the wait");
+    }
+
+    #[test]
+    fn abandoning_counts_every_job_left_as_failed() {
+        let progress = Progress::default();
+        (0..3).for_each(|_| progress.sent());
+        progress.answered(1, None);
+        progress.finished(1, None);
+        progress.abandon();
+        assert_eq!(progress.in_flight(), (3, 0));
+        let (answered, finished, failure) = progress.take();
+        assert_eq!((answered, finished), (3, 3));
+        assert!(matches!(failure, Some(CommitError::Panicked)), "{failure:?}");
     }
 
     #[test]

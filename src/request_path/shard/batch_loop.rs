@@ -70,6 +70,9 @@ pub struct BatchLoop {
     /// While recovering: this shard's share of the dense indexes as its
     /// batches reported it, before the storage was reopened.
     pub(super) reported_dense: Option<DenseShare>,
+    /// What the pipeline's threads call on progress, kept to start new
+    /// threads if the committer dies.
+    on_progress: Option<Arc<dyn Fn(PipelineThread) + Send + Sync>>,
 }
 
 /// What a loop is made of, besides its engine.
@@ -115,6 +118,7 @@ impl BatchLoop {
             last_tick: i64::MIN,
             compacting_seen: Duration::ZERO,
             reported_dense: None,
+            on_progress: None,
         }
     }
 
@@ -146,9 +150,28 @@ impl BatchLoop {
             }
             on_progress();
         });
+        self.on_progress = Some(on_progress.clone());
         match self.pipeline.spawn(&self.index.to_string(), on_progress) {
             Ok(()) => self.engine.lock().submitter = self.pipeline.submitter(),
             // Batches are then committed on the loop's thread: slower, still correct.
+            Err(e) => {
+                tracing::error!(shard = self.index, error = %e, "starting the committer thread failed; committing inline")
+            }
+        }
+    }
+
+    /// If the committer thread died (a panic: a bug), starts new threads,
+    /// its jobs counted failed. The shard is degraded by their failure and
+    /// recovers as from a disk fault; without this, every write staged in
+    /// place would go on failing against the dead thread until a restart.
+    pub(super) fn respawn_dead_committer(&mut self) {
+        let Some(on_progress) = self.on_progress.clone().filter(|_| self.pipeline.committer_died()) else { return };
+        tracing::error!(shard = self.index, "the committer thread died; starting a new one");
+        // No in-place seal may submit to the dead thread meanwhile.
+        let mut engine = self.engine.lock();
+        engine.submitter = None;
+        match self.pipeline.respawn(&self.index.to_string(), on_progress) {
+            Ok(()) => engine.submitter = self.pipeline.submitter(),
             Err(e) => {
                 tracing::error!(shard = self.index, error = %e, "starting the committer thread failed; committing inline")
             }
@@ -428,8 +451,8 @@ mod tests {
         pending.blocking_recv().unwrap_or_else(|_| Err(Error::Internal("dropped".into()))).map(|w| w.value)
     }
 
-    /// The answer, if it comes within 10 s: a test of who seals fails
-    /// instead of hanging when no one does.
+    /// The answer (a dropped one as `Internal`), if it comes within 10 s: a
+    /// test of who seals fails instead of hanging when no one does.
     fn score_soon(mut pending: Pending<Written<i64>>) -> Result<i64, Error> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -437,6 +460,9 @@ mod tests {
                 Ok(answer) => return answer.map(|w| w.value),
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                    return Err(Error::Internal("dropped unanswered".into()))
                 }
                 Err(e) => panic!("no answer: {e}"),
             }
@@ -463,7 +489,7 @@ mod tests {
         let mut f = fixture();
         // A slow disk keeps the first batch with the committer while the
         // second round runs.
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), runs: Duration::ZERO };
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
         f.core = f.core.with_slow_disk(slow);
         let progressed = Arc::new(AtomicUsize::new(0));
         let seen = progressed.clone();
@@ -492,7 +518,7 @@ mod tests {
     #[test]
     fn lone_writes_staged_in_place_are_answered_once_durable_and_the_committer_seals_what_came_meanwhile() {
         let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), runs: Duration::ZERO };
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
         f.core = f.core.with_slow_disk(slow);
         f.core.start_pipeline(Arc::new(|| {}));
         let cell = f.core.engine();
@@ -510,6 +536,38 @@ mod tests {
         f.core.run_round();
         assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(2));
         assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0, "each answer lowered the depth it raised");
+    }
+
+    #[test]
+    fn a_committer_that_panics_is_replaced_and_writes_in_place_commit_again() {
+        let mut f = fixture();
+        let panics = rankd_shards::commit::SlowDisk { committer_panics: true, ..Default::default() };
+        f.core = f.core.with_slow_disk(panics);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (first, first_answer) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok(), "in place, handed to the committer");
+        assert!(score_soon(first_answer).is_err(), "its batch died with the committer: never acknowledged");
+        // The next threads are free of the bug.
+        f.core = f.core.with_slow_disk(rankd_shards::commit::SlowDisk::default());
+        // The actor's maintenance, as often as it runs: the shard degrades
+        // on the failure, then recovers as from a disk fault.
+        let deadline = Instant::now() + super::super::health::RECOVERY_RETRY * 10;
+        let mut degraded = false;
+        while !degraded || f.core.health.is_degraded() {
+            assert!(Instant::now() < deadline, "the shard never recovered from its committer's death");
+            f.core.maintain();
+            degraded |= f.core.health.is_degraded();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!f.core.pipeline.committer_died());
+        let (second, second_answer) = f.write("b", 2, 2);
+        assert!(cell.try_write(Origin(0), second).is_ok(), "in place again");
+        assert_eq!(score_soon(second_answer), Ok(2), "committed by the new committer");
+        let (get, got) = f.get("a");
+        f.enqueue(vec![get]);
+        f.core.run_round();
+        assert_eq!(got.blocking_recv().unwrap().unwrap(), None, "the write that died with it is gone");
     }
 
     #[test]
