@@ -160,6 +160,7 @@ pub fn start_shards(
             commit: config.hooks.commit_delay(),
             runs: config.hooks.runs_delay(),
             committer_panics: false,
+            runs_panic: false,
         });
         let engine = core.engine();
         let arbiter = Arbiter::new();

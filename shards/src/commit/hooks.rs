@@ -68,6 +68,9 @@ pub struct SlowDisk {
     /// The committer panics before writing a batch, as a bug would.
     #[cfg(feature = "test-hooks")]
     pub committer_panics: bool,
+    /// The runs thread panics before writing a group's runs.
+    #[cfg(feature = "test-hooks")]
+    pub runs_panic: bool,
 }
 
 impl SlowDisk {
@@ -87,6 +90,10 @@ impl SlowDisk {
 
     /// Sleeps before a group's runs are written.
     pub(super) fn before_runs(self) {
+        #[cfg(feature = "test-hooks")]
+        if self.runs_panic {
+            panic!("test hook: the runs thread panics");
+        }
         #[cfg(feature = "test-hooks")]
         if !self.runs.is_zero() {
             std::thread::sleep(self.runs);

@@ -262,7 +262,7 @@ impl<A: Send + 'static> Pipeline<A> {
     /// Waits until every job submitted so far is finished (or the committer
     /// is gone), then absorbs.
     pub fn settle(&mut self) -> Absorbed {
-        let gone = || self.committer.as_ref().is_some_and(JoinHandle::is_finished);
+        let gone = || self.committer_gone() || self.progress.runs_died();
         let (sent, _) = self.progress.in_flight();
         if !self.progress.wait_finished(sent, Duration::from_secs(1), gone) {
             tracing::error!("the committer thread is gone; not waiting for it");
@@ -270,17 +270,22 @@ impl<A: Send + 'static> Pipeline<A> {
         self.absorb()
     }
 
-    /// Whether the committer thread ended while the pipeline runs: a panic
-    /// (a bug). The jobs it held will never be answered, and jobs sent to
-    /// it fail; see [`Pipeline::respawn`].
-    pub fn committer_died(&self) -> bool {
-        self.jobs.is_some() && self.committer.as_ref().is_some_and(JoinHandle::is_finished)
+    /// Whether a pipeline thread died while the pipeline runs: a panic (a
+    /// bug). The jobs it held will never be counted, and, if it was the
+    /// committer, jobs sent to it fail; see [`Pipeline::respawn`].
+    pub fn thread_died(&self) -> bool {
+        self.jobs.is_some() && (self.committer_gone() || self.progress.runs_died())
     }
 
-    /// After the committer died: counts every job it left as failed, so
-    /// the owner stops waiting for them, and starts new threads. The caller
-    /// must keep [`Submitter`]s from sending meanwhile, and hand out new
-    /// ones after: the old ones reach the dead thread.
+    fn committer_gone(&self) -> bool {
+        self.committer.as_ref().is_some_and(JoinHandle::is_finished)
+    }
+
+    /// After a thread died: stops the committer (once it has done the jobs
+    /// queued to it), counts every job left as failed, so the owner stops
+    /// waiting for them, and starts new threads. The caller must first drop
+    /// every [`Submitter`] it handed out (the committer runs until its
+    /// queue has no sender left) and hand out new ones after.
     pub fn respawn(
         &mut self,
         name: &str,
@@ -288,7 +293,7 @@ impl<A: Send + 'static> Pipeline<A> {
     ) -> std::io::Result<()> {
         self.jobs = None;
         if let Some(committer) = self.committer.take() {
-            let _ = committer.join(); // the panic, already logged by the panic hook
+            let _ = committer.join(); // a panic was logged by the panic hook
         }
         self.progress.abandon();
         self.spawn(name, on_progress)

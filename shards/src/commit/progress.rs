@@ -1,7 +1,7 @@
 //! How far the pipeline's threads got, shared with the owner so it can wait
 //! for them without a message round trip.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -19,6 +19,8 @@ pub(super) struct Progress {
     sent: AtomicU64,
     /// Jobs answered (durable and acknowledged, or failed), ever.
     answered: AtomicU64,
+    /// The runs thread died (a panic): the groups it held are lost.
+    runs_died: AtomicBool,
 }
 
 #[derive(Default)]
@@ -79,9 +81,21 @@ impl Progress {
     /// (`Panicked`): for when no thread is left to count them. The caller
     /// must keep new jobs from being sent meanwhile.
     pub fn abandon(&self) {
+        self.runs_died.store(false, Ordering::Release);
         let sent = self.sent.load(Ordering::Acquire);
         self.answered.fetch_max(sent, Ordering::AcqRel);
         self.report(|counts| counts.finished = counts.finished.max(sent), Some(CommitError::Panicked));
+    }
+
+    /// Records that the runs thread died, and wakes an owner waiting.
+    pub fn runs_thread_died(&self) {
+        self.runs_died.store(true, Ordering::Release);
+        self.report(|_| {}, Some(CommitError::Panicked));
+    }
+
+    /// Whether the runs thread died since the last [`Progress::abandon`].
+    pub fn runs_died(&self) -> bool {
+        self.runs_died.load(Ordering::Acquire)
     }
 
     /// Whether a failure waits for the owner to take it.

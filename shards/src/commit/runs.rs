@@ -18,12 +18,25 @@ pub(super) fn run<A: 'static>(
     slow_disk: SlowDisk,
 ) {
     hooks.thread_started(PipelineThread::Runs);
+    let _notice = DeathNotice(&progress);
     let mut failed_generation = None;
     for answered in queue {
         slow_disk.before_runs();
         write_runs(answered, &*hooks, &progress, &mut failed_generation);
         pending.fetch_sub(1, Ordering::AcqRel);
         on_progress(PipelineThread::Runs);
+    }
+}
+
+/// Dropped by a panic of the runs thread: tells the owner, whose jobs in
+/// the thread's queue would otherwise never be counted finished.
+struct DeathNotice<'a>(&'a Progress);
+
+impl Drop for DeathNotice<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.runs_thread_died();
+        }
     }
 }
 

@@ -125,8 +125,15 @@ impl BatchLoop {
     /// Makes the pipeline's threads sleep first, as a slow disk would.
     #[cfg(feature = "test-hooks")]
     pub fn with_slow_disk(mut self, slow_disk: rankd_shards::commit::SlowDisk) -> Self {
-        self.pipeline.set_slow_disk(slow_disk);
+        self.set_slow_disk(slow_disk);
         self
+    }
+
+    /// Makes the pipeline's threads started after this sleep first, as a
+    /// slow disk would (or panic, as a bug would).
+    #[cfg(feature = "test-hooks")]
+    pub fn set_slow_disk(&mut self, slow_disk: rankd_shards::commit::SlowDisk) {
+        self.pipeline.set_slow_disk(slow_disk);
     }
 
     /// Starts the committer and runs threads. After each group the
@@ -160,18 +167,21 @@ impl BatchLoop {
         }
     }
 
-    /// If the committer thread died (a panic: a bug), starts new threads,
-    /// its jobs counted failed. The shard is degraded by their failure and
-    /// recovers as from a disk fault; without this, every write staged in
-    /// place would go on failing against the dead thread until a restart.
-    pub(super) fn respawn_dead_committer(&mut self) {
-        let Some(on_progress) = self.on_progress.clone().filter(|_| self.pipeline.committer_died()) else { return };
-        tracing::error!(shard = self.index, "the committer thread died; starting a new one");
-        // No in-place seal may submit to the dead thread meanwhile.
-        let mut engine = self.engine.lock();
-        engine.submitter = None;
-        match self.pipeline.respawn(&self.index.to_string(), on_progress) {
-            Ok(()) => engine.submitter = self.pipeline.submitter(),
+    /// If a pipeline thread died (a panic: a bug), starts new threads, the
+    /// jobs it held counted failed. The shard is degraded by their failure
+    /// and recovers as from a disk fault. Without this, a dead committer
+    /// failed every write staged in place until a restart, and a dead runs
+    /// thread left jobs never finished, so a wait for them never ended.
+    pub(super) fn respawn_dead_pipeline(&mut self) {
+        let Some(on_progress) = self.on_progress.clone().filter(|_| self.pipeline.thread_died()) else { return };
+        tracing::error!(shard = self.index, "a commit pipeline thread died; starting new ones");
+        // No seal in place submits meanwhile, and the committer's queue
+        // loses its last sender, so it ends. Not under the engine's lock: a
+        // committer still running takes it to seal.
+        self.engine.lock().submitter = None;
+        let respawned = self.pipeline.respawn(&self.index.to_string(), on_progress);
+        match respawned {
+            Ok(()) => self.engine.lock().submitter = self.pipeline.submitter(),
             Err(e) => {
                 tracing::error!(shard = self.index, error = %e, "starting the committer thread failed; committing inline")
             }
@@ -404,8 +414,12 @@ mod tests {
     }
 
     fn fixture() -> Fixture {
+        fixture_with(ShardOptions::default())
+    }
+
+    fn fixture_with(options: ShardOptions) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let shard = Shard::open(dir.path(), ShardOptions::default()).unwrap();
+        let shard = Shard::open(dir.path(), options).unwrap();
         let metrics = Metrics::new(1).unwrap();
         let parts = LoopParts {
             max_batch: 3,
@@ -440,6 +454,31 @@ mod tests {
             self.core.shard_metrics().mailbox_depth.add(commands.len() as i64);
             self.core.engine.unapplied().fetch_add(commands.len(), Ordering::AcqRel);
             self.core.enqueue(Origin(0), commands)
+        }
+
+        /// After a pipeline thread's death: the next threads are free of
+        /// the bug, and the actor's maintenance, run as often as it runs,
+        /// sees the shard degrade on the failure and recover as from a
+        /// disk fault.
+        fn recover_from_a_dead_thread(&mut self) {
+            self.core.set_slow_disk(rankd_shards::commit::SlowDisk::default());
+            let deadline = Instant::now() + super::super::health::RECOVERY_RETRY * 10;
+            let mut degraded = false;
+            while !degraded || self.core.health.is_degraded() {
+                assert!(Instant::now() < deadline, "the shard never recovered from the thread's death");
+                self.core.maintain();
+                degraded |= self.core.health.is_degraded();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(!self.core.pipeline.thread_died());
+        }
+
+        /// A player's score, read by a round of the actor.
+        fn score_of(&mut self, player: &str) -> Option<i64> {
+            let (get, got) = self.get(player);
+            self.enqueue(vec![get]);
+            self.core.run_round();
+            got.blocking_recv().unwrap().unwrap().map(|record| record.score)
         }
 
         fn fsyncs(&self) -> u64 {
@@ -548,26 +587,34 @@ mod tests {
         let (first, first_answer) = f.write("a", 1, 1);
         assert!(cell.try_write(Origin(0), first).is_ok(), "in place, handed to the committer");
         assert!(score_soon(first_answer).is_err(), "its batch died with the committer: never acknowledged");
-        // The next threads are free of the bug.
-        f.core = f.core.with_slow_disk(rankd_shards::commit::SlowDisk::default());
-        // The actor's maintenance, as often as it runs: the shard degrades
-        // on the failure, then recovers as from a disk fault.
-        let deadline = Instant::now() + super::super::health::RECOVERY_RETRY * 10;
-        let mut degraded = false;
-        while !degraded || f.core.health.is_degraded() {
-            assert!(Instant::now() < deadline, "the shard never recovered from its committer's death");
-            f.core.maintain();
-            degraded |= f.core.health.is_degraded();
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(!f.core.pipeline.committer_died());
+        f.recover_from_a_dead_thread();
         let (second, second_answer) = f.write("b", 2, 2);
         assert!(cell.try_write(Origin(0), second).is_ok(), "in place again");
         assert_eq!(score_soon(second_answer), Ok(2), "committed by the new committer");
-        let (get, got) = f.get("a");
-        f.enqueue(vec![get]);
-        f.core.run_round();
-        assert_eq!(got.blocking_recv().unwrap().unwrap(), None, "the write that died with it is gone");
+        assert_eq!(f.score_of("a"), None, "the write that died with it is gone");
+    }
+
+    #[test]
+    fn a_runs_thread_that_panics_is_replaced_and_no_job_of_it_is_waited_for_forever() {
+        let mut f = fixture_with(ShardOptions { checkpoint_every: 1, ..ShardOptions::default() });
+        let panics = rankd_shards::commit::SlowDisk { runs_panic: true, ..Default::default() };
+        f.core = f.core.with_slow_disk(panics);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        // A checkpoint after every change: the batches carry runs.
+        for (seq, player) in ["a", "b", "c"].into_iter().enumerate() {
+            let (write, answer) = f.write(player, seq as i64, seq as u64 + 1);
+            assert!(cell.try_write(Origin(0), write).is_ok(), "in place, handed to the committer");
+            assert_eq!(score_soon(answer), Ok(seq as i64), "durable before its run is written: acknowledged");
+        }
+        f.recover_from_a_dead_thread();
+        assert_eq!(f.core.pipeline.unfinished(), 0, "the groups the runs thread held are counted");
+        let (next, answer) = f.write("d", 3, 4);
+        assert!(cell.try_write(Origin(0), next).is_ok(), "in place again");
+        assert_eq!(score_soon(answer), Ok(3));
+        for (score, player) in ["a", "b", "c"].into_iter().enumerate() {
+            assert_eq!(f.score_of(player), Some(score as i64), "acknowledged: rebuilt from the log on reopening");
+        }
     }
 
     #[test]

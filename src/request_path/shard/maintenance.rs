@@ -42,7 +42,7 @@ impl BatchLoop {
     pub fn maintain(&mut self) {
         // Batches finished since the actor last heard (the committer does
         // not wake it for each group), and any failure.
-        self.respawn_dead_committer();
+        self.respawn_dead_pipeline();
         self.catch_up();
         if self.health.should_reopen(Instant::now(), self.pipeline.unfinished()) {
             self.try_recover();
