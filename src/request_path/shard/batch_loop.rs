@@ -173,7 +173,10 @@ impl BatchLoop {
     /// failed every write staged in place until a restart, and a dead runs
     /// thread left jobs never finished, so a wait for them never ended.
     pub(super) fn respawn_dead_pipeline(&mut self) {
-        let Some(on_progress) = self.on_progress.clone().filter(|_| self.pipeline.thread_died()) else { return };
+        if !self.pipeline.thread_died() {
+            return;
+        }
+        let Some(on_progress) = self.on_progress.clone() else { return };
         tracing::error!(shard = self.index, "a commit pipeline thread died; starting new ones");
         // No seal in place submits meanwhile, and the committer's queue
         // loses its last sender, so it ends. Not under the engine's lock: a
