@@ -172,3 +172,29 @@ fn boards_with_fields_round_trip_one_column_per_field() {
     let (ok, _) = cli(&["import", "-q", "-s", &server.addr, plain.to_str().unwrap()]);
     assert!(!ok, "an integer score on a board with fields");
 }
+
+/// A board whose first field is named `score`: its export's header
+/// (`board,player,score,time,rank`) reads back as fields, not as a plain
+/// score followed by a column to ignore.
+#[test]
+fn a_board_whose_first_field_is_named_score_round_trips() {
+    let server = common::Server::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    for board in ["race", "copy"] {
+        let fields = ["--field", "score:desc:0:1000", "--field", "time:asc:0:100000"];
+        rankd(&[&["create-board", "-s", &server.addr, board][..], &fields[..]].concat());
+    }
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, "board,player,score,time\nrace,ann,7,300\nrace,bob,7,250\nrace,cy,9,900\n").unwrap();
+    rankd(&["import", "-q", "-s", &server.addr, input.to_str().unwrap()]);
+    let output = dir.path().join("out.csv");
+    rankd(&["export", "-s", &server.addr, "race", "-o", output.to_str().unwrap()]);
+    let exported = std::fs::read_to_string(&output).unwrap();
+    assert_eq!(exported, "board,player,score,time,rank\nrace,cy,9,900,1\nrace,bob,7,250,2\nrace,ann,7,300,3\n");
+    let copy = dir.path().join("copy.csv");
+    std::fs::write(&copy, exported.replace("\nrace,", "\ncopy,")).unwrap();
+    rankd(&["import", "-q", "-s", &server.addr, copy.to_str().unwrap()]);
+    let again = dir.path().join("again.csv");
+    rankd(&["export", "-s", &server.addr, "copy", "-o", again.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), exported.replace("\nrace,", "\ncopy,"));
+}

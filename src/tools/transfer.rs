@@ -129,10 +129,12 @@ impl ScoreColumns {
         if record.get(0) != Some("board") || record.get(1) != Some("player") {
             return None;
         }
-        if record.get(2) == Some("score") {
+        let mut names: Vec<String> = record.iter().skip(2).map(str::to_string).collect();
+        // `score` alone, or with export's rank after it; more columns are
+        // the fields of a board whose first field is named score.
+        if matches!(names.iter().map(String::as_str).collect::<Vec<_>>()[..], ["score"] | ["score", "rank"]) {
             return Some(Self::Plain);
         }
-        let mut names: Vec<String> = record.iter().skip(2).map(str::to_string).collect();
         // Export's rank follows the fields (a field may be named rank too).
         if names.len() > 1 && names.last().map(String::as_str) == Some("rank") {
             names.pop();
@@ -405,6 +407,15 @@ mod tests {
         let text = "board,player,rank,rank\ncup,a,4,1\n";
         let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
         assert_eq!(got[0].as_ref().unwrap().score, Score::Fields(FieldScores::from([("rank", 4)])));
+        // A first field named score: export's header for it reads back as
+        // fields, not as a plain score (export's own header, `score,rank`,
+        // stays plain).
+        let text = "board,player,score,time,rank\ncup,a,4,90,1\n";
+        let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
+        assert_eq!(got[0].as_ref().unwrap().score, Score::Fields(FieldScores::from([("score", 4), ("time", 90)])));
+        let text = "board,player,score,rank\ncup,a,4,1\n";
+        let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
+        assert_eq!(got[0].as_ref().unwrap().score, Score::Int(4));
     }
 
     #[test]
