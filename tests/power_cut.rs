@@ -42,9 +42,6 @@ const GROUP: usize = 12;
 /// Shards of the server.
 const SHARDS: usize = 3;
 
-/// The server's flags: the background work a cut should land in, often.
-const HOOKS: [&str; 6] = ["--debug-run-every", "300", "--debug-checkpoint-every", "100", "--debug-memtable-kib", "128"];
-
 /// The background work the cycles saw (from the metrics before each cut):
 /// what the cuts may have landed in.
 #[derive(Debug, Default)]
@@ -222,7 +219,7 @@ async fn acknowledged_writes_survive_power_cuts() {
     let cycles: usize = std::env::var("RANKD_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let disk = common::power::PowerDisk::mount();
     let (layer, data_dir) = (&disk.layer, disk.path("data"));
-    let mut server = common::Server::start_in(&data_dir, SHARDS, &HOOKS);
+    let mut server = common::Server::start_in(&data_dir, SHARDS, &common::power::BUSY_BACKGROUND);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(37);
     let (mut checked_total, mut dropped_total) = (0, 0u64);
@@ -281,7 +278,7 @@ async fn acknowledged_writes_survive_power_cuts() {
 async fn a_finished_backup_survives_a_power_cut() {
     let disk = common::power::PowerDisk::mount();
     let layer = &disk.layer;
-    let server = common::Server::start_with(2, &HOOKS);
+    let server = common::Server::start_with(2, &common::power::BUSY_BACKGROUND);
     let mut client = server.client().await;
     let players: Vec<String> = (0..3000).map(|i| format!("p{i}")).collect();
     for chunk in players.chunks(1000) {

@@ -35,9 +35,6 @@ const PIPELINE: usize = 4;
 
 const BOARD: &str = "exact";
 
-/// Runs and checkpoints often, so cuts land in them.
-const HOOKS: [&str; 6] = ["--debug-run-every", "300", "--debug-checkpoint-every", "100", "--debug-memtable-kib", "128"];
-
 fn counter(i: usize) -> String {
     format!("k{i}")
 }
@@ -166,7 +163,7 @@ async fn increments_with_a_wid_apply_exactly_once_across_power_cuts() {
     let cycles: usize = std::env::var("RANKD_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
     let disk = common::power::PowerDisk::mount();
     let data_dir = disk.path("data");
-    let mut server = common::Server::start_in(&data_dir, SHARDS, &HOOKS);
+    let mut server = common::Server::start_in(&data_dir, SHARDS, &common::power::BUSY_BACKGROUND);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(41);
     // How long a restart takes, so a cut during one lands inside it.
@@ -193,7 +190,7 @@ async fn increments_with_a_wid_apply_exactly_once_across_power_cuts() {
         if cycle % 2 == 1 {
             let after = start_up.mul_f64(rng.gen_range(0.0..1.0));
             let mode = [CutMode::All, CutMode::Prefix, CutMode::Torn][(cycle / 2) % 3];
-            let again = disk.cut_while_starting(&data_dir, SHARDS, &HOOKS, after, mode);
+            let again = disk.cut_while_starting(&data_dir, SHARDS, &common::power::BUSY_BACKGROUND, after, mode);
             recovery_cuts += 1;
             second = format!(", then {mode:?} {after:?} into the restart, dropping {} bytes", again.bytes_dropped);
         }

@@ -42,9 +42,6 @@ const BULK: &str = "bulk";
 /// Players written to [`BULK`] each cycle.
 const BULK_PLAYERS: usize = 60_000;
 
-/// Runs and checkpoints often, so cuts land in them too.
-const HOOKS: [&str; 6] = ["--debug-run-every", "300", "--debug-checkpoint-every", "100", "--debug-memtable-kib", "128"];
-
 /// One `set` of a player of its own.
 #[derive(Debug, Clone)]
 struct Write {
@@ -241,7 +238,8 @@ async fn expiring_periods_survive_power_cuts() {
     let disk = common::power::PowerDisk::mount();
     let data_dir = disk.path("data");
     let (offset, first_boundary) = offset_before(BOUNDARY);
-    let flags: Vec<&str> = HOOKS.iter().copied().chain([common::CLOCK_OFFSET, offset.as_str()]).collect();
+    let flags: Vec<&str> =
+        common::power::BUSY_BACKGROUND.iter().copied().chain([common::CLOCK_OFFSET, offset.as_str()]).collect();
     let mut server = common::Server::start_in(&data_dir, SHARDS, &flags);
     for board in [BOARD, BULK] {
         let create =

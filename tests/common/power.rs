@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use powercut::{CutMode, CutReport, Layer};
 
+/// `serve` flags that make the background work a cut should land in
+/// (runs, checkpoints, memtable flushes) come often.
+pub const BUSY_BACKGROUND: [&str; 6] =
+    ["--debug-run-every", "300", "--debug-checkpoint-every", "100", "--debug-memtable-kib", "128"];
+
 /// The layer, mounted; unmounted when dropped, before its directory goes
 /// (declare it before a server on it, so the server is killed first).
 pub struct PowerDisk {
