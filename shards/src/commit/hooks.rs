@@ -55,8 +55,9 @@ pub enum CommitEvent {
 }
 
 /// Sleeps that stand in for a slow disk or a starved thread, so tests can
-/// reach what those set off (backpressure, overload) on a fast machine.
-/// Without the `test-hooks` feature it holds nothing and never sleeps.
+/// reach what those set off (backpressure, overload) on a fast machine, and
+/// panics that stand in for a bug in a pipeline thread. Without the
+/// `test-hooks` feature it holds nothing and never sleeps or panics.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SlowDisk {
     /// Before each batch is written.

@@ -259,13 +259,13 @@ impl<A: Send + 'static> Pipeline<A> {
         Absorbed { finished: usize::try_from(newly).unwrap_or(usize::MAX), failure }
     }
 
-    /// Waits until every job submitted so far is finished (or the committer
-    /// is gone), then absorbs.
+    /// Waits until every job submitted so far is finished (or a pipeline
+    /// thread is gone), then absorbs.
     pub fn settle(&mut self) -> Absorbed {
         let gone = || self.committer_gone() || self.progress.runs_died();
         let (sent, _) = self.progress.in_flight();
         if !self.progress.wait_finished(sent, Duration::from_secs(1), gone) {
-            tracing::error!("the committer thread is gone; not waiting for it");
+            tracing::error!("a commit pipeline thread is gone; not waiting for it");
         }
         self.absorb()
     }

@@ -71,7 +71,7 @@ pub struct BatchLoop {
     /// batches reported it, before the storage was reopened.
     pub(super) reported_dense: Option<DenseShare>,
     /// What the pipeline's threads call on progress, kept to start new
-    /// threads if the committer dies.
+    /// threads if one dies.
     on_progress: Option<Arc<dyn Fn(PipelineThread) + Send + Sync>>,
 }
 
