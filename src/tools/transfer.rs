@@ -129,12 +129,13 @@ impl ScoreColumns {
         if record.get(0) != Some("board") || record.get(1) != Some("player") {
             return None;
         }
-        let mut names: Vec<String> = record.iter().skip(2).map(str::to_string).collect();
+        let columns: Vec<&str> = record.iter().skip(2).collect();
         // `score` alone, or with export's rank after it; more columns are
         // the fields of a board whose first field is named score.
-        if matches!(names.iter().map(String::as_str).collect::<Vec<_>>()[..], ["score"] | ["score", "rank"]) {
+        if matches!(columns[..], ["score"] | ["score", "rank"]) {
             return Some(Self::Plain);
         }
+        let mut names: Vec<String> = columns.into_iter().map(str::to_string).collect();
         // Export's rank follows the fields (a field may be named rank too).
         if names.len() > 1 && names.last().map(String::as_str) == Some("rank") {
             names.pop();
