@@ -381,3 +381,65 @@ fn walkdir_files(dir: &std::path::Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries.flatten().map(|entry| if entry.path().is_dir() { walkdir_files(&entry.path()) } else { 1 }).sum()
 }
+
+/// A big board dropped, its name reused at once, then the power cut while
+/// its keys are being deleted (their tombstones are not fsynced): after
+/// each cut the old players never answer again, not even after the
+/// restarted server has finished the deletion and been restarted once
+/// more, and the board that took the name, and another board, keep every
+/// acknowledged player.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_board_stays_dropped_across_power_cuts_in_its_deletion() {
+    const BIG: usize = 100_000;
+    let disk = common::power::PowerDisk::mount();
+    let data_dir = disk.path("data");
+    let mut server = common::Server::start_in(&data_dir, 2, &common::power::BUSY_BACKGROUND);
+    let mut client = server.client().await;
+    let kept: Vec<(String, i64)> = (0..1000).map(|i| (format!("k{i}"), i)).collect();
+    let kept: Vec<(&str, i64)> = kept.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+    client.set_many("kept", &kept, Mode::Set).await.expect("fill the kept board");
+    let deleting = |server: &common::Server| server.counter("rankd_shard_trees_being_deleted", &[]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(47);
+    for (round, mode) in [CutMode::All, CutMode::Torn].into_iter().enumerate() {
+        let mut client = server.client().await;
+        let old: Vec<String> = (0..BIG).map(|i| format!("old{round}-{i}")).collect();
+        for chunk in old.chunks(10_000) {
+            let entries: Vec<(&str, i64)> = chunk.iter().map(|p| (p.as_str(), 1)).collect();
+            client.set_many("big", &entries, Mode::Set).await.expect("fill the big board");
+        }
+        assert!(client.drop_board("big").await.expect("drop_board"));
+        let newcomers: Vec<(String, i64)> = (0..10).map(|i| (format!("new{round}-{i}"), i)).collect();
+        let newcomers: Vec<(&str, i64)> = newcomers.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        client.set_many("big", &newcomers, Mode::Set).await.expect("the name reused");
+        common::wait_until(Duration::from_secs(5), "the dropped board's keys being deleted", async || {
+            deleting(&server) > 0.0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..3000))).await;
+        let still_deleting = deleting(&server);
+        let cut = disk.layer.cut_with(mode).expect("cut the power");
+        server.kill9();
+        disk.layer.resume().expect("power on");
+        common::rankd_check(&data_dir, &format!("after the cut of round {round}"));
+        for restart in ["after the cut", "after the deletion and one more restart"] {
+            server.restart();
+            let mut client = server.client().await;
+            let at = format!("round {round}, {restart}");
+            assert_eq!(client.count("big").await.expect("count"), 10, "{at}: the old players came back");
+            assert_eq!(client.get("big", &old[BIG / 2]).await.expect("get"), None, "{at}");
+            assert_eq!(client.get("big", &format!("new{round}-9")).await.expect("get"), Some(9), "{at}");
+            assert_eq!(client.count("kept").await.expect("count"), 1000, "{at}");
+            common::wait_until(Duration::from_secs(120), "the deletion finished", async || deleting(&server) == 0.0)
+                .await;
+            server.kill9();
+        }
+        server.restart();
+        // The next round reuses the name once more.
+        assert!(server.client().await.drop_board("big").await.expect("drop_board"));
+        eprintln!(
+            "round {round}: cut {mode:?} with {still_deleting} trees being deleted dropped {} bytes",
+            cut.bytes_dropped
+        );
+    }
+    drop(client);
+}
