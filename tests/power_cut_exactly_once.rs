@@ -138,13 +138,14 @@ async fn counters(client: &mut Client) -> Vec<i64> {
 }
 
 /// Resends every unacknowledged request with its `wid`, and a few of this
-/// cycle's acknowledged ones, which must come back `dup`.
-async fn retry(client: &mut Client, ledger: &Mutex<Ledger>, acked_before: usize, cycle: usize, rng: &mut impl Rng) {
+/// cycle's acknowledged ones (from index `first_of_cycle` on), which must
+/// come back `dup`.
+async fn retry(client: &mut Client, ledger: &Mutex<Ledger>, first_of_cycle: usize, cycle: usize, rng: &mut impl Rng) {
     let (unacked, mut acked_now): (Vec<usize>, Vec<usize>) = {
         let ledger = ledger.lock();
         (0..ledger.requests.len()).partition(|&i| !ledger.requests[i].1)
     };
-    acked_now.retain(|&i| i >= acked_before);
+    acked_now.retain(|&i| i >= first_of_cycle);
     acked_now.shuffle(rng);
     for &i in &unacked {
         let request = ledger.lock().requests[i].0.clone();
@@ -171,7 +172,7 @@ async fn increments_with_a_wid_apply_exactly_once_across_power_cuts() {
     let mut recovery_cuts = 0;
     for cycle in 0..cycles {
         ledger.lock().acked_this_cycle = 0;
-        let acked_before = ledger.lock().requests.len();
+        let first_of_cycle = ledger.lock().requests.len();
         let tasks: Vec<_> =
             (0..3).map(|id| tokio::spawn(writer(server.addr.clone(), cycle, id, ledger.clone()))).collect();
         common::wait_until(Duration::from_secs(60), &format!("cycle {cycle}'s first acknowledged write"), async || {
@@ -207,7 +208,7 @@ async fn increments_with_a_wid_apply_exactly_once_across_power_cuts() {
                 "cycle {cycle}: counter {c} = {value}, its acknowledged increments {acked}, sent {sent}"
             );
         }
-        retry(&mut client, &ledger, acked_before, cycle, &mut rng).await;
+        retry(&mut client, &ledger, first_of_cycle, cycle, &mut rng).await;
         let values = counters(&mut client).await;
         let sent: Vec<i64> = ledger.lock().bounds().into_iter().map(|(_, sent)| sent).collect();
         assert_eq!(values, sent, "cycle {cycle}: after every request was resent with its wid");
