@@ -159,8 +159,7 @@ pub fn start_shards(
         let core = core.with_slow_disk(rankd_shards::commit::SlowDisk {
             commit: config.hooks.commit_delay(),
             runs: config.hooks.runs_delay(),
-            committer_panics: false,
-            runs_panic: false,
+            ..Default::default()
         });
         let engine = core.engine();
         let arbiter = Arbiter::new();

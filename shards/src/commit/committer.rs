@@ -28,7 +28,7 @@ pub(super) fn run<A: Send + 'static>(
     jobs: mpsc::Receiver<Job<A>>,
     hooks: Arc<dyn CommitHooks<A>>,
     progress: Arc<Progress>,
-    on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
+    on_progress: super::OnProgress,
     runs_name: String,
     slow_disk: SlowDisk,
 ) {

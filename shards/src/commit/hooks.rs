@@ -71,7 +71,7 @@ pub struct SlowDisk {
     pub committer_panics: bool,
     /// The runs thread panics before writing a group's runs.
     #[cfg(feature = "test-hooks")]
-    pub runs_panic: bool,
+    pub runs_panics: bool,
 }
 
 impl SlowDisk {
@@ -92,7 +92,7 @@ impl SlowDisk {
     /// Sleeps before a group's runs are written.
     pub(super) fn before_runs(self) {
         #[cfg(feature = "test-hooks")]
-        if self.runs_panic {
+        if self.runs_panics {
             panic!("test hook: the runs thread panics");
         }
         #[cfg(feature = "test-hooks")]

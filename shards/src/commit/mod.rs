@@ -99,7 +99,13 @@ pub struct Pipeline<A> {
     inline_failed_generation: Option<u64>,
     /// Test sleeps for the threads; nothing without `test-hooks`.
     slow_disk: SlowDisk,
+    /// What [`Pipeline::spawn`] was given, to start the threads again.
+    spawned_with: Option<(String, OnProgress)>,
 }
+
+/// Called on the pipeline's threads, with the thread's name, whenever jobs
+/// are answered or finished.
+pub type OnProgress = Arc<dyn Fn(PipelineThread) + Send + Sync>;
 
 /// Submits jobs to a running committer from any thread, alongside the
 /// owner: whoever holds the storage's staged writes (and a lock that orders
@@ -183,6 +189,7 @@ impl<A: Send + 'static> Pipeline<A> {
             finished: 0,
             inline_failed_generation: None,
             slow_disk: SlowDisk::default(),
+            spawned_with: None,
         }
     }
 
@@ -203,7 +210,8 @@ impl<A: Send + 'static> Pipeline<A> {
     /// `on_progress` is called on them, with the thread's name, whenever
     /// jobs are answered or finished. If a thread cannot start, its work is
     /// done inline.
-    pub fn spawn(&mut self, name: &str, on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>) -> std::io::Result<()> {
+    pub fn spawn(&mut self, name: &str, on_progress: OnProgress) -> std::io::Result<()> {
+        self.spawned_with = Some((name.to_string(), on_progress.clone()));
         let (jobs, queue) = mpsc::channel();
         let (hooks, progress, slow_disk) = (self.hooks.clone(), self.progress.clone(), self.slow_disk);
         let runs_name = format!("rankd-runs-{name}");
@@ -283,20 +291,20 @@ impl<A: Send + 'static> Pipeline<A> {
 
     /// After a thread died: stops the committer (once it has done the jobs
     /// queued to it), counts every job left as failed, so the owner stops
-    /// waiting for them, and starts new threads. The caller must first drop
-    /// every [`Submitter`] it handed out (the committer runs until its
-    /// queue has no sender left) and hand out new ones after.
-    pub fn respawn(
-        &mut self,
-        name: &str,
-        on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
-    ) -> std::io::Result<()> {
+    /// waiting for them, and starts new threads as [`Pipeline::spawn`] was
+    /// asked to. The caller must first drop every [`Submitter`] it handed
+    /// out (the committer runs until its queue has no sender left) and hand
+    /// out new ones after.
+    pub fn respawn(&mut self) -> std::io::Result<()> {
         self.jobs = None;
         if let Some(committer) = self.committer.take() {
             let _ = committer.join(); // a panic was logged by the panic hook
         }
         self.progress.abandon();
-        self.spawn(name, on_progress)
+        match self.spawned_with.clone() {
+            Some((name, on_progress)) => self.spawn(&name, on_progress),
+            None => Ok(()),
+        }
     }
 
     /// Storage was reopened after a failure: later jobs belong to the new

@@ -13,7 +13,7 @@ pub(super) fn run<A: 'static>(
     queue: mpsc::Receiver<Answered>,
     hooks: Arc<dyn CommitHooks<A>>,
     progress: Arc<Progress>,
-    on_progress: Arc<dyn Fn(PipelineThread) + Send + Sync>,
+    on_progress: super::OnProgress,
     pending: Arc<AtomicU64>,
     slow_disk: SlowDisk,
 ) {

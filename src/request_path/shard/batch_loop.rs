@@ -70,9 +70,6 @@ pub struct BatchLoop {
     /// While recovering: this shard's share of the dense indexes as its
     /// batches reported it, before the storage was reopened.
     pub(super) reported_dense: Option<DenseShare>,
-    /// What the pipeline's threads call on progress, kept to start new
-    /// threads if one dies.
-    on_progress: Option<Arc<dyn Fn(PipelineThread) + Send + Sync>>,
 }
 
 /// What a loop is made of, besides its engine.
@@ -118,7 +115,6 @@ impl BatchLoop {
             last_tick: i64::MIN,
             compacting_seen: Duration::ZERO,
             reported_dense: None,
-            on_progress: None,
         }
     }
 
@@ -157,8 +153,13 @@ impl BatchLoop {
             }
             on_progress();
         });
-        self.on_progress = Some(on_progress.clone());
-        match self.pipeline.spawn(&self.index.to_string(), on_progress) {
+        let started = self.pipeline.spawn(&self.index.to_string(), on_progress);
+        self.hand_out_submitter(started);
+    }
+
+    /// Lets seals in place submit to the threads just started, if they did.
+    fn hand_out_submitter(&mut self, started: std::io::Result<()>) {
+        match started {
             Ok(()) => self.engine.lock().submitter = self.pipeline.submitter(),
             // Batches are then committed on the loop's thread: slower, still correct.
             Err(e) => {
@@ -176,19 +177,13 @@ impl BatchLoop {
         if !self.pipeline.thread_died() {
             return;
         }
-        let Some(on_progress) = self.on_progress.clone() else { return };
         tracing::error!(shard = self.index, "a commit pipeline thread died; starting new ones");
         // No seal in place submits meanwhile, and the committer's queue
         // loses its last sender, so it ends. Not under the engine's lock: a
         // committer still running takes it to seal.
         self.engine.lock().submitter = None;
-        let respawned = self.pipeline.respawn(&self.index.to_string(), on_progress);
-        match respawned {
-            Ok(()) => self.engine.lock().submitter = self.pipeline.submitter(),
-            Err(e) => {
-                tracing::error!(shard = self.index, error = %e, "starting the committer thread failed; committing inline")
-            }
-        }
+        let started = self.pipeline.respawn();
+        self.hand_out_submitter(started);
     }
 
     /// The engine, for the router's in-place ranks.
@@ -600,7 +595,7 @@ mod tests {
     #[test]
     fn a_runs_thread_that_panics_is_replaced_and_no_job_of_it_is_waited_for_forever() {
         let mut f = fixture_with(ShardOptions { checkpoint_every: 1, ..ShardOptions::default() });
-        let panics = rankd_shards::commit::SlowDisk { runs_panic: true, ..Default::default() };
+        let panics = rankd_shards::commit::SlowDisk { runs_panics: true, ..Default::default() };
         f.core = f.core.with_slow_disk(panics);
         f.core.start_pipeline(Arc::new(|| {}));
         let cell = f.core.engine();
