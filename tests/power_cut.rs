@@ -280,17 +280,9 @@ async fn a_finished_backup_survives_a_power_cut() {
     let layer = &disk.layer;
     let server = common::Server::start_with(2, &common::power::BUSY_BACKGROUND);
     let mut client = server.client().await;
-    let players: Vec<String> = (0..3000).map(|i| format!("p{i}")).collect();
-    for chunk in players.chunks(1000) {
-        let entries: Vec<(&str, i64)> = chunk.iter().map(|p| (p.as_str(), p.len() as i64)).collect();
-        client.set_many("kept", &entries, Mode::Set).await.expect("set_many");
-    }
+    fill(&mut client, "kept", (0..3000).map(|i| format!("p{i}")).map(|p| (p.clone(), p.len() as i64))).await;
     let copy = disk.path("copy");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"))
-        .args(["backup", "-q", "--server", &server.addr, "--to"])
-        .arg(&copy)
-        .output()
-        .expect("run rankd backup");
+    let out = backup(&server, &copy).output().expect("run rankd backup");
     assert!(out.status.success(), "rankd backup: {}", String::from_utf8_lossy(&out.stderr));
     let cut = layer.cut().expect("cut the power");
     layer.resume().expect("power on");
@@ -314,20 +306,10 @@ async fn a_backup_cut_short_by_the_power_is_refused_not_opened_in_part() {
     let disk = common::power::PowerDisk::mount();
     let server = common::Server::start(2);
     let mut client = server.client().await;
-    for chunk in 0..PLAYERS / 10_000 {
-        let entries: Vec<(String, i64)> = (0..10_000).map(|i| (format!("p{}", chunk * 10_000 + i), i as i64)).collect();
-        let entries: Vec<(&str, i64)> = entries.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-        client.set_many("kept", &entries, Mode::Set).await.expect("set_many");
-    }
-    let backup = |to: &std::path::Path| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"));
-        command.args(["backup", "-q", "--server", &server.addr, "--to"]).arg(to);
-        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-        command
-    };
+    fill(&mut client, "kept", (0..PLAYERS).map(|i| (format!("p{i}"), i as i64))).await;
     // How long a whole backup takes on the layer, so that cuts land in one.
     let started = std::time::Instant::now();
-    assert!(backup(&disk.path("whole")).status().expect("run rankd backup").success());
+    assert!(backup(&server, &disk.path("whole")).status().expect("run rankd backup").success());
     let whole = started.elapsed();
     let (mut refused, mut finished, mut empty) = (0, 0, 0);
     for attempt in 0..8 {
@@ -337,7 +319,7 @@ async fn a_backup_cut_short_by_the_power_is_refused_not_opened_in_part() {
             std::fs::create_dir(&copy).expect("the copy's dir");
             disk.layer.sync_all().expect("sync");
         }
-        let running = common::Running(backup(&copy).spawn().expect("run rankd backup"));
+        let running = common::Running(backup(&server, &copy).spawn().expect("run rankd backup"));
         std::thread::sleep(whole.mul_f64(attempt as f64 / 7.0));
         let mode = [CutMode::All, CutMode::Prefix, CutMode::Torn][attempt % 3];
         disk.layer.cut_with(mode).expect("cut the power");
@@ -376,6 +358,22 @@ async fn a_backup_cut_short_by_the_power_is_refused_not_opened_in_part() {
     assert!(refused + empty > 0, "no cut landed inside a backup: the test checked nothing it claims to");
 }
 
+/// Writes `players`, each with its score, to `board`, 10 000 to a `set_many`.
+async fn fill(client: &mut Client, board: &str, players: impl Iterator<Item = (String, i64)>) {
+    let players: Vec<(String, i64)> = players.collect();
+    for chunk in players.chunks(10_000) {
+        let entries: Vec<(&str, i64)> = chunk.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        client.set_many(board, &entries, Mode::Set).await.expect("set_many");
+    }
+}
+
+/// `rankd backup` of `server` into `to`, without its spinner.
+fn backup(server: &common::Server, to: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rankd"));
+    command.args(["backup", "-q", "--server", &server.addr, "--to"]).arg(to);
+    command
+}
+
 /// Files under `dir`, at any depth (0 if it does not exist).
 fn walkdir_files(dir: &std::path::Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
@@ -395,22 +393,14 @@ async fn a_dropped_board_stays_dropped_across_power_cuts_in_its_deletion() {
     let data_dir = disk.path("data");
     let mut server = common::Server::start_in(&data_dir, 2, &common::power::BUSY_BACKGROUND);
     let mut client = server.client().await;
-    let kept: Vec<(String, i64)> = (0..1000).map(|i| (format!("k{i}"), i)).collect();
-    let kept: Vec<(&str, i64)> = kept.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-    client.set_many("kept", &kept, Mode::Set).await.expect("fill the kept board");
+    fill(&mut client, "kept", (0..1000).map(|i| (format!("k{i}"), i))).await;
     let deleting = |server: &common::Server| server.counter("rankd_shard_trees_being_deleted", &[]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(47);
     for (round, mode) in [CutMode::All, CutMode::Torn].into_iter().enumerate() {
         let mut client = server.client().await;
-        let old: Vec<String> = (0..BIG).map(|i| format!("old{round}-{i}")).collect();
-        for chunk in old.chunks(10_000) {
-            let entries: Vec<(&str, i64)> = chunk.iter().map(|p| (p.as_str(), 1)).collect();
-            client.set_many("big", &entries, Mode::Set).await.expect("fill the big board");
-        }
+        fill(&mut client, "big", (0..BIG).map(|i| (format!("old{round}-{i}"), 1))).await;
         assert!(client.drop_board("big").await.expect("drop_board"));
-        let newcomers: Vec<(String, i64)> = (0..10).map(|i| (format!("new{round}-{i}"), i)).collect();
-        let newcomers: Vec<(&str, i64)> = newcomers.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-        client.set_many("big", &newcomers, Mode::Set).await.expect("the name reused");
+        fill(&mut client, "big", (0..10).map(|i| (format!("new{round}-{i}"), i))).await;
         common::wait_until(Duration::from_secs(5), "the dropped board's keys being deleted", async || {
             deleting(&server) > 0.0
         })
@@ -426,7 +416,7 @@ async fn a_dropped_board_stays_dropped_across_power_cuts_in_its_deletion() {
             let mut client = server.client().await;
             let at = format!("round {round}, {restart}");
             assert_eq!(client.count("big").await.expect("count"), 10, "{at}: the old players came back");
-            assert_eq!(client.get("big", &old[BIG / 2]).await.expect("get"), None, "{at}");
+            assert_eq!(client.get("big", &format!("old{round}-{}", BIG / 2)).await.expect("get"), None, "{at}");
             assert_eq!(client.get("big", &format!("new{round}-9")).await.expect("get"), Some(9), "{at}");
             assert_eq!(client.count("kept").await.expect("count"), 1000, "{at}");
             common::wait_until(Duration::from_secs(120), "the deletion finished", async || deleting(&server) == 0.0)
