@@ -55,12 +55,16 @@ fn main() -> ExitCode {
             Err(e) => fail(&e),
         },
         Command::Import(args) => block_on(async move {
-            let report = rankd::tools::transfer::import(&args).await?;
+            let report = rankd::tools::import::import(&args).await?;
             eprintln!(
-                "imported {} rows in {:.1} s ({:.0} rows/s)",
+                "imported {} rows in {:.1} s ({:.0} rows/s){}",
                 report.rows,
                 report.seconds,
-                report.rows as f64 / report.seconds.max(1e-9)
+                report.rows as f64 / report.seconds.max(1e-9),
+                match report.resent {
+                    0 => String::new(),
+                    n => format!("; {n} requests sent again, each applied once"),
+                }
             );
             Ok(())
         }),

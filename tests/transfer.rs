@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::Command;
 
 use rand::{Rng, SeedableRng};
@@ -197,4 +197,129 @@ fn a_board_whose_first_field_is_named_score_round_trips() {
     let again = dir.path().join("again.csv");
     rankd(&["export", "-s", &server.addr, "copy", "-o", again.to_str().unwrap()]);
     assert_eq!(std::fs::read_to_string(&again).unwrap(), exported.replace("\nrace,", "\ncopy,"));
+}
+
+/// `incr` rows of `players` players: row `i` (0-based, after the header)
+/// adds `i % 7 + 1` to player `i % players`. Returns the CSV text and
+/// each player's total over the first `upto` rows for any `upto`.
+fn incr_rows(rows: usize, players: usize) -> (String, impl Fn(usize) -> Vec<i64>) {
+    let mut text = String::from("board,player,score\n");
+    for i in 0..rows {
+        text.push_str(&format!("tally,p{},{}\n", i % players, i % 7 + 1));
+    }
+    let totals = move |upto: usize| {
+        let mut totals = vec![0i64; players];
+        for i in 0..upto.min(rows) {
+            totals[i % players] += (i % 7 + 1) as i64;
+        }
+        totals
+    };
+    (text, totals)
+}
+
+/// Every player's score on `tally`, p0 first.
+fn tally(addr: &str, players: usize) -> Vec<i64> {
+    let args = ["top", "--json", "-s", addr, "tally", "--limit", "1000"];
+    let out = Command::new(env!("CARGO_BIN_EXE_rankd")).args(args).output().expect("run rankd top");
+    let top: serde_json::Value = serde_json::from_slice(&out.stdout).expect("top as JSON");
+    let mut scores = vec![0i64; players];
+    for entry in top.as_array().expect("a list") {
+        let player: usize = entry["player"].as_str().unwrap()[1..].parse().unwrap();
+        scores[player] = entry["score"].as_i64().unwrap();
+    }
+    scores
+}
+
+/// The `--resume-after` and `--run-id` a failed import printed.
+fn resume_point(stderr: &str) -> (u64, String) {
+    let after = stderr.split("--resume-after ").nth(1).expect("a --resume-after in the message");
+    let (row, rest) = after.split_once(" --run-id ").expect("a --run-id after it");
+    let run = rest.split_whitespace().next().expect("the run id");
+    (row.parse().expect("a row number"), run.to_string())
+}
+
+/// An `incr` import stopped by a bad row says how far it wrote and how to
+/// go on; resumed from before that point, the rows it sends again count
+/// once, because each request's `wid` names its run and rows.
+#[test]
+fn an_import_stopped_by_a_bad_row_resumes_and_counts_each_row_once() {
+    const ROWS: usize = 25_000;
+    const PLAYERS: usize = 20;
+    const BAD: usize = 17_000; // 0-based data row; file row BAD + 2
+    let server = common::Server::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let (text, totals) = incr_rows(ROWS, PLAYERS);
+    let good_line = format!("tally,p{},{}\n", BAD % PLAYERS, BAD % 7 + 1);
+    let bad_line = format!("tally,p{},oops\n", BAD % PLAYERS);
+    let at = text.match_indices('\n').nth(BAD).unwrap().0 + 1; // after the header and BAD rows
+    assert!(text[at..].starts_with(&good_line));
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, format!("{}{}{}", &text[..at], bad_line, &text[at + good_line.len()..])).unwrap();
+    let import = |extra: &[&str]| {
+        let mut args = vec!["import", "-q", "--mode", "incr", "--batch", "1000", "-s", &server.addr];
+        args.extend_from_slice(extra);
+        args.push(input.to_str().unwrap());
+        Command::new(env!("CARGO_BIN_EXE_rankd")).args(&args).output().expect("run rankd import")
+    };
+
+    let failed = import(&[]);
+    assert!(!failed.status.success());
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(stderr.contains(&format!("row {}", BAD + 2)), "names the bad row: {stderr}");
+    let (written, run) = resume_point(&stderr);
+    assert!((10_000..=BAD as u64 + 1).contains(&written), "{written}: {stderr}");
+    // Exactly the rows up to the one it names are written: file row r is
+    // data row r - 2.
+    assert_eq!(tally(&server.addr, PLAYERS), totals(written as usize - 1), "rows up to {written}");
+
+    // Fixed, and resumed 3000 rows (three requests) early: those are sent
+    // again with their first wids and must not count twice.
+    std::fs::write(&input, &text).unwrap();
+    let early = (written - 3000).to_string();
+    let resumed = import(&["--resume-after", &early, "--run-id", &run]);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("imported {} rows", ROWS as u64 + 1 - (written - 3000))), "{stderr}");
+    assert_eq!(tally(&server.addr, PLAYERS), totals(ROWS), "every row counted once");
+}
+
+/// A server killed -9 and restarted in the middle of an `incr` import: the
+/// import reconnects, sends the unanswered requests again with their
+/// `wid`s, and finishes with every row counted once.
+#[test]
+fn an_import_rides_out_a_server_restart_and_counts_each_row_once() {
+    const ROWS: usize = 200_000;
+    const PLAYERS: usize = 100;
+    let listen = format!("127.0.0.1:{}", common::free_port());
+    let mut server = common::Server::start_with(2, &["--listen", &listen]);
+    let dir = tempfile::tempdir().unwrap();
+    let (text, totals) = incr_rows(ROWS, PLAYERS);
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, &text).unwrap();
+    let import = Command::new(env!("CARGO_BIN_EXE_rankd"))
+        .args(["import", "-q", "--mode", "incr", "--batch", "100", "--pipeline", "2", "-s", &server.addr])
+        .arg(&input)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rankd import");
+    let mut import = common::Running(import);
+    // Kill it a fifth of the way in, while requests are in flight.
+    let fifth = totals(ROWS)[0] / 5;
+    common::wait_for_blocking(std::time::Duration::from_secs(60), "a fifth of the import", || {
+        let p0 = tally(&server.addr, PLAYERS)[0];
+        if p0 >= fifth {
+            Ok(())
+        } else {
+            Err(format!("p0 at {p0}"))
+        }
+    });
+    server.kill9();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    server.restart();
+    let mut stderr = String::new();
+    import.0.stderr.take().expect("piped").read_to_string(&mut stderr).expect("its stderr");
+    let status = import.0.wait().expect("the import ends");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("imported {ROWS} rows")) && stderr.contains("sent again"), "{stderr}");
+    assert_eq!(tally(&server.addr, PLAYERS), totals(ROWS), "every row counted once across the restart");
 }

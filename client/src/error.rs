@@ -38,6 +38,13 @@ impl ClientError {
     pub fn error_code(&self) -> Option<ErrorCode> {
         self.code().and_then(ErrorCode::from_name)
     }
+
+    /// Whether the server's answer says a write may be sent again with its
+    /// `wid`: it shed it (`overloaded`) or failed inside (`internal`: it may
+    /// or may not have applied, which the `wid` settles).
+    pub fn server_may_retry(&self) -> bool {
+        matches!(self.error_code(), Some(ErrorCode::Overloaded | ErrorCode::Internal))
+    }
 }
 
 impl fmt::Display for ClientError {

@@ -11,7 +11,7 @@ use crate::call::{set_call, Call};
 use crate::client::{Client, Written};
 use crate::connect::ConnectOptions;
 use crate::error::ClientError;
-use crate::protocol::{ErrorCode, Mode, OpKind, MAX_WID};
+use crate::protocol::{Mode, OpKind, MAX_WID};
 use crate::wid::WidSource;
 
 /// How [`RetryingClient`] retries.
@@ -213,7 +213,7 @@ impl RetryingClient {
             Ok(Ok(mut results)) => match results.pop() {
                 Some(Ok(written)) => Ok(written),
                 Some(Err(error)) => {
-                    let retry = server_may_retry(&error);
+                    let retry = error.server_may_retry();
                     Err((error, retry))
                 }
                 None => Err((ClientError::Protocol("no reply".into()), true)),
@@ -222,7 +222,7 @@ impl RetryingClient {
                 self.client = None;
                 let retry = match &error {
                     ClientError::Io(_) | ClientError::Protocol(_) => true,
-                    ClientError::Server { .. } => server_may_retry(&error),
+                    ClientError::Server { .. } => error.server_may_retry(),
                     ClientError::Encode(_) | ClientError::Tls(_) => false,
                 };
                 Err((error, retry))
@@ -233,13 +233,6 @@ impl RetryingClient {
             }
         }
     }
-}
-
-/// Whether the server's error says the request may be sent again with its
-/// `wid`: it shed it (`overloaded`) or failed inside (`internal`: it may or
-/// may not have applied, which the `wid` settles).
-fn server_may_retry(error: &ClientError) -> bool {
-    matches!(error.error_code(), Some(ErrorCode::Overloaded | ErrorCode::Internal))
 }
 
 fn timed_out() -> ClientError {
@@ -253,6 +246,7 @@ mod tests {
     use rmpv::Value;
 
     use super::*;
+    use crate::protocol::ErrorCode;
     use crate::testing::{field, id, map, serve, Peer};
 
     fn quick(retries: u32) -> RetryPolicy {

@@ -42,6 +42,12 @@ impl WidSource {
         Self { prefix, next: 0 }
     }
 
+    /// This source's random half of every wid: also a fresh random id for
+    /// whatever else must not repeat (an import's run).
+    pub fn prefix(&self) -> u64 {
+        self.prefix
+    }
+
     /// The next wid: 32 lowercase hex digits.
     pub fn next_wid(&mut self) -> String {
         let mut wid = String::with_capacity(32);

@@ -148,7 +148,7 @@ pub enum Command {
         data_dir: PathBuf,
     },
     /// Load `board,player,score` rows (CSV or msgpack) into a running server.
-    Import(crate::tools::transfer::ImportArgs),
+    Import(crate::tools::import::ImportArgs),
     /// Write a board in rank order as CSV.
     Export(crate::tools::transfer::ExportArgs),
     /// Copy a running server's data, consistent at one moment, into a new

@@ -6,4 +6,5 @@ pub mod backup;
 pub mod check;
 pub mod cli;
 pub mod client_commands;
+pub mod import;
 pub mod transfer;

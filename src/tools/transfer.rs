@@ -1,12 +1,10 @@
-//! `rankd import` and `rankd export`: bulk loading and dumping boards through
-//! the protocol of a running server (so imports are durable and acknowledged
-//! like any write, and work against a live, sharded server).
+//! The files of `rankd import` and `rankd export`, and export itself:
+//! boards dumped and loaded through the protocol of a running server.
 //!
-//! Import reads `board,player,score` rows (CSV, an optional header line) or
-//! a msgpack stream of `[board, player, score]` arrays, groups consecutive
-//! rows of one board into `set_many` requests of up to 10 000 entries, and
-//! keeps several of them in flight. Export pages through `top` in rank order
-//! and writes `board,player,score,rank` CSV, which import reads back.
+//! Import ([`crate::tools::import`]) reads `board,player,score` rows (CSV,
+//! an optional header line) or a msgpack stream of `[board, player, score]`
+//! arrays. Export pages through `top` in rank order and writes
+//! `board,player,score,rank` CSV, which import reads back.
 //!
 //! A board with fields (composite scores) has one column per field instead
 //! of `score`: export writes `board,player,<field>...,rank` with the fields
@@ -16,13 +14,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use rankd_client::protocol::MAX_SET_MANY;
-use rankd_client::{Call, Client, ClientError, Entry, FieldScores, OpKind, Score};
+use rankd_client::{Call, ClientError, Entry, FieldScores, OpKind, Score};
 
 use crate::tools::cli::ClientArgs;
 
@@ -33,31 +29,6 @@ pub enum Format {
     Csv,
     /// A stream of msgpack `[board, player, score]` arrays.
     Msgpack,
-}
-
-/// `rankd import` flags.
-#[derive(Debug, Clone, Args)]
-pub struct ImportArgs {
-    /// Server to load into.
-    #[command(flatten)]
-    pub client: ClientArgs,
-    /// File to read (`-` for standard input).
-    pub file: PathBuf,
-    /// Input format.
-    #[arg(long, value_enum, default_value = "csv")]
-    pub format: Format,
-    /// Write mode: set, best or incr.
-    #[arg(long, default_value = "set")]
-    pub mode: String,
-    /// Entries per `set_many` (at most 10 000).
-    #[arg(long, default_value_t = 10_000)]
-    pub batch: usize,
-    /// `set_many` requests in flight.
-    #[arg(long, default_value_t = 4)]
-    pub pipeline: usize,
-    /// No progress bar.
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
 }
 
 /// `rankd export` flags.
@@ -99,11 +70,28 @@ pub enum TransferError {
     /// Bad flags.
     #[error("{0}")]
     Usage(String),
+    /// An import gave up part way: how to go on once the cause is fixed.
+    #[error(
+        "{cause}\nrows up to {resume_after} are written; once the cause is fixed, go on from there with the same \
+         file and flags and: --resume-after {resume_after} --run-id {run_id}\n(requests the server applied already \
+         are then answered `dup`, not applied again, while it remembers them: 10 minutes by default)"
+    )]
+    Interrupted {
+        /// Why it stopped.
+        cause: Box<TransferError>,
+        /// The last row written, with every row before it.
+        resume_after: u64,
+        /// The run's id, in every request's `wid`.
+        run_id: String,
+    },
 }
 
 /// One `board,player,score` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
+    /// Its place in the input, from 1 (a CSV header is row 1), as error
+    /// messages and `--resume-after` count.
+    pub number: u64,
     /// The board it goes to: consecutive rows of one board share a `set_many`.
     pub board: String,
     /// The player whose score it sets.
@@ -183,7 +171,7 @@ pub fn rows(format: Format, input: impl Read + 'static) -> Box<dyn Iterator<Item
                     return Some(Err(TransferError::Row { row, reason: "expected board,player,score".into() }));
                 };
                 Some(match columns.score(&record) {
-                    Ok(score) => Ok(Row { board: board.into(), player: player.into(), score }),
+                    Ok(score) => Ok(Row { number: row, board: board.into(), player: player.into(), score }),
                     Err(reason) => Err(TransferError::Row { row, reason }),
                 })
             }))
@@ -204,7 +192,9 @@ pub fn rows(format: Format, input: impl Read + 'static) -> Box<dyn Iterator<Item
                 };
                 let parsed = match value.as_array().map(Vec::as_slice) {
                     Some([board, player, score]) => match (board.as_str(), player.as_str(), msgpack_score(score)) {
-                        (Some(b), Some(p), Some(s)) => Some(Row { board: b.into(), player: p.into(), score: s }),
+                        (Some(b), Some(p), Some(s)) => {
+                            Some(Row { number: row, board: b.into(), player: p.into(), score: s })
+                        }
                         _ => None,
                     },
                     _ => None,
@@ -225,7 +215,8 @@ fn msgpack_score(value: &rmpv::Value) -> Option<Score> {
     pairs.collect::<Option<FieldScores>>().map(Score::Fields)
 }
 
-fn progress(quiet: bool, len: Option<u64>, unit: &str) -> ProgressBar {
+/// A progress bar over `len` (a spinner without), hidden if `quiet`.
+pub(crate) fn progress(quiet: bool, len: Option<u64>, unit: &str) -> ProgressBar {
     if quiet {
         return ProgressBar::hidden();
     }
@@ -238,87 +229,6 @@ fn progress(quiet: bool, len: Option<u64>, unit: &str) -> ProgressBar {
         bar.set_style(style);
     }
     bar
-}
-
-/// Summary of an import.
-#[derive(Debug, Clone, Copy)]
-pub struct ImportReport {
-    /// Rows written.
-    pub rows: u64,
-    /// Wall time, seconds.
-    pub seconds: f64,
-}
-
-/// Imports `args.file` into the server.
-pub async fn import(args: &ImportArgs) -> Result<ImportReport, TransferError> {
-    if !(1..=MAX_SET_MANY).contains(&args.batch) {
-        return Err(TransferError::Usage(format!("--batch must be 1 to {MAX_SET_MANY}")));
-    }
-    // 0 would never fill a pipeline: the whole file held, then sent at once.
-    if args.pipeline == 0 {
-        return Err(TransferError::Usage("--pipeline must be at least 1".into()));
-    }
-    let (input, len): (Box<dyn Read>, Option<u64>) = if args.file.as_os_str() == "-" {
-        (Box::new(std::io::stdin()), None)
-    } else {
-        let file = std::fs::File::open(&args.file)?;
-        let len = file.metadata().ok().map(|m| m.len());
-        (Box::new(file), len)
-    };
-    let bar = progress(args.quiet || len.is_none(), len, "bytes");
-    let counted = CountingReader { inner: input, bar: bar.clone() };
-    let mut client = args.client.connect().await?;
-    let started = Instant::now();
-    let mut written = 0u64;
-    let mut calls: Vec<Call> = Vec::with_capacity(args.pipeline);
-    let mut board = String::new();
-    let mut entries: Vec<(String, Score)> = Vec::with_capacity(args.batch);
-    for row in rows(args.format, counted) {
-        let row = row?;
-        if (row.board != board || entries.len() == args.batch) && !entries.is_empty() {
-            calls.push(set_many(&board, std::mem::take(&mut entries), &args.mode));
-            if calls.len() == args.pipeline {
-                written += send(&mut client, &mut calls).await?;
-            }
-        }
-        board = row.board;
-        entries.push((row.player, row.score));
-    }
-    if !entries.is_empty() {
-        calls.push(set_many(&board, entries, &args.mode));
-    }
-    written += send(&mut client, &mut calls).await?;
-    bar.finish_and_clear();
-    Ok(ImportReport { rows: written, seconds: started.elapsed().as_secs_f64() })
-}
-
-fn set_many(board: &str, entries: Vec<(String, Score)>, mode: &str) -> Call {
-    Call::new(OpKind::SetMany).with("board", board).with("entries", entries).with("mode", mode)
-}
-
-/// Sends the queued `set_many`s as one pipeline; returns the rows they wrote.
-async fn send(client: &mut Client, calls: &mut Vec<Call>) -> Result<u64, TransferError> {
-    let mut rows = 0;
-    for scores in client.pipeline::<Vec<serde::de::IgnoredAny>>(calls).await? {
-        rows += scores?.len() as u64;
-    }
-    calls.clear();
-    Ok(rows)
-}
-
-struct CountingReader<R> {
-    /// The input file or standard input.
-    inner: R,
-    /// Advanced by every byte read: the import's progress.
-    bar: ProgressBar,
-}
-
-impl<R: Read> Read for CountingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bar.inc(n as u64);
-        Ok(n)
-    }
 }
 
 /// Exports a board in rank order as `board,player,score,rank` CSV (a
@@ -376,7 +286,10 @@ mod tests {
         let text = "board,player,score\nb,\"a, b\",5\nb,c,-7,ignored\nb,d,x\n";
         let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
         assert_eq!(got.len(), 3);
-        assert_eq!(got[0].as_ref().unwrap(), &Row { board: "b".into(), player: "a, b".into(), score: Score::Int(5) });
+        assert_eq!(
+            got[0].as_ref().unwrap(),
+            &Row { number: 2, board: "b".into(), player: "a, b".into(), score: Score::Int(5) }
+        );
         assert_eq!(got[1].as_ref().unwrap().score, Score::Int(-7));
         assert!(matches!(got[2], Err(TransferError::Row { row: 4, .. })));
     }
@@ -391,7 +304,7 @@ mod tests {
         let got: Vec<_> = rows(Format::Msgpack, std::io::Cursor::new(bytes)).collect();
         assert_eq!(
             got[1].as_ref().unwrap(),
-            &Row { board: "b".into(), player: "y".into(), score: Score::Int(i64::MIN) }
+            &Row { number: 2, board: "b".into(), player: "y".into(), score: Score::Int(i64::MIN) }
         );
         assert!(got[2].is_err());
     }
@@ -401,7 +314,10 @@ mod tests {
         let text = "board,player,trophies,retries,rank\ncup,alice,30,2,1\ncup,bob,20,x,2\ncup,carol,10\n";
         let got: Vec<_> = rows(Format::Csv, std::io::Cursor::new(text.as_bytes().to_vec())).collect();
         let alice = Score::Fields(FieldScores::from([("trophies", 30), ("retries", 2)]));
-        assert_eq!(got[0].as_ref().unwrap(), &Row { board: "cup".into(), player: "alice".into(), score: alice });
+        assert_eq!(
+            got[0].as_ref().unwrap(),
+            &Row { number: 2, board: "cup".into(), player: "alice".into(), score: alice }
+        );
         assert!(matches!(&got[1], Err(TransferError::Row { row: 3, reason }) if reason.contains("retries `x`")));
         assert!(matches!(&got[2], Err(TransferError::Row { row: 4, reason }) if reason.contains("no retries")));
         // A field named rank, then export's rank column.
