@@ -305,6 +305,36 @@ async fn create_board_conflicts_only_with_another_config() {
     assert_eq!(ok(c, same, "after restart").await, Value::from(false));
 }
 
+/// A `set_many` refused for an overflow "changes nothing", and one with no
+/// entries writes nothing: neither leaves a board behind, listed or in the
+/// way of a `create_board`, before or after a restart.
+#[tokio::test]
+async fn a_refused_or_empty_set_many_creates_no_board() {
+    let mut server = common::Server::start(2);
+    let mut client = server.client().await;
+    let c = &mut client;
+    let overflow = [("p", i64::MAX), ("p", 1)];
+    // With players on every shard too, so the refusal is not one shard's.
+    let spread: Vec<(String, i64)> = (0..20).map(|i| (format!("q{i}"), 1)).collect();
+    let mut spread: Vec<(&str, i64)> = spread.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+    spread.extend(overflow);
+    assert_eq!(code(c, set_many("lone", &overflow, "incr"), "overflow").await, "bad_request");
+    assert_eq!(code(c, set_many("spread", &spread, "incr"), "overflow").await, "bad_request");
+    assert_eq!(ok(c, set_many("empty", &[], "set"), "empty").await, entries_scores(&[]));
+    assert_eq!(boards(c).await, vec![], "no board was made");
+    assert_eq!(ok(c, create("lone", "asc", "dense", &["all"], 1), "create").await, Value::from(true));
+    // The same incrs apart fit, and make the board.
+    ok(c, set_many("spread", &spread[..21], "incr"), "in range").await;
+    drop(client);
+    server.kill9();
+    server.restart();
+    let c = &mut server.client().await;
+    let listed =
+        vec![info("lone", "asc", "dense", &["all"], 1, 0), info("spread", "desc", "competition", &["all"], 1, 21)];
+    assert_eq!(boards(c).await, listed, "after kill -9");
+    assert_eq!(ok(c, create("empty", "asc", "competition", &["all"], 1), "create").await, Value::from(true));
+}
+
 #[tokio::test]
 async fn drop_board_answers_true_then_false() {
     let server = common::Server::start(2);

@@ -50,9 +50,9 @@ pub use error::ShardError;
 pub use key::TreeId;
 pub use record::Record;
 pub use shard::{
-    cached_players_for, Committed, DenseChange, Direction, Durability, DurabilityHandle, IdleStep, ImageWriter,
-    ListEntry, Lookups, SealedBatch, Shard, ShardImage, ShardOptions, StorageStats, TreeForms, Upcoming, UpcomingWrite,
-    WrittenBatch, IMAGE_KEYSPACES, MEMTABLE_OVERRUN,
+    cached_players_for, incrs_stay_in_range, Committed, DenseChange, Direction, Durability, DurabilityHandle, IdleStep,
+    ImageWriter, ListEntry, Lookups, SealedBatch, Shard, ShardImage, ShardOptions, StorageStats, TreeForms, Upcoming,
+    UpcomingWrite, WrittenBatch, IMAGE_KEYSPACES, MEMTABLE_OVERRUN,
 };
 pub use tree::{CountTree, FrozenTree, Repacked, TreeView};
 

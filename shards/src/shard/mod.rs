@@ -108,6 +108,7 @@ pub use self::options::{Durability, ShardOptions, CHECKPOINT_EVERY, CHECKPOINT_S
 pub use self::prefetch::{Upcoming, UpcomingWrite};
 pub use self::reads::{Direction, ListEntry};
 pub use self::seal::{Committed, DurabilityHandle, SealedBatch, WrittenBatch};
+pub use self::staging::incrs_stay_in_range;
 use self::staging::Staged;
 use self::storage::Storage;
 pub use self::storage::{StorageStats, MEMTABLE_OVERRUN};

@@ -144,15 +144,7 @@ impl Shard {
         entries: impl Iterator<Item = (&'a str, Amount)> + Clone,
     ) -> Result<(), ShardError> {
         for tree in window::current_trees(board, self.now) {
-            let mut running: HashMap<&str, i64> = HashMap::new();
-            for (player, amount) in entries.clone() {
-                let current = match running.get(player) {
-                    Some(s) => Some(*s),
-                    None => self.get(tree, player)?.map(|r| r.score),
-                };
-                let next = combined(Mode::Incr, &board.config, current, amount)?;
-                running.insert(player, next);
-            }
+            incrs_stay_in_range(&board.config, entries.clone(), |player| Ok(self.get(tree, player)?.map(|r| r.score)))?;
         }
         Ok(())
     }
@@ -209,6 +201,26 @@ impl Shard {
     pub fn drain_dense_changes(&mut self) -> std::vec::Drain<'_, DenseChange> {
         self.staged.dense.drain(..)
     }
+}
+
+/// Whether `incr`s of `(player, amount)` applied in order, to players whose
+/// scores before them `before` gives, all stay in range: the check behind
+/// [`Shard::check_incr`], and a router's for a board no shard stores yet
+/// (where no player has a score), which a refused write must not create.
+pub fn incrs_stay_in_range<'a>(
+    config: &BoardConfig,
+    entries: impl Iterator<Item = (&'a str, Amount)>,
+    mut before: impl FnMut(&str) -> Result<Option<i64>, ShardError>,
+) -> Result<(), ShardError> {
+    let mut running: HashMap<&str, i64> = HashMap::new();
+    for (player, amount) in entries {
+        let current = match running.get(player) {
+            Some(score) => Some(*score),
+            None => before(player)?,
+        };
+        running.insert(player, combined(Mode::Incr, config, current, amount)?);
+    }
+    Ok(())
 }
 
 /// The score a write of `amount` in `mode` leaves a player with who had

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use futures::future::try_join_all;
 use rankd_client::OpKind;
-use rankd_shards::{window, Amount, Board, BoardConfig, SharedBoard, Wid};
+use rankd_shards::{incrs_stay_in_range, window, Amount, Board, BoardConfig, SharedBoard, Wid};
 
 use super::boards::{Boards, Created};
 use super::reads::{summed_counts, Read};
@@ -360,6 +360,19 @@ impl Router {
         wid: Option<Wid>,
         outbox: &mut Outbox,
     ) -> Routed {
+        // Neither an empty write nor a refused one may create the board in
+        // the registry alone: no shard would store it.
+        if amounts.is_empty() {
+            return Routed::Ready(Ok(marked(Reply::Scores, Written { value: Vec::new(), dup: false })));
+        }
+        if mode == rankd_shards::Mode::Incr && boards.get(&board).is_none() {
+            // A new board holds no scores: only the request's own repeats
+            // of a player can overflow.
+            let entries = amounts.iter().map(|(player, amount)| (player.as_str(), *amount));
+            if let Err(error) = incrs_stay_in_range(&BoardConfig::default(), entries, |_| Ok(None)) {
+                return Routed::Ready(Err(error.into()));
+            }
+        }
         let board = boards.for_write(&board);
         let n = self.shards.len();
         let mut per_shard: Vec<ShardPart> = vec![ShardPart::default(); n];
