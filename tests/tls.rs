@@ -576,3 +576,49 @@ async fn a_tls_server_beyond_loopback_needs_a_token() {
         assert_eq!(refused.code(), Some("unauthorized"), "{way}: a token is required: {refused}");
     }
 }
+
+/// A TLS client that asks for a backup and never reads it: once a write
+/// has waited the idle timeout the backup ends, and the connection closes
+/// and frees its slot, although its close_notify cannot go out over the
+/// full socket.
+#[tokio::test]
+async fn a_tls_backup_nobody_reads_frees_its_connection() {
+    let tls = TlsFiles::new();
+    let mut args = tls.server_args();
+    args.extend(["--max-connections", "1", "--idle-timeout-secs", "2"]);
+    let server = common::Server::start_with(1, &args);
+    {
+        // Far more than the socket buffers hold, so the backup's writes stall.
+        let mut client = tls_client(&server.addr, &tls.ca_file).await;
+        let players: Vec<String> = (0..300_000).map(|i| format!("{:x}-player-{i}", i * 2_654_435_761u64)).collect();
+        for chunk in players.chunks(10_000) {
+            let entries: Vec<(&str, i64)> = chunk.iter().enumerate().map(|(i, p)| (p.as_str(), i as i64)).collect();
+            client.set_many("big", &entries, Mode::Set).await.expect("set_many");
+        }
+    }
+    common::wait_until(DEADLINE, "the filling connection to close", async || {
+        server.metric("rankd_connections_open", &[]) == 0.0
+    })
+    .await;
+    let mut stream = raw_tls(&server.addr, rustls_config(&tls.ca, &[&rustls::version::TLS13])).await.expect("connect");
+    let mut request = Vec::new();
+    Call::named("backup").encode(1, &mut request);
+    stream.write_all(&request).await.expect("ask for a backup");
+    stream.flush().await.expect("flush it");
+    // `stream` stays open and unread. Before the fix its slot was never
+    // freed: every later connection was refused.
+    common::wait_for(Duration::from_secs(20), "a new connection to be served", async || {
+        match tokio::time::timeout(DEADLINE, async {
+            let mut client = Client::connect_with(&server.addr, &options(tls_to(&tls.ca_file))).await?;
+            client.ping().await
+        })
+        .await
+        {
+            Ok(Ok(pong)) => Ok(pong),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer".into()),
+        }
+    })
+    .await;
+    drop(stream);
+}

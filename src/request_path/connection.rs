@@ -42,7 +42,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
@@ -67,6 +67,10 @@ use rankd_client::OpKind;
 /// read) do not, and wait for the client to read.
 pub const REPLY_ROWS_PER_REQUEST: usize = 16;
 
+/// The longest a connection's close (over TLS, its close_notify) may wait
+/// for the client to make room in the socket.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Per-connection limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -76,7 +80,7 @@ pub struct Limits {
     pub max_inflight: usize,
     /// A connection with nothing in flight that sends nothing this long is
     /// closed (half-open and abandoned clients).
-    pub idle_timeout: std::time::Duration,
+    pub idle_timeout: Duration,
 }
 
 /// What every connection shares with the rest of the server.
@@ -428,7 +432,7 @@ async fn write_answered<W: AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     write_half: &mut W,
     received: &mut u64,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> bool {
     conn.collect_answered(out);
     conn.take_pushes(out);
@@ -454,7 +458,7 @@ pub async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, metrics: Arc<Metrics>)
     metrics.connections_refused.inc();
     let mut out = Vec::new();
     encode_error(&mut out, 0, &Error::Overloaded("too many connections; retry later".into()));
-    transmit::send(&mut stream, &out, std::time::Duration::from_secs(1)).await;
+    transmit::send(&mut stream, &out, Duration::from_secs(1)).await;
     let _ = stream.shutdown().await;
 }
 
@@ -592,5 +596,8 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             super::backup::stream(&mut write_half, id, &conn.router, metrics, limits.idle_timeout, shutdown).await;
         }
     }
-    let _ = write_half.shutdown().await;
+    // A client that stopped reading (a stalled backup, say) leaves the socket
+    // full, and TLS's close_notify would wait for it forever, holding the
+    // connection's slot.
+    let _ = tokio::time::timeout(limits.idle_timeout.min(CLOSE_TIMEOUT), write_half.shutdown()).await;
 }
