@@ -68,6 +68,42 @@ async fn every_op_but_ping_and_auth_waits_for_a_successful_auth() {
     server.assert_never_printed(&[TOKEN, WRONG_TOKEN]);
 }
 
+/// Before `auth`, a request the server cannot read is refused like any
+/// other, not explained, so a client without a token learns nothing of the
+/// ops and their fields; only a malformed `auth` is explained. After `auth`
+/// the same frames get their own codes.
+#[tokio::test]
+async fn before_auth_an_unreadable_request_is_unauthorized_too() {
+    let server = common::Server::start_with_env(1, &[], &[("RANKD_AUTH_TOKEN", TOKEN)]);
+    let mut client = server.client().await;
+    let too_many: Vec<Value> = (0..10_001).map(|i| Value::Array(vec![format!("p{i}").into(), 1.into()])).collect();
+    let unreadable = [
+        ("a set without player or score", common::raw::req(1, "set", &[("board", "b".into())])),
+        ("an unknown op", common::raw::req(2, "nope", &[])),
+        (
+            "a set_many past the limit",
+            common::raw::req(3, "set_many", &[("board", "b".into()), ("entries", Value::Array(too_many))]),
+        ),
+        ("a count with a board of the wrong type", common::raw::req(4, "count", &[("board", 7.into())])),
+    ];
+    let codes = async |client: &mut Client, frames: &[(&str, Vec<u8>)]| {
+        let mut codes = Vec::new();
+        for (_, body) in frames {
+            client.send_raw(&common::raw::frame(body)).await.expect("send");
+            let reply: Value = client.read_raw().await.expect("a reply").expect("the connection stays open");
+            let code = common::field(&reply, "err").and_then(|err| common::field(err, "code")).and_then(Value::as_str);
+            codes.push(code.unwrap_or("none").to_string());
+        }
+        codes
+    };
+    assert_eq!(codes(&mut client, &unreadable).await, ["unauthorized"; 4], "before auth");
+    let bad_auth = [("an auth without a token", common::raw::req(5, "auth", &[]))];
+    assert_eq!(codes(&mut client, &bad_auth).await, ["bad_request"], "a malformed auth");
+    client.auth(TOKEN).await.expect("auth");
+    let explained = ["bad_request", "unknown_op", "too_large", "bad_request"];
+    assert_eq!(codes(&mut client, &unreadable).await, explained, "after auth");
+}
+
 #[tokio::test]
 async fn the_token_can_come_from_the_environment_and_is_never_logged() {
     let mut server = common::Server::start_capturing(1, &[], &[("RANKD_AUTH_TOKEN", TOKEN), ("RANKD_LOG", "trace")]);

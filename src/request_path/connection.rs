@@ -165,6 +165,14 @@ impl Answering {
     }
 }
 
+/// The answer to an op the connection's standing does not allow.
+fn unauthorized(denied: Denied) -> Error {
+    Error::Unauthorized(match denied {
+        Denied::NotAuthenticated => "authenticate with `auth` first",
+        Denied::ReadOnly => "this token may only read",
+    })
+}
+
 /// Reads that take several rounds of shard messages, or (`rank_of_score`
 /// on a dense board, which the connection cannot tell apart) read the
 /// shared distinct-score index after a round: a write sent after them must
@@ -274,14 +282,16 @@ impl Connection {
                 Op::Backup => Decoded::Backup(request.id),
                 _ => Decoded::Request(request),
             },
-            Err(Denied::NotAuthenticated) => Decoded::Answered(
-                request.id,
-                request.op.kind(),
-                Err(Error::Unauthorized("authenticate with `auth` first")),
-            ),
-            Err(Denied::ReadOnly) => {
-                Decoded::Answered(request.id, request.op.kind(), Err(Error::Unauthorized("this token may only read")))
-            }
+            Err(denied) => Decoded::Answered(request.id, request.op.kind(), Err(unauthorized(denied))),
+        }
+    }
+
+    /// A frame that is not a valid request, answered as far as the
+    /// connection's standing allows (see [`Access::explains_unreadable`]).
+    fn reject(&self, rejected: Rejected) -> Decoded {
+        match self.access.explains_unreadable(rejected.op) {
+            Ok(()) => Decoded::Invalid(rejected),
+            Err(denied) => Decoded::Invalid(Rejected { error: unauthorized(denied), ..rejected }),
         }
     }
 
@@ -524,7 +534,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                                 // Nothing after it is read.
                                 Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
                                 Ok(decoded) => conn.hold(decoded),
-                                Err(rejected) => conn.pending.push(Decoded::Invalid(rejected)),
+                                Err(rejected) => conn.pending.push(conn.reject(rejected)),
                             }
                         }
                         Ok(None) => closing = true,

@@ -84,6 +84,21 @@ impl Access {
     }
 }
 
+impl Access {
+    /// Whether a request that could not be read may be told what is wrong
+    /// with it (`op`: its op, if that much could be read). Before `auth`
+    /// it may not, whatever its op, so a client without a token learns
+    /// nothing of the ops and their fields; nor may a write of a read-only
+    /// token.
+    pub fn explains_unreadable(&self, op: Option<OpKind>) -> Result<(), Denied> {
+        match op {
+            Some(op) => self.permits(op),
+            None if self.role.is_none() => Err(Denied::NotAuthenticated),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +128,22 @@ mod tests {
             let want = if matches!(op, OpKind::Ping | OpKind::Auth) { Ok(()) } else { Err(Denied::NotAuthenticated) };
             assert_eq!(access.permits(*op), want, "{op:?}");
         }
+    }
+
+    #[test]
+    fn an_unreadable_request_is_explained_only_as_far_as_the_standing_allows() {
+        let mut access = Access::new(roles());
+        for op in [None, Some(OpKind::Set), Some(OpKind::Count)] {
+            assert_eq!(access.explains_unreadable(op), Err(Denied::NotAuthenticated), "{op:?} before auth");
+        }
+        assert_eq!(access.explains_unreadable(Some(OpKind::Auth)), Ok(()), "a malformed auth is explained");
+        assert_eq!(access.explains_unreadable(Some(OpKind::Ping)), Ok(()));
+        access.auth("r");
+        assert_eq!(access.explains_unreadable(Some(OpKind::Set)), Err(Denied::ReadOnly));
+        assert_eq!(access.explains_unreadable(Some(OpKind::Count)), Ok(()));
+        assert_eq!(access.explains_unreadable(None), Ok(()), "an unknown op, once authenticated");
+        let open = Access::new(Arc::new(Tokens::default()));
+        assert_eq!(open.explains_unreadable(None), Ok(()), "a server that needs no token explains all");
     }
 
     #[test]
