@@ -410,3 +410,46 @@ async fn the_cli_watches_until_the_board_is_dropped() {
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().expect("it exits");
     assert!(status.success());
 }
+
+/// A period boundary changes what a periodic window shows with no write:
+/// today's top empties and yesterday's (period -1) becomes what today's
+/// was. Both are pushed, on the server's clock, which starts a few seconds
+/// before 2026-06-01T00:00:00Z (as in tests/windows.rs).
+#[tokio::test]
+async fn a_period_rollover_pushes_with_no_write() {
+    const BOUNDARY: i64 = 1_780_272_000;
+    const LEAD: u64 = 5;
+    let server = Server::start_with(2, &[common::CLOCK_OFFSET, &common::offset_to(BOUNDARY - LEAD as i64)]);
+    // The server's clock reads whole seconds: it reaches the boundary no later.
+    let rollover = Instant::now() + Duration::from_secs(LEAD);
+    let mut writer = server.client().await;
+    let created = writer
+        .call::<rmpv::Value>(
+            Call::new(OpKind::CreateBoard).with("board", "daily").with("windows", vec![rmpv::Value::from("daily")]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created, rmpv::Value::from(true));
+    writer.set("daily", "alice", 5, Mode::Set).await.unwrap();
+    let mut w = watcher(&server).await;
+    let fast = Duration::from_millis(10);
+    // The board's first window (daily), and its previous period.
+    let today = w.watch(&WatchSpec::top("daily", 3).interval(fast)).await.unwrap();
+    let yesterday = w.watch(&WatchSpec::top("daily", 3).window(Window::Daily).period(-1).interval(fast)).await.unwrap();
+    let mut firsts = HashMap::new();
+    while firsts.len() < 2 {
+        let push = next_push(&mut w, Duration::from_secs(5)).await;
+        firsts.insert(push.watch, top_of(&push));
+    }
+    assert_eq!(firsts[&today], vec![("alice".into(), 5, 1)], "read after the boundary: raise LEAD");
+    assert_eq!(firsts[&yesterday], vec![]);
+
+    let mut rolled = HashMap::new();
+    while rolled.len() < 2 {
+        let within = rollover.saturating_duration_since(Instant::now()) + Duration::from_secs(3);
+        let push = next_push(&mut w, within).await;
+        rolled.insert(push.watch, top_of(&push));
+    }
+    assert_eq!(rolled[&today], vec![], "a new day starts empty");
+    assert_eq!(rolled[&yesterday], vec![("alice".into(), 5, 1)]);
+}

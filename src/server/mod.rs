@@ -93,7 +93,7 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
         let configure = |router: Router| if config.hooks.queue_lone { router.queue_lone_requests() } else { router };
         #[cfg(not(feature = "test-hooks"))]
         let configure = |router: Router| router;
-        let watches = WatchHub::new(metrics.clone());
+        let watches = WatchHub::with_clock(metrics.clone(), clock);
         #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
         let mut limits = approx::Limits::default();
         #[cfg(feature = "test-hooks")]

@@ -3,7 +3,7 @@
 //! runs in a shard's round or on a connection's thread.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use actix::Addr;
 use rankd_client::Entry;
@@ -21,18 +21,27 @@ use crate::request_path::router::{Dispatch, Fence, RouterActor};
 /// waits before the watches it held are looked at again.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 
+/// The longest the evaluator sleeps towards a period boundary before it
+/// reads the clock again: a wall clock stepped meanwhile delays a
+/// rollover's pushes by no more than this.
+const CLOCK_CHECK: Duration = Duration::from_secs(60);
+
 /// Runs until the process ends: waits for due watches, looks, offers.
 pub async fn run(hub: Arc<WatchHub>, router: Addr<RouterActor>) {
     loop {
-        let (groups, next) = hub.registry.lock().take_due(Instant::now());
+        let unix_seconds = hub.clock.now();
+        let (groups, next, boundary) = {
+            let mut registry = hub.registry.lock();
+            let boundary = registry.roll(unix_seconds);
+            let (groups, next) = registry.take_due(Instant::now());
+            (groups, next, boundary)
+        };
         if groups.is_empty() {
-            let sleep = next.map(|at| tokio::time::sleep_until(at.into()));
-            match sleep {
-                Some(sleep) => tokio::select! {
-                    () = hub.wake.notified() => {}
-                    () = sleep => {}
-                },
-                None => hub.wake.notified().await,
+            let rollover = reaching(boundary, unix_seconds);
+            let at = next.map_or(rollover, |next| next.min(rollover));
+            tokio::select! {
+                () = hub.wake.notified() => {}
+                () = tokio::time::sleep_until(at.into()) => {}
             }
             continue;
         }
@@ -42,6 +51,16 @@ pub async fn run(hub: Arc<WatchHub>, router: Addr<RouterActor>) {
             tokio::time::sleep(RETRY_AFTER).await;
         }
     }
+}
+
+/// About when a clock that read `unix_seconds` reads `boundary`, at most
+/// [`CLOCK_CHECK`] away. It reads whole seconds, so the fraction of the
+/// current one has gone already; waking early only means reading it again.
+fn reaching(boundary: i64, unix_seconds: i64) -> Instant {
+    let into_second = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.subsec_nanos());
+    let ahead = Duration::from_secs(u64::try_from(boundary - unix_seconds).unwrap_or(0))
+        .saturating_sub(Duration::from_nanos(into_second.into()));
+    Instant::now() + ahead.min(CLOCK_CHECK)
 }
 
 /// Reads every group's values in one batch, waits until all the shards
@@ -111,6 +130,9 @@ async fn look(hub: &WatchHub, router: &Addr<RouterActor>, groups: &[Group]) -> R
                     hub.metrics.watches.pushes.inc();
                     hub.metrics.watches.coalesced.inc_by(u64::from(coalesced));
                 }
+                // The push it withdrew was counted and is never written:
+                // counted as coalesced too, like one replaced.
+                Offered::Withdrawn => hub.metrics.watches.coalesced.inc(),
                 Offered::Unchanged | Offered::Gone | Offered::Withheld => {}
             }
         }

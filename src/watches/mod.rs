@@ -5,14 +5,14 @@
 //! acknowledged tells the hub the board changed ([`WatchHub::changed`]); with
 //! no watch open, that costs one atomic load per write. The looking is done
 //! apart, by the [`evaluator`] on a thread of its own: it takes the watches
-//! that are due ([`registry`]: changed, and past their `interval_ms`), reads
-//! their values through a router like any client, then waits for a fence on
-//! every shard, so what it read is durable before anything is pushed. A
-//! value equal to the watch's last push is dropped; a new one goes into the
-//! connection's [`pushes`] box, which keeps only the latest frame per watch.
-//! So the shards see a few reads per interval per watched board, never one
-//! per write, and a client that reads slowly gets the latest state, never a
-//! backlog.
+//! that are due ([`registry`]: changed or past a period boundary, and past
+//! their `interval_ms`), reads their values through a router like any
+//! client, then waits for a fence on every shard, so what it read is durable
+//! before anything is pushed. A value equal to the watch's last push is
+//! dropped; a new one goes into the connection's [`pushes`] box, which keeps
+//! only the latest frame per watch. So the shards see a few reads per
+//! interval per watched board, never one per write, and a client that reads
+//! slowly gets the latest state, never a backlog.
 
 pub mod evaluator;
 pub mod pushes;
@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use rankd_client::frame::write_frame_with;
 use tokio::sync::Notify;
 
+use crate::clock::Clock;
 use crate::operations::metrics::Metrics;
 use crate::protocol::request::WatchSpec;
 pub use pushes::PushBox;
@@ -43,17 +44,28 @@ pub struct WatchHub {
     wake: Notify,
     /// Numbers connections, so watch ids need only be unique per connection.
     next_conn: AtomicU64,
+    /// The clock reads take their periods from: at a boundary, watches of
+    /// periodic windows are looked at again.
+    clock: Clock,
     metrics: Arc<Metrics>,
 }
 
 impl WatchHub {
-    /// A hub with no watch open.
+    /// A hub with no watch open, on the system clock.
     pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
+        Self::with_clock(metrics, Clock::default())
+    }
+
+    /// A hub with no watch open, on `clock`: the routers' own, so periods
+    /// roll over for the watches when they do for reads (a test may shift
+    /// it).
+    pub fn with_clock(metrics: Arc<Metrics>, clock: Clock) -> Arc<Self> {
         Arc::new(Self {
             registry: Mutex::new(Registry::default()),
             open: AtomicUsize::new(0),
             wake: Notify::new(),
             next_conn: AtomicU64::new(1),
+            clock,
             metrics,
         })
     }
@@ -65,26 +77,27 @@ impl WatchHub {
 
     /// Opens a watch; its first push comes at once.
     pub fn add(&self, key: WatchKey, spec: WatchSpec, pushes: Arc<PushBox>) {
-        let open = {
+        {
             let mut registry = self.registry.lock();
             registry.add(key, spec, pushes, Instant::now());
-            registry.len()
-        };
-        self.set_open(open);
+            self.set_open(&registry);
+        }
         self.wake.notify_one();
     }
 
     /// Ends a watch; whether it was open. No push for it is put after this.
     pub fn remove(&self, key: WatchKey) -> bool {
-        let (removed, open) = {
-            let mut registry = self.registry.lock();
-            (registry.remove(key), registry.len())
-        };
-        self.set_open(open);
+        let mut registry = self.registry.lock();
+        let removed = registry.remove(key);
+        self.set_open(&registry);
         removed
     }
 
-    fn set_open(&self, open: usize) {
+    /// Publishes how many watches are open. Called with the registry
+    /// locked, so counts are stored in the order of the changes they count:
+    /// a stale 0 stored last would leave an open watch's board unwatched.
+    fn set_open(&self, registry: &Registry) {
+        let open = registry.len();
         self.open.store(open, Ordering::Relaxed);
         self.metrics.watches.open.set(i64::try_from(open).unwrap_or(i64::MAX));
     }
@@ -126,11 +139,11 @@ impl WatchHub {
     /// Ends the watches `end` takes out of the registry, each with a last
     /// push, nil.
     fn end_with(&self, end: impl FnOnce(&mut Registry) -> Vec<(WatchKey, Arc<PushBox>)>) {
-        let (ended, open) = {
-            let mut registry = self.registry.lock();
-            (end(&mut registry), registry.len())
-        };
-        self.set_open(open);
+        let mut registry = self.registry.lock();
+        let ended = end(&mut registry);
+        self.set_open(&registry);
+        // Put with the registry locked: an unwatch that finds the watch
+        // ended already forgets its last push, which must be there by then.
         for (key, pushes) in ended {
             pushes.put(key.watch, push_frame(key.watch, &[rmp::Marker::Null.to_u8()]), true);
             self.metrics.watches.pushes.inc();
@@ -168,5 +181,91 @@ mod tests {
         assert_eq!(value["watch"], rmpv::Value::from(4));
         assert_eq!(value["event"]["rank"], rmpv::Value::from(2));
         assert_eq!(value.as_map().unwrap().len(), 2, "no id key");
+    }
+
+    fn spec(board: &str) -> WatchSpec {
+        WatchSpec {
+            board: board.into(),
+            target: crate::protocol::request::WatchTarget::Top(3),
+            view: Default::default(),
+            interval: std::time::Duration::from_millis(10),
+        }
+    }
+
+    /// Threads opening and ending watches, while another looks at the
+    /// registry: with it locked, the open count (what `is_watched` reads
+    /// first) must be its length. It was once stored after the registry was
+    /// unlocked, so a stale 0 could land over a newer 1 and the open
+    /// watch's board seemed unwatched: its writes pushed nothing.
+    #[test]
+    fn the_open_count_always_matches_the_registry() {
+        const THREADS: u64 = 3;
+        let hub = WatchHub::new(Metrics::new(1).unwrap());
+        let running = AtomicUsize::new(THREADS as usize);
+        let mut mismatches = 0;
+        std::thread::scope(|scope| {
+            for conn in 1..=THREADS {
+                let (hub, running) = (&hub, &running);
+                scope.spawn(move || {
+                    let (board, pushes) = (format!("b{conn}"), Arc::new(PushBox::default()));
+                    let key = WatchKey { conn, watch: 1 };
+                    for _ in 0..100_000 {
+                        hub.add(key, spec(&board), pushes.clone());
+                        hub.remove(key);
+                    }
+                    // Each leaves one open.
+                    hub.add(key, spec(&board), pushes);
+                    running.fetch_sub(1, Ordering::Release);
+                });
+            }
+            while running.load(Ordering::Acquire) > 0 {
+                let registry = hub.registry.lock();
+                mismatches += usize::from(hub.open.load(Ordering::Relaxed) != registry.len());
+            }
+        });
+        assert_eq!(mismatches, 0, "the open count differed from the registry's");
+        assert_eq!(hub.open.load(Ordering::Relaxed) as u64, THREADS);
+        assert_eq!(hub.metrics.watches.open.get() as u64, THREADS);
+    }
+
+    /// A board dropped while its watch is unwatched: whichever comes first,
+    /// nothing is left waiting for the unwatched id (it could never be
+    /// written, its watch being no longer announced).
+    #[test]
+    fn an_unwatch_racing_a_drop_leaves_no_push_behind() {
+        const ROUNDS: usize = 20_000;
+        let hub = WatchHub::new(Metrics::new(1).unwrap());
+        let mut session = WatchSession::new(hub.clone());
+        let pushes = session.pushes();
+        let (start, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        let mut left = Vec::new();
+        std::thread::scope(|scope| {
+            let (hub, start, done) = (&hub, &start, &done);
+            scope.spawn(move || {
+                for _ in 0..ROUNDS {
+                    start.wait();
+                    hub.dropped("b");
+                    done.wait();
+                }
+            });
+            // Nothing here may panic between the barriers: the other
+            // thread would wait forever.
+            for _ in 0..ROUNDS {
+                let id = session.open(spec("b")).ok();
+                if let Some(id) = id {
+                    session.announce(id);
+                }
+                start.wait();
+                if let Some(id) = id {
+                    session.close(id);
+                }
+                done.wait();
+                let taken = pushes.take(|_| true);
+                if taken.frames > 0 {
+                    left.push((id, taken.ended));
+                }
+            }
+        });
+        assert_eq!(left, vec![], "pushes of unwatched watches were left");
     }
 }

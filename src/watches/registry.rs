@@ -1,15 +1,22 @@
 //! Every open watch and what it last pushed, as a plain struct: which
-//! watches are due for a look (their board changed and their interval has
-//! passed), how they group into reads, and whether a value read is new.
-//! The hub locks it; nothing here waits or does I/O.
+//! watches are due for a look (their board changed, or their period rolled
+//! over, and their interval has passed), how they group into reads, and
+//! whether a value read is new. The hub locks it; nothing here waits or
+//! does I/O.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::pushes::PushBox;
+use rankd_shards::window::period_of;
+
+use super::pushes::{PushBox, Put};
 use crate::protocol::request::{WatchSpec, WatchTarget};
 use crate::protocol::View;
+
+/// Seconds in a day: every window's periods start at a UTC midnight
+/// (`rankd_shards::window`), so no period changes between two.
+const DAY: i64 = 86_400;
 
 /// A watch, server-wide: its connection and its id there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,7 +31,8 @@ pub struct WatchKey {
 struct Watch {
     spec: WatchSpec,
     pushes: Arc<PushBox>,
-    /// The encoded event last pushed; `None` before the first.
+    /// The encoded event last pushed: what the client has once the push
+    /// waiting for it, if any, is written. `None` before the first.
     last: Option<Vec<u8>>,
     /// The board's change count when the watch was last taken for a look
     /// (`None`: never, or the look must be retried). Different from the
@@ -67,6 +75,9 @@ pub enum Offered {
     },
     /// The same as the last push: nothing sent.
     Unchanged,
+    /// Back to what the client was last written, before the push since
+    /// was: that push is withdrawn and nothing is sent.
+    Withdrawn,
     /// The watch ended meanwhile.
     Gone,
     /// Its board is being dropped: nothing is pushed until the drop is
@@ -84,6 +95,9 @@ pub struct Registry {
     /// A read meanwhile sees no board, a state no one acknowledged: were
     /// the drop lost in a crash, the board would be back as it was.
     dropping: HashMap<String, u32>,
+    /// The server's clock (Unix seconds) when [`Registry::roll`] last read
+    /// it: a period boundary since changes what periodic watches show.
+    clock: Option<i64>,
 }
 
 impl Registry {
@@ -147,6 +161,27 @@ impl Registry {
         }
     }
 
+    /// The server's clock reads `unix_seconds`: the watches whose period
+    /// changed since it was last read are due a look, with no write (a new
+    /// period starts empty; `-1` now names another). Returns when the next
+    /// period may begin (Unix seconds).
+    pub fn roll(&mut self, unix_seconds: i64) -> i64 {
+        let before = self.clock.replace(unix_seconds);
+        if let Some(before) = before.filter(|before| before.div_euclid(DAY) != unix_seconds.div_euclid(DAY)) {
+            for watch in self.watches.values_mut() {
+                let rolled = match watch.spec.view.window {
+                    // The board's first window, which may be periodic.
+                    None => true,
+                    Some(window) => period_of(window, before) != period_of(window, unix_seconds),
+                };
+                if rolled {
+                    watch.seen = None;
+                }
+            }
+        }
+        (unix_seconds.div_euclid(DAY) + 1) * DAY
+    }
+
     /// Takes the watches due at `now` (changed, and past their interval),
     /// grouped by board view; and when the next one not yet due will be.
     pub fn take_due(&mut self, now: Instant) -> (Vec<Group>, Option<Instant>) {
@@ -186,7 +221,8 @@ impl Registry {
 
     /// Offers a value read for `key` (`frame` frames `event` for the
     /// connection): pushed if it differs from the last push, and then the
-    /// watch's next push waits out its interval.
+    /// watch's next push waits out its interval. A value back to what the
+    /// client was last written withdraws the push not yet written since.
     pub fn offer(&mut self, key: WatchKey, event: &[u8], frame: impl FnOnce() -> Vec<u8>, now: Instant) -> Offered {
         let Some(watch) = self.watches.get_mut(&key) else { return Offered::Gone };
         if self.dropping.contains_key(&watch.spec.board) {
@@ -197,7 +233,11 @@ impl Registry {
         }
         watch.last = Some(event.to_vec());
         watch.next_push = now + watch.spec.interval;
-        Offered::Pushed { coalesced: watch.pushes.put(key.watch, frame(), false) }
+        match watch.pushes.put(key.watch, frame(), false) {
+            Put::Waiting => Offered::Pushed { coalesced: false },
+            Put::Coalesced => Offered::Pushed { coalesced: true },
+            Put::Withdrawn => Offered::Withdrawn,
+        }
     }
 
     /// A drop of `board` has begun: its watches push nothing until it ends
@@ -238,6 +278,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::watches::pushes::Taken;
 
     fn spec(board: &str, target: WatchTarget, interval_ms: u64) -> WatchSpec {
         WatchSpec { board: board.into(), target, view: View::default(), interval: Duration::from_millis(interval_ms) }
@@ -285,6 +326,57 @@ mod tests {
         // Another board's writes do not touch it.
         registry.changed("other");
         assert!(registry.take_due(t1 + Duration::from_secs(1)).0.is_empty());
+    }
+
+    /// A push replaced before it was written never reached the client: a
+    /// value equal to the one the client last got is not sent again.
+    #[test]
+    fn a_value_the_client_has_is_not_pushed_again_after_an_unwritten_one() {
+        let (mut registry, now, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        let k = key(1, 1);
+        registry.add(k, spec("b", WatchTarget::Top(3), 10), pushes.clone(), now);
+        assert_eq!(registry.offer(k, b"v1", || b"f1".to_vec(), now), Offered::Pushed { coalesced: false });
+        assert_eq!(pushes.take(|_| true).bytes, b"f1", "written");
+        assert_eq!(registry.offer(k, b"v2", || b"f2".to_vec(), now), Offered::Pushed { coalesced: false });
+        // Back to v1 before f2 was written: the client still has v1.
+        assert_eq!(registry.offer(k, b"v1", || b"f1".to_vec(), now), Offered::Withdrawn);
+        assert_eq!(pushes.take(|_| true), Taken::default(), "v1 twice in a row");
+        assert_eq!(registry.offer(k, b"v1", || b"f1".to_vec(), now), Offered::Unchanged);
+        // And v2 again is new to the client.
+        assert_eq!(registry.offer(k, b"v2", || b"f2".to_vec(), now), Offered::Pushed { coalesced: false });
+        assert_eq!(pushes.take(|_| true).bytes, b"f2");
+    }
+
+    /// A period boundary makes due, with no write, the watches whose view
+    /// names a periodic window's period, or the board's first window.
+    #[test]
+    fn a_period_boundary_makes_periodic_watches_due() {
+        use rankd_shards::Window;
+        let (mut registry, now, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        let with = |window, period| WatchSpec { view: View { window, period }, ..spec("b", WatchTarget::Top(3), 10) };
+        // Sunday 2026-05-31, a second before midnight: the next day is a
+        // Monday and the first of a month.
+        let sunday = 1_780_272_000 - 1;
+        registry.add(key(1, 1), with(Some(Window::Daily), 0), pushes.clone(), now);
+        registry.add(key(1, 2), with(Some(Window::Weekly), -1), pushes.clone(), now);
+        registry.add(key(1, 3), with(None, 0), pushes.clone(), now);
+        registry.add(key(1, 4), with(Some(Window::All), 0), pushes.clone(), now);
+        registry.add(key(1, 5), with(Some(Window::Monthly), 0), pushes, now);
+        assert_eq!(registry.roll(sunday - 3600), sunday + 1, "the next midnight");
+        registry.take_due(now);
+        assert_eq!(registry.roll(sunday), sunday + 1);
+        assert!(registry.take_due(now).0.is_empty(), "the same day: nothing rolled");
+        let due = |registry: &mut Registry| {
+            let mut keys: Vec<u64> =
+                registry.take_due(now).0.iter().flat_map(|g| g.watches.iter().map(|(k, _)| k.watch)).collect();
+            keys.sort_unstable();
+            keys
+        };
+        assert_eq!(registry.roll(sunday + 1), sunday + 1 + DAY);
+        assert_eq!(due(&mut registry), [1, 2, 3, 5], "all but the all-time window");
+        // Monday to Tuesday: a new day only (the first window may be daily).
+        assert_eq!(registry.roll(sunday + 1 + DAY), sunday + 1 + 2 * DAY);
+        assert_eq!(due(&mut registry), [1, 3]);
     }
 
     #[test]
