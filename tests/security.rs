@@ -104,6 +104,23 @@ async fn before_auth_an_unreadable_request_is_unauthorized_too() {
     assert_eq!(codes(&mut client, &unreadable).await, explained, "after auth");
 }
 
+/// Pings do not keep a connection without a token open: it is closed once
+/// idle, pings or not, while an authenticated one pinging is kept.
+#[tokio::test]
+async fn pings_before_auth_do_not_hold_a_connection_open() {
+    let server = common::Server::start_with_env(1, &["--idle-timeout-secs", "1"], &[("RANKD_AUTH_TOKEN", TOKEN)]);
+    let (mut stranger, mut member) = (server.client().await, server.client().await);
+    member.auth(TOKEN).await.expect("auth");
+    let mut stranger_closed = false;
+    // Both ping every 200 ms for 3 s, three idle timeouts.
+    for _ in 0..15 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        stranger_closed |= stranger.ping().await.is_err();
+        assert_eq!(member.ping().await.expect("an authenticated connection that pings stays open"), "pong");
+    }
+    assert!(stranger_closed, "a connection that never authenticated was kept open by its pings");
+}
+
 #[tokio::test]
 async fn the_token_can_come_from_the_environment_and_is_never_logged() {
     let mut server = common::Server::start_capturing(1, &[], &[("RANKD_AUTH_TOKEN", TOKEN), ("RANKD_LOG", "trace")]);

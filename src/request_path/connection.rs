@@ -225,6 +225,9 @@ struct Connection {
     access: Access,
     /// An `auth` failed once too often: answer what was read, then close.
     locked_out: bool,
+    /// A request that counts as activity ([`Access::keeps_alive`]) was read
+    /// since the idle deadline was last moved.
+    heard: bool,
     /// Where watches are opened.
     hub: Arc<WatchHub>,
     /// The connection's watches, from its first `watch` on.
@@ -492,6 +495,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         pending: Vec::new(),
         access: Access::new(tokens),
         locked_out: false,
+        heard: false,
         hub: watches,
         watching: None,
     };
@@ -530,7 +534,10 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     match frame {
                         Ok(Some(body)) => {
                             received += body.len() as u64 + 4;
-                            match parse(&body).map(|request| conn.admit(request)) {
+                            let parsed = parse(&body);
+                            let op = parsed.as_ref().map_or_else(|rejected| rejected.op, |request| Some(request.op.kind()));
+                            conn.heard |= conn.access.keeps_alive(op);
+                            match parsed.map(|request| conn.admit(request)) {
                                 // Nothing after it is read.
                                 Ok(Decoded::Backup(id)) => (backup, closing) = (Some(id), true),
                                 Ok(decoded) => conn.hold(decoded),
@@ -563,7 +570,9 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     frame = frames.next_frame().await;
                 }
                 conn.dispatch_pending();
-                idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+                if std::mem::take(&mut conn.heard) {
+                    idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+                }
                 // Answered while routed (a lone rank, in place): written now.
                 if !conn.answered.is_empty()
                     && !write_answered(&mut conn, &mut out, &mut write_half, &mut received, limits.idle_timeout).await

@@ -85,6 +85,14 @@ impl Access {
 }
 
 impl Access {
+    /// Whether a request of `op` (`None`: unreadable) counts as the
+    /// client's activity for the idle timeout. Before `auth` only `auth`
+    /// does, so a client without a token cannot hold a connection, one of
+    /// `--max-connections`, open with pings.
+    pub fn keeps_alive(&self, op: Option<OpKind>) -> bool {
+        self.role.is_some() || op == Some(OpKind::Auth)
+    }
+
     /// Whether a request that could not be read may be told what is wrong
     /// with it (`op`: its op, if that much could be read). Before `auth`
     /// it may not, whatever its op, so a client without a token learns
@@ -144,6 +152,16 @@ mod tests {
         assert_eq!(access.explains_unreadable(None), Ok(()), "an unknown op, once authenticated");
         let open = Access::new(Arc::new(Tokens::default()));
         assert_eq!(open.explains_unreadable(None), Ok(()), "a server that needs no token explains all");
+    }
+
+    #[test]
+    fn before_auth_only_auth_keeps_a_connection_alive() {
+        let mut access = Access::new(roles());
+        assert!(!access.keeps_alive(Some(OpKind::Ping)) && !access.keeps_alive(None));
+        assert!(access.keeps_alive(Some(OpKind::Auth)));
+        access.auth("r");
+        assert!(access.keeps_alive(Some(OpKind::Ping)) && access.keeps_alive(None));
+        assert!(Access::new(Arc::new(Tokens::default())).keeps_alive(Some(OpKind::Ping)), "no token needed");
     }
 
     #[test]
