@@ -138,6 +138,43 @@ async fn a_slow_commit_shows_in_the_commit_histogram() {
     assert!(sample(&text, "rankd_request_duration_seconds_sum", &[r#"op="set""#]) >= 0.3, "and in the set latency");
 }
 
+/// A backup, over real TCP, is timed and its bytes counted by metrics of
+/// its own (its minutes would all land in the request histogram's +Inf
+/// bucket), and its outcome with the other requests'.
+#[tokio::test]
+async fn a_backup_is_timed_and_its_bytes_counted_by_backup_metrics() {
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    let calls: Vec<_> = (0..200).map(|i| rankd_client::set_call("b", &format!("p{i}"), i, Mode::Set)).collect();
+    client.pipeline::<Value>(&calls).await.expect("sets");
+    let mut backup = server.client().await;
+    let mut stream = backup.backup().await.expect("backup");
+    let mut copied = 0;
+    while let Some(part) = stream.next().await.expect("backup parts") {
+        if let rankd_client::BackupPart::Chunk(chunk) = part {
+            copied += chunk.entries.iter().map(|(key, value)| key.len() + value.len()).sum::<usize>();
+        }
+    }
+    assert!(copied > 200 * 10, "the players were copied: {copied} bytes");
+    // Timed once the server has let the backup go, a moment after its last frame.
+    let text = common::wait_for(Duration::from_secs(10), "the backup timed", async || {
+        let (_, text) = http_get(&server.metrics_addr, "/metrics");
+        let timed = sample(&text, "rankd_backup_duration_seconds_count", &[]);
+        if timed == 1.0 {
+            Ok(text)
+        } else {
+            Err(format!("{timed} backups timed"))
+        }
+    })
+    .await;
+    // Every frame's bytes: the keys and values, and their framing.
+    let bytes = sample(&text, "rankd_backup_bytes_total", &[]);
+    assert!(bytes > copied as f64, "{bytes} bytes of frames for {copied} of keys and values");
+    assert_eq!(sample(&text, "rankd_backup_duration_seconds_bucket", &[r#"le="3600""#]), 1.0, "within the hour");
+    assert_eq!(sample(&text, "rankd_requests_total", &[r#"op="backup""#, r#"outcome="ok""#]), 1.0);
+    assert!(!text.contains(r#"rankd_request_duration_seconds_count{op="backup"}"#), "nor a request latency");
+}
+
 /// Every checkpoint starts a pass over the count-tree leaves that moves those
 /// on sparse allocator slabs; the counters show checkpoints written and
 /// passes over every leaf, and ranks read afterwards are exact. Checkpoints

@@ -25,6 +25,10 @@ use common::prometheus::{grafana_dir, tool, Prometheus};
 /// The load never runs longer than this, whatever happens to the test.
 const MAX_LOAD: Duration = Duration::from_secs(40);
 
+/// How often the load backs the server up: several times while Prometheus
+/// scrapes, so the backup panels' counters rise within their ranges.
+const BACKUP_EVERY: Duration = Duration::from_secs(2);
+
 fn read_dashboard() -> Value {
     let path = grafana_dir().join("dashboards/rankd.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
@@ -114,6 +118,14 @@ async fn load_round(addr: &str, client: &mut Client, round: u64) -> Result<(), r
     client.rank("season", &someone).await?;
     // A short-lived connection, so the accept rate moves.
     Client::connect(addr).await?.ping().await?;
+    Ok(())
+}
+
+/// A backup on a connection of its own, read to its end.
+async fn backup(addr: &str) -> Result<(), rankd_client::ClientError> {
+    let mut client = Client::connect(addr).await?;
+    let mut stream = client.backup().await?;
+    while stream.next().await?.is_some() {}
     Ok(())
 }
 
@@ -212,8 +224,13 @@ async fn every_dashboard_query_returns_data_from_a_live_rankd() {
         tokio::spawn(async move {
             let deadline = Instant::now() + MAX_LOAD;
             let mut round = 0;
+            let mut backed_up: Option<Instant> = None;
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 load_round(&addr, &mut client, round).await.expect("load round");
+                if backed_up.is_none_or(|at| at.elapsed() >= BACKUP_EVERY) {
+                    backup(&addr).await.expect("backup");
+                    backed_up = Some(Instant::now());
+                }
                 round += 1;
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }

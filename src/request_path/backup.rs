@@ -4,6 +4,11 @@
 //! their own, at background priority, and handed over a few chunks at a
 //! time, so a slow reader holds at most `CHUNKS_AHEAD` (4) chunks in memory
 //! and never a shard's data.
+//!
+//! Metrics: outcomes in `rankd_requests_total{op="backup"}`; a backup that
+//! took its images is timed in `rankd_backup_duration_seconds` (not the
+//! request histogram, whose top bucket is 10 s), and its frames counted in
+//! `rankd_backup_bytes_total` as they are written.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,12 +53,14 @@ pub async fn stream<W: AsyncWrite + Unpin>(
     // versions kept from compaction) and a thread.
     let Some(_running) = Running::claim() else {
         let error = Error::Overloaded("a backup is already running; retry once it is done".into());
-        return fail(out, id, &metrics, error, started, write_timeout).await;
+        return fail(out, id, &metrics, error, write_timeout).await;
     };
     let images = match router.take_images().await {
         Ok(images) => images,
-        Err(error) => return fail(out, id, &metrics, error, started, write_timeout).await,
+        Err(error) => return fail(out, id, &metrics, error, write_timeout).await,
     };
+    // From here on the backup is under way: timed whatever its outcome.
+    let timed = |metrics: &Metrics| metrics.backup.duration.observe(started.elapsed().as_secs_f64());
     let (frames, mut next) = mpsc::channel(CHUNKS_AHEAD);
     // A backup only has to finish, not to be quick: it takes what the
     // request path leaves of the CPU.
@@ -63,7 +70,8 @@ pub async fn stream<W: AsyncWrite + Unpin>(
     });
     if let Err(e) = spawned {
         let error = Error::Internal(format!("starting the backup thread: {e}"));
-        return fail(out, id, &metrics, error, started, write_timeout).await;
+        timed(&metrics);
+        return fail(out, id, &metrics, error, write_timeout).await;
     }
     let mut outcome = Err(rankd_client::ErrorCode::Internal);
     loop {
@@ -76,18 +84,21 @@ pub async fn stream<W: AsyncWrite + Unpin>(
             // frame, and dropping `next` stops the thread.
             _ = shutdown.changed() => {
                 let error = Error::Overloaded("the server is shutting down; back up again after it restarts".into());
-                return fail(out, id, &metrics, error, started, write_timeout).await;
+                timed(&metrics);
+                return fail(out, id, &metrics, error, write_timeout).await;
             }
         };
         metrics.sent_bytes.inc_by(frame.len() as u64);
         if !transmit::send(out, &frame, write_timeout).await {
             break; // dropping `next` stops the thread
         }
+        metrics.backup.bytes.inc_by(frame.len() as u64);
         if let Some(last) = last {
             outcome = last;
         }
     }
-    metrics.op(Some(OpKind::Backup)).finish(outcome, started.elapsed());
+    timed(&metrics);
+    metrics.op(Some(OpKind::Backup)).count(outcome);
 }
 
 /// The one backup running, released when dropped.
@@ -107,18 +118,12 @@ impl Drop for Running {
     }
 }
 
-async fn fail<W: AsyncWrite + Unpin>(
-    out: &mut W,
-    id: u64,
-    metrics: &Metrics,
-    error: Error,
-    started: Instant,
-    write_timeout: Duration,
-) {
+/// Ends a backup with `error` as its last frame, counted as its outcome.
+async fn fail<W: AsyncWrite + Unpin>(out: &mut W, id: u64, metrics: &Metrics, error: Error, write_timeout: Duration) {
     let mut frame = Vec::new();
     encode_error(&mut frame, id, &error);
     transmit::send(out, &frame, write_timeout).await;
-    metrics.op(Some(OpKind::Backup)).finish(Err(error.code()), started.elapsed());
+    metrics.op(Some(OpKind::Backup)).count(Err(error.code()));
 }
 
 /// A frame, and for the last one the backup's outcome.

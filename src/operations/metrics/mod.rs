@@ -16,10 +16,12 @@
 //! - `security`: failed `auth`s, TLS handshakes and certificate reloads;
 //! - `approx`: approximate ranks' bucket summaries ([`ApproxMetrics`]);
 //! - `watches`: watches, their pushes, and replayed idempotent writes;
+//! - `backup`: backups' durations and bytes ([`BackupMetrics`]);
 //! - `shard`: per shard, its rounds, commits and storage ([`ShardMetrics`]);
 //! - `endpoint`: `/metrics`, `/healthz` and `/readyz` ([`serve`]).
 
 mod approx;
+mod backup;
 mod endpoint;
 mod requests;
 mod security;
@@ -34,6 +36,7 @@ use prometheus::{Encoder, Histogram, IntCounter, IntGauge, IntGaugeVec, Opts, Re
 use rankd_client::OpKind;
 
 pub use approx::ApproxMetrics;
+pub use backup::BackupMetrics;
 pub use endpoint::serve;
 pub(crate) use requests::LATENCY_BUCKETS;
 pub use requests::{OpMetrics, Outcome, FANOUT_OPS};
@@ -79,6 +82,8 @@ pub struct Metrics {
     pub watches: WatchMetrics,
     /// Approximate ranks' bucket summaries.
     pub approx: ApproxMetrics,
+    /// Backups' durations and bytes.
+    pub backup: BackupMetrics,
     /// Cross-shard read round latency, indexed by [`OpKind`] (`None` for
     /// ops that do not fan out).
     fanout: Vec<Option<Histogram>>,
@@ -114,13 +119,14 @@ impl Metrics {
     pub fn with_hot_path(shards: usize, hot_path: bool) -> Result<Arc<Self>, MetricsError> {
         let registry = Registry::new();
         let requests = requests::RequestFamilies::new()?;
-        let ops = OpKind::ALL.iter().map(|kind| requests.op(kind.name())).collect();
-        let undecodable = requests.op("undecodable");
+        let ops = OpKind::ALL.iter().map(|kind| requests.op(kind.name(), *kind != OpKind::Backup)).collect();
+        let undecodable = requests.op("undecodable", true);
         let fanout = requests.fanout_by_op();
         let (shard_metrics, shard_families) = shard::shard_metrics(shards)?;
         let (security, security_families) = SecurityMetrics::new()?;
         let (watches, watch_families) = WatchMetrics::new()?;
         let (approx, approx_families) = ApproxMetrics::new()?;
+        let (backup, backup_families) = BackupMetrics::new()?;
 
         let connections_open = IntGauge::new("rankd_connections_open", "Client connections open.")?;
         let connections_accepted = IntCounter::new("rankd_connections_accepted_total", "Client connections accepted.")?;
@@ -187,6 +193,7 @@ impl Metrics {
             .chain(security_families)
             .chain(watch_families)
             .chain(approx_families)
+            .chain(backup_families)
             .chain(server_wide)
             .chain(allocator.iter().map(|gauge| Box::new(gauge.clone()) as Box<dyn prometheus::core::Collector>))
         {
@@ -213,6 +220,7 @@ impl Metrics {
             security,
             watches,
             approx,
+            backup,
             fanout,
             ready: AtomicBool::new(false),
             ready_gauge,
@@ -273,6 +281,9 @@ mod tests {
         metrics.op(Some(OpKind::Rank)).finish(Err(ErrorCode::BadRequest), Duration::from_micros(10));
         metrics.op(None).finish(Err(ErrorCode::BadFrame), Duration::from_micros(10));
         metrics.shards[1].commit_seconds.observe(0.3);
+        // A backup's outcome is counted with the requests'; its time is not a request latency.
+        metrics.op(Some(OpKind::Backup)).finish(Ok(()), Duration::from_secs(1800));
+        metrics.backup.duration.observe(1800.0);
         let text = metrics.render();
         assert!(text.contains(r#"rankd_requests_total{op="set",outcome="ok"} 5"#), "{text}");
         assert!(text.contains(r#"rankd_requests_total{op="rank",outcome="bad_request"} 1"#));
@@ -282,5 +293,9 @@ mod tests {
         assert!(text.contains(r#"rankd_shard_commit_seconds_bucket{shard="1",le="0.25"} 0"#));
         assert!(text.contains(r#"rankd_shard_commit_seconds_bucket{shard="1",le="0.5"} 1"#));
         assert!(text.contains("rankd_build_info{"));
+        assert!(text.contains(r#"rankd_requests_total{op="backup",outcome="ok"} 1"#));
+        assert!(!text.contains(r#"rankd_request_duration_seconds_count{op="backup"}"#));
+        assert!(text.contains(r#"rankd_backup_duration_seconds_bucket{le="1200"} 0"#));
+        assert!(text.contains(r#"rankd_backup_duration_seconds_bucket{le="1800"} 1"#));
     }
 }

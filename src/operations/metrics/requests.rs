@@ -42,15 +42,23 @@ pub(crate) const LATENCY_BUCKETS: [f64; 16] =
 pub struct OpMetrics {
     /// `rankd_requests_total{op, outcome}`: `ok`, then each error code.
     pub outcomes: Vec<IntCounter>,
-    /// `rankd_request_duration_seconds{op}`.
-    pub duration: Histogram,
+    /// `rankd_request_duration_seconds{op}`; none for `backup`, timed by
+    /// `rankd_backup_duration_seconds` (its minutes would all land in +Inf).
+    duration: Option<Histogram>,
 }
 
 impl OpMetrics {
     /// Counts one finished request.
     pub fn finish(&self, outcome: Outcome, elapsed: Duration) {
+        self.count(outcome);
+        if let Some(duration) = &self.duration {
+            duration.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// Counts one request's outcome, untimed: a backup's (see `duration`).
+    pub fn count(&self, outcome: Outcome) {
         self.outcomes[outcome_index(outcome)].inc();
-        self.duration.observe(elapsed.as_secs_f64());
     }
 }
 
@@ -89,11 +97,11 @@ impl RequestFamilies {
     }
 
     /// The handles of the op labelled `name` (every outcome's series
-    /// exists from now on, at zero).
-    pub(super) fn op(&self, name: &str) -> OpMetrics {
+    /// exists from now on, at zero); its latency only if `timed`.
+    pub(super) fn op(&self, name: &str, timed: bool) -> OpMetrics {
         OpMetrics {
             outcomes: outcome_labels().map(|o| self.requests.with_label_values(&[name, o])).collect(),
-            duration: self.duration.with_label_values(&[name]),
+            duration: timed.then(|| self.duration.with_label_values(&[name])),
         }
     }
 

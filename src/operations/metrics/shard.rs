@@ -59,7 +59,8 @@ pub struct ShardMetrics {
     pub tree_reads: IntCounter,
     /// Writes (set, set_many entries, removes) committed.
     pub writes_applied: IntCounter,
-    /// Failed commits (nothing of the round was acknowledged).
+    /// Failures of the commit pipeline the shard took (nothing of a failed
+    /// round was acknowledged); kept by the shard's `Health`.
     pub commit_errors: IntCounter,
     /// Count-tree leaves looked at by repacking passes.
     pub repack_visited: IntCounter,
@@ -67,7 +68,8 @@ pub struct ShardMetrics {
     pub repack_moved: IntCounter,
     /// Players held, over all boards.
     pub players: IntGauge,
-    /// 1 while writes are refused after a storage failure.
+    /// 1 while writes are refused after a storage failure; kept by the
+    /// shard's `Health`, so it follows every failure whatever its kind.
     pub degraded: IntGauge,
     /// `wid` records of idempotent writes held (within the dedup horizon).
     pub dedup_records: IntGauge,
@@ -105,8 +107,9 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
     )?;
     let seal = shard_histogram(
         "rankd_shard_seal_seconds",
-        "Time the shard's thread spends sealing a round's batch for the committer; while a checkpoint is \
-         taken it copies a slice of the count-tree leaves out, and every request to the shard waits.",
+        "Time sealing a round's batch for the committer (on the shard's thread, or on the committer or an I/O \
+         thread that seals what was staged, one at a time); while a checkpoint is taken it copies a slice of the \
+         count-tree leaves out, and every request to the shard waits.",
         &LATENCY_BUCKETS,
     )?;
     let commit = shard_histogram(
@@ -185,7 +188,12 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
          nor storage (names of up to 7 bytes on boards with competition or dense ties).",
     )?;
     let writes = shard_counter("rankd_shard_writes_applied_total", "Writes committed.")?;
-    let errors = shard_counter("rankd_shard_commit_errors_total", "Failed commits.")?;
+    let errors = shard_counter(
+        "rankd_shard_commit_errors_total",
+        "Failures of the shard's commit pipeline: a journal write, fsync or runs write that failed, or a pipeline \
+         thread that panicked. Each refuses the shard's writes until its storage reopens (rankd_shard_degraded); \
+         failures met between two of the shard's looks at its pipeline count once.",
+    )?;
     let repack_visited = shard_counter(
         "rankd_shard_repack_leaves_visited_total",
         "Count-tree leaves looked at by repacking passes (one pass over every leaf after each checkpoint).",

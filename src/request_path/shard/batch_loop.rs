@@ -63,8 +63,12 @@ pub struct BatchLoop {
     pub(super) clock: Clock,
     /// The Unix second of the last once-a-second maintenance.
     pub(super) last_tick: i64,
-    /// fjall's compaction time when last published.
+    /// fjall's compaction time when last published (zero again once the
+    /// storage is reopened: fjall counts from zero then).
     pub(super) compacting_seen: Duration,
+    /// The dedup table's early expiries when last published; zero again
+    /// once the storage is reopened, whose new table counts from zero.
+    pub(super) dedup_early_seen: u64,
     /// Where the storage lives, to reopen it after a failed attempt.
     pub(super) location: (std::path::PathBuf, ShardOptions),
     /// While recovering: this shard's share of the dense indexes as its
@@ -107,13 +111,14 @@ impl BatchLoop {
             pipeline: Pipeline::new(Arc::new(hooks)),
             queue: Vec::new(),
             max_batch: max_batch.max(1),
-            health: Health::new(Instant::now()),
+            health: Health::new(Instant::now(), &metrics.shards[index]),
             dense,
             metrics,
             index,
             clock,
             last_tick: i64::MIN,
             compacting_seen: Duration::ZERO,
+            dedup_early_seen: 0,
             reported_dense: None,
         }
     }
@@ -441,6 +446,14 @@ mod tests {
             (command, pending)
         }
 
+        /// An idempotent write: applied at most once per `wid`.
+        fn write_once(&self, player: &str, seq: u64, wid: &str) -> (Command, Pending<Written<i64>>) {
+            let (reply, pending) = reply();
+            let (board, player, wid) = (self.board.clone(), player.into(), Some(wid.into()));
+            let amount = rankd_shards::Amount::Score(1);
+            (Command::Write { board, player, amount, mode: Mode::Set, seq, wid, reply }, pending)
+        }
+
         fn get(&self, player: &str) -> (Command, Pending<Option<rankd_shards::Record>>) {
             let (reply, pending) = reply();
             (Command::Get { tree: self.tree, player: player.into(), reply }, pending)
@@ -458,17 +471,25 @@ mod tests {
         /// the bug, and the actor's maintenance, run as often as it runs,
         /// sees the shard degrade on the failure and recover as from a
         /// disk fault.
+        ///
+        /// The metrics show it as they show a disk fault: the failure is
+        /// counted, and the shard is shown degraded exactly while it is.
         fn recover_from_a_dead_thread(&mut self) {
             self.core.set_slow_disk(rankd_shards::commit::SlowDisk::default());
+            let errors_before = self.core.shard_metrics().commit_errors.get();
             let deadline = Instant::now() + super::super::health::RECOVERY_RETRY * 10;
             let mut degraded = false;
             while !degraded || self.core.health.is_degraded() {
                 assert!(Instant::now() < deadline, "the shard never recovered from the thread's death");
                 self.core.maintain();
+                let shown = self.core.shard_metrics().degraded.get();
+                assert_eq!(shown, i64::from(self.core.health.is_degraded()), "rankd_shard_degraded is its health");
                 degraded |= self.core.health.is_degraded();
                 std::thread::sleep(Duration::from_millis(10));
             }
             assert!(!self.core.pipeline.thread_died());
+            let errors = self.core.shard_metrics().commit_errors.get();
+            assert!(errors > errors_before, "the death counts as a commit error: {errors_before}, then {errors}");
         }
 
         /// A player's score, read by a round of the actor.
@@ -613,6 +634,38 @@ mod tests {
         for (score, player) in ["a", "b", "c"].into_iter().enumerate() {
             assert_eq!(f.score_of(player), Some(score as i64), "acknowledged: rebuilt from the log on reopening");
         }
+    }
+
+    /// The reopened storage's dedup table counts its early expiries from
+    /// zero: the counter goes on rising by what it drops, not only once it
+    /// has dropped more than before the reopen.
+    #[test]
+    fn early_wid_expiries_are_counted_across_a_storage_reopen() {
+        // Every record is over the memory bound: each group goes at the
+        // next once-a-second maintenance, early.
+        let dedup = rankd_shards::DedupLimits { horizon_secs: 600, max_bytes: 1 };
+        let mut f = fixture_with(ShardOptions { dedup, ..ShardOptions::default() });
+        let idempotent_writes = |f: &mut Fixture, wids: &[&str]| {
+            let (writes, answers): (Vec<_>, Vec<_>) =
+                wids.iter().enumerate().map(|(i, wid)| f.write_once(&format!("p-{wid}"), i as u64 + 1, wid)).unzip();
+            f.enqueue(writes);
+            f.core.run_round();
+            assert!(answers.into_iter().all(|answer| score(answer) == Ok(1)), "durable, acknowledged");
+            f.core.last_tick = i64::MIN; // the once-a-second work is due again
+            f.core.maintain();
+            f.core.shard_metrics().dedup_early_expiries.get()
+        };
+        assert_eq!(idempotent_writes(&mut f, &["w1", "w2", "w3"]), 3);
+        // Reopened as after a storage failure.
+        f.core.engine.lock().healthy = false;
+        f.core.health.failed("a test's failure".into(), Instant::now());
+        let deadline = Instant::now() + super::super::health::RECOVERY_RETRY * 10;
+        while f.core.health.is_degraded() {
+            assert!(Instant::now() < deadline, "the storage was never reopened");
+            f.core.maintain();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(idempotent_writes(&mut f, &["w4", "w5"]), 5, "the reopened table's 2 count too");
     }
 
     #[test]

@@ -62,10 +62,10 @@ impl CommitHooks<Vec<(Origin, Held)>> for ShardCommitHooks {
                 metrics.fsync_seconds.observe(took.as_secs_f64());
                 metrics.writes_applied.inc_by(writes as u64);
             }
-            CommitEvent::Failed => {
-                metrics.commit_errors.inc();
-                metrics.degraded.set(1);
-            }
+            // Counted and shown where the shard takes the failure
+            // (`Health::failed`), which also hears of those no event
+            // reports: a pipeline thread's panic, a failed empty group.
+            CommitEvent::Failed => {}
             CommitEvent::RunsWritten { took, checkpoint } => {
                 metrics.run_seconds.observe(took.as_secs_f64());
                 if checkpoint {

@@ -99,7 +99,10 @@ impl BatchLoop {
         let metrics = &self.metrics.shards[self.index];
         metrics.dedup_records.set(i64::try_from(records).unwrap_or(i64::MAX));
         metrics.dedup_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
-        metrics.dedup_early_expiries.inc_by(early.saturating_sub(metrics.dedup_early_expiries.get()));
+        // What this opening's table dropped since the last look: a reopened
+        // storage's table counts from zero (see `try_recover`).
+        metrics.dedup_early_expiries.inc_by(early.saturating_sub(self.dedup_early_seen));
+        self.dedup_early_seen = early;
         self.seal_and_submit(false);
     }
 
@@ -141,7 +144,7 @@ impl BatchLoop {
         metrics.trees_being_deleted.set(i64::try_from(deleting).unwrap_or(i64::MAX));
         metrics.memtable_bytes.set(i64::try_from(stats.memtable_bytes).unwrap_or(i64::MAX));
         metrics.sealed_memtables.set(i64::try_from(stats.sealed_memtables).unwrap_or(i64::MAX));
-        // fjall counts from zero again after a reopen: that interval is lost, not negative.
+        // fjall counts from zero again after a reopen (see `try_recover`).
         metrics.compaction_seconds.inc_by(stats.compacting.saturating_sub(self.compacting_seen).as_secs_f64());
         self.compacting_seen = stats.compacting;
     }
@@ -194,9 +197,11 @@ impl BatchLoop {
                 let reported = self.reported_dense.take().unwrap_or_default();
                 self.dense.replace_share(&reported, &shard.dense_score_counts());
                 self.engine.put(shard);
-                self.health.recovered();
+                // The new opening's counters start from zero: all they count
+                // from now on is new.
+                (self.compacting_seen, self.dedup_early_seen) = (std::time::Duration::ZERO, 0);
+                self.health.recovered(); // and `rankd_shard_degraded` with it
                 self.engine.lock().healthy = true;
-                self.shard_metrics().degraded.set(0);
             }
             Err(e) => {
                 // Reopening from the data dir needs no in-memory state, so
