@@ -1,12 +1,14 @@
 //! The HTTP endpoint operators and orchestrators scrape: `/metrics` (the
 //! text exposition), `/healthz` (the process answers) and `/readyz` (every
 //! shard is open and clients are accepted), over plain HTTP or, given the
-//! client port's certificate (`--metrics-tls`), HTTPS.
+//! client port's certificate (`--metrics-tls`), HTTPS; within bounds on its
+//! connections ([`bounded`](super::bounded)).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::bounded::{Bounded, Slots, IDLE_TIMEOUT, MAX_CONNECTIONS};
 use super::Metrics;
 use crate::security::https::TlsListener;
 use crate::security::TlsReloader;
@@ -49,9 +51,10 @@ pub async fn serve(
                 }
             }),
         );
+    let slots = Slots::new(MAX_CONNECTIONS, IDLE_TIMEOUT);
     match tls {
-        None => spawn_serving(listener, app),
-        Some(tls) => spawn_serving(TlsListener::start(listener, tls, handshake_failures)?, app),
+        None => spawn_serving(Bounded::new(listener, slots), app),
+        Some(tls) => spawn_serving(TlsListener::start(listener, tls, handshake_failures, slots)?, app),
     }
     Ok(local)
 }

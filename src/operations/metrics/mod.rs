@@ -22,6 +22,7 @@
 
 mod approx;
 mod backup;
+pub(crate) mod bounded;
 mod endpoint;
 mod requests;
 mod security;
