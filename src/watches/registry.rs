@@ -4,7 +4,7 @@
 //! whether a value read is new. The hub locks it; nothing here waits or
 //! does I/O.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -90,11 +90,12 @@ pub enum Offered {
 pub struct Registry {
     watches: HashMap<WatchKey, Watch>,
     by_board: HashMap<String, BoardWatches>,
-    /// Boards whose drop is in flight, with how many (a name can be
-    /// dropped, made again and dropped again before the first is done).
-    /// A read meanwhile sees no board, a state no one acknowledged: were
-    /// the drop lost in a crash, the board would be back as it was.
-    dropping: HashMap<String, u32>,
+    /// Boards whose drop is in flight, each drop with the watches open when
+    /// it began, which are those it ends (a name can be dropped, made again,
+    /// watched and dropped again before the first is done). A read
+    /// meanwhile sees no board, a state no one acknowledged: were the drop
+    /// lost in a crash, the board would be back as it was.
+    dropping: HashMap<String, VecDeque<BTreeSet<WatchKey>>>,
     /// The server's clock (Unix seconds) when [`Registry::roll`] last read
     /// it: a period boundary since changes what periodic watches show.
     clock: Option<i64>,
@@ -243,33 +244,45 @@ impl Registry {
     /// A drop of `board` has begun: its watches push nothing until it ends
     /// ([`Registry::dropped`] or [`Registry::drop_failed`]).
     pub fn dropping(&mut self, board: &str) {
-        *self.dropping.entry(board.to_owned()).or_default() += 1;
+        let open = self.by_board.get(board).map(|watches| watches.keys.clone()).unwrap_or_default();
+        self.dropping.entry(board.to_owned()).or_default().push_back(open);
     }
 
-    /// Ends every watch of `board` (it was dropped); returns each with
-    /// where its last push goes.
+    /// Ends the watches of `board` that were open when its drop began (all
+    /// of them if none was recorded); returns each with where its last push
+    /// goes. Those opened since follow the board made again under the name,
+    /// and look at it now.
     pub fn dropped(&mut self, board: &str) -> Vec<(WatchKey, Arc<PushBox>)> {
-        self.drop_ended(board);
-        let keys = self.by_board.remove(board).unwrap_or_default().keys;
-        keys.into_iter().filter_map(|key| self.watches.remove(&key).map(|watch| (key, watch.pushes))).collect()
+        let ended = match self.drop_ended(board) {
+            Some(open) => open,
+            None => self.by_board.get(board).map(|watches| watches.keys.clone()).unwrap_or_default(),
+        };
+        let ended = self.end(ended);
+        self.retry_board(board);
+        ended
     }
 
     /// A drop of `board` failed: its watches look again, at what reads
     /// answer now.
     pub fn drop_failed(&mut self, board: &str) {
         self.drop_ended(board);
+        self.retry_board(board);
+    }
+
+    fn retry_board(&mut self, board: &str) {
         let keys: Vec<WatchKey> =
             self.by_board.get(board).map(|b| b.keys.iter().copied().collect()).unwrap_or_default();
         self.retry(keys);
     }
 
-    fn drop_ended(&mut self, board: &str) {
-        if let Some(count) = self.dropping.get_mut(board) {
-            *count -= 1;
-            if *count == 0 {
-                self.dropping.remove(board);
-            }
+    /// The watches open when the oldest drop of `board` in flight began.
+    fn drop_ended(&mut self, board: &str) -> Option<BTreeSet<WatchKey>> {
+        let drops = self.dropping.get_mut(board)?;
+        let open = drops.pop_front();
+        if drops.is_empty() {
+            self.dropping.remove(board);
         }
+        open
     }
 }
 
@@ -428,6 +441,28 @@ mod tests {
         assert_eq!(registry.offer(k, b"v", || b"f4".to_vec(), later), Offered::Withheld);
         registry.drop_failed("b");
         assert_eq!(registry.offer(k, b"v", || b"f4".to_vec(), later), Offered::Pushed { coalesced: false });
+    }
+
+    /// A board dropped and made again under its name before the drop is
+    /// done: a watch opened on the new one is not ended by the old one's
+    /// drop, and looks once it is done.
+    #[test]
+    fn a_drop_ends_only_the_watches_open_when_it_began() {
+        let (mut registry, now, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        let (old, new) = (key(1, 1), key(2, 1));
+        registry.add(old, spec("b", WatchTarget::Top(3), 10), pushes.clone(), now);
+        registry.take_due(now);
+        registry.dropping("b");
+        registry.add(new, spec("b", WatchTarget::Top(3), 10), pushes.clone(), now);
+        let due = registry.take_due(now).0;
+        assert_eq!(due.iter().flat_map(|g| g.watches.iter().map(|(k, _)| *k)).collect::<Vec<_>>(), vec![new]);
+        assert_eq!(registry.offer(new, b"[bob]", || b"f".to_vec(), now), Offered::Withheld, "the drop is in flight");
+        let ended: Vec<WatchKey> = registry.dropped("b").into_iter().map(|(k, _)| k).collect();
+        assert_eq!(ended, vec![old], "only the watch of the dropped board");
+        assert!(registry.is_watched("b"));
+        let due = registry.take_due(now).0;
+        assert_eq!(due.iter().flat_map(|g| g.watches.iter().map(|(k, _)| *k)).collect::<Vec<_>>(), vec![new]);
+        assert_eq!(registry.offer(new, b"[bob]", || b"f".to_vec(), now), Offered::Pushed { coalesced: false });
     }
 
     #[test]
