@@ -453,3 +453,47 @@ async fn a_period_rollover_pushes_with_no_write() {
     assert_eq!(rolled[&today], vec![], "a new day starts empty");
     assert_eq!(rolled[&yesterday], vec![("alice".into(), 5, 1)]);
 }
+
+/// A watch pipelined behind a write that waits for a multi-step read sent
+/// before it: the watch takes effect after the write is routed, so its
+/// first push, which comes after the write's acknowledgement, shows it.
+#[tokio::test]
+async fn a_watch_sees_the_write_pipelined_before_it_in_its_first_push() {
+    let server = Server::start(2);
+    let mut client = server.client().await;
+    let mut filler = server.client().await;
+    let names: Vec<String> = (0..10_000).map(|i| format!("filler-{i}")).collect();
+    for round in 0..20 {
+        // Work queued for the shards just before, so the top (and with it
+        // the write held behind it) waits while the watch is read.
+        let entries: Vec<(&str, i64)> = names.iter().map(|name| (name.as_str(), round)).collect();
+        let fill = Call::new(OpKind::SetMany).with("board", "filler").with("entries", entries);
+        filler
+            .send_raw(&{
+                let mut frame = Vec::new();
+                fill.encode(1_000_000 + round as u64, &mut frame);
+                frame
+            })
+            .await
+            .expect("fill");
+        let board = format!("race-{round}");
+        let calls = [
+            Call::new(OpKind::Top).with("board", board.as_str()),
+            set_call(&board, "alice", 10, Mode::Set),
+            Call::new(OpKind::Watch).with("board", board.as_str()).with("top", 3).with("interval_ms", 10),
+        ];
+        let replies = client.pipeline::<rmpv::Value>(&calls).await.expect("pipeline");
+        assert!(replies.iter().all(Result::is_ok), "round {round}: {replies:?}");
+        let push = tokio::time::timeout(Duration::from_secs(5), client.next_push())
+            .await
+            .expect("a first push")
+            .expect("the connection")
+            .expect("a push");
+        let top: Vec<Entry> = push.event().expect("a top").expect("not nil");
+        let players: Vec<&str> = top.iter().map(|entry| entry.player.as_str()).collect();
+        assert_eq!(players, ["alice"], "round {round}: the first push misses the write sent before the watch");
+        let unwatch = Call::new(OpKind::Unwatch).with("watch", push.watch());
+        assert_eq!(client.call::<bool>(unwatch).await.expect("unwatch"), true);
+        filler.read_raw::<rmpv::Value>().await.expect("the fill's reply").expect("its connection");
+    }
+}

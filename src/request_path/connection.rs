@@ -51,7 +51,7 @@ use tokio::sync::watch;
 
 use crate::error::Error;
 use crate::operations::metrics::Metrics;
-use crate::protocol::request::{parse, Rejected, Request};
+use crate::protocol::request::{parse, Rejected, Request, WatchSpec};
 use crate::protocol::{encode_error, encode_reply, Op, Reply};
 use crate::request_path::router::{BatchReplies, Router};
 use crate::request_path::transmit;
@@ -189,6 +189,16 @@ enum Decoded {
     Answered(u64, OpKind, Result<Reply, Error>),
     /// A permitted `backup`, streamed once all before it is answered.
     Backup(u64),
+    /// A permitted `watch` or `unwatch`, which takes effect once everything
+    /// sent before it is routed: a watch's first look then sees a write
+    /// pipelined ahead of it that waited behind a multi-step read.
+    Watching(u64, WatchChange),
+}
+
+/// What a `watch` or `unwatch` does to the connection's watches.
+enum WatchChange {
+    Open(WatchSpec),
+    Close(u64),
 }
 
 /// How one slot of a dispatched batch gets its reply.
@@ -272,16 +282,8 @@ impl Connection {
         }
         match self.access.permits(request.op.kind()) {
             Ok(()) => match request.op {
-                Op::Watch(spec) => {
-                    let hub = &self.hub;
-                    let session = self.watching.get_or_insert_with(|| WatchSession::new(hub.clone()));
-                    let result = session.open(spec).map(|watch| Reply::Watch { watch });
-                    Decoded::Answered(request.id, OpKind::Watch, result)
-                }
-                Op::Unwatch { watch } => {
-                    let closed = self.watching.as_mut().is_some_and(|session| session.close(watch));
-                    Decoded::Answered(request.id, OpKind::Unwatch, Ok(Reply::Bool(closed)))
-                }
+                Op::Watch(spec) => Decoded::Watching(request.id, WatchChange::Open(spec)),
+                Op::Unwatch { watch } => Decoded::Watching(request.id, WatchChange::Close(watch)),
                 Op::Backup => Decoded::Backup(request.id),
                 _ => Decoded::Request(request),
             },
@@ -334,6 +336,7 @@ impl Connection {
         let mut slots: Vec<(u64, Slot)> = Vec::with_capacity(count);
         let mut ops = Vec::with_capacity(count);
         let mut rows = 0;
+        let mut watch_changes = Vec::new();
         for decoded in batch {
             match decoded {
                 Decoded::Request(Request { id, op }) => {
@@ -347,12 +350,20 @@ impl Connection {
                     let refused = Err(Error::Internal("a backup was queued as a request".into()));
                     slots.push((id, Slot::Answered(OpKind::Backup, refused)));
                 }
+                Decoded::Watching(id, change) => {
+                    watch_changes.push((slots.len(), change));
+                    slots.push((id, Slot::Answered(OpKind::Watch, Ok(Reply::Bool(false)))));
+                }
             }
         }
         let alone = self.inflight_requests == 0;
         // Routed, and queued for the shards, now: in the order sent.
         let replies =
             if ops.is_empty() { BatchReplies::Ready(Vec::new()) } else { self.router.dispatch_batch(ops, alone) };
+        // Then the watches change, behind every request routed before them.
+        for (at, change) in watch_changes {
+            slots[at].1 = self.change_watches(change);
+        }
         if has_multi {
             self.multi_outstanding += 1;
         }
@@ -363,6 +374,21 @@ impl Connection {
             // answered already, without a future to poll.
             BatchReplies::Ready(replies) if self.inflight.is_empty() => self.answered.push(batch.done(replies)),
             replies => self.inflight.push_back(Box::pin(async move { batch.done(replies.all().await) })),
+        }
+    }
+
+    /// Opens or closes a watch; its answer.
+    fn change_watches(&mut self, change: WatchChange) -> Slot {
+        match change {
+            WatchChange::Open(spec) => {
+                let hub = &self.hub;
+                let session = self.watching.get_or_insert_with(|| WatchSession::new(hub.clone()));
+                Slot::Answered(OpKind::Watch, session.open(spec).map(|watch| Reply::Watch { watch }))
+            }
+            WatchChange::Close(watch) => {
+                let closed = self.watching.as_mut().is_some_and(|session| session.close(watch));
+                Slot::Answered(OpKind::Unwatch, Ok(Reply::Bool(closed)))
+            }
         }
     }
 
