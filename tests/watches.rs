@@ -493,7 +493,7 @@ async fn a_watch_sees_the_write_pipelined_before_it_in_its_first_push() {
         let players: Vec<&str> = top.iter().map(|entry| entry.player.as_str()).collect();
         assert_eq!(players, ["alice"], "round {round}: the first push misses the write sent before the watch");
         let unwatch = Call::new(OpKind::Unwatch).with("watch", push.watch());
-        assert_eq!(client.call::<bool>(unwatch).await.expect("unwatch"), true);
+        assert!(client.call::<bool>(unwatch).await.expect("unwatch"), "the watch was open");
         filler.read_raw::<rmpv::Value>().await.expect("the fill's reply").expect("its connection");
     }
 }
