@@ -351,8 +351,9 @@ impl Connection {
                     slots.push((id, Slot::Answered(OpKind::Backup, refused)));
                 }
                 Decoded::Watching(id, change) => {
+                    // Its answer is set once the batch is routed.
                     watch_changes.push((slots.len(), change));
-                    slots.push((id, Slot::Answered(OpKind::Watch, Ok(Reply::Bool(false)))));
+                    slots.push((id, Slot::Answered(OpKind::Watch, Err(Error::Internal("unanswered".into())))));
                 }
             }
         }
