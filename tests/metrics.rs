@@ -141,6 +141,54 @@ async fn a_slow_commit_shows_in_the_commit_histogram() {
 /// A backup, over real TCP, is timed and its bytes counted by metrics of
 /// its own (its minutes would all land in the request histogram's +Inf
 /// bucket), and its outcome with the other requests'.
+/// Each shard shows the bytes its storage takes and the bytes still free
+/// on its filesystem, as the files and `statvfs` say.
+#[tokio::test]
+async fn each_shard_shows_its_disk_use_and_the_space_left() {
+    let server = common::Server::start(2);
+    let mut client = server.client().await;
+    let entries: Vec<(String, i64)> = (0..20_000).map(|i| (format!("player-{i}"), i)).collect();
+    let entries: Vec<(&str, i64)> = entries.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+    for chunk in entries.chunks(10_000) {
+        client.set_many("b", chunk, Mode::Set).await.expect("set_many");
+    }
+    for shard in ["0", "1"] {
+        let label = format!("shard=\"{shard}\"");
+        let dir = server.data_dir().join(format!("shard-{shard}"));
+        let files: u64 = walk(&dir).iter().map(|path| std::fs::metadata(path).map_or(0, |m| m.len())).sum();
+        // Published once a second.
+        let used = common::wait_for(Duration::from_secs(10), "the disk use published", async || {
+            let (_, text) = http_get(&server.metrics_addr, "/metrics");
+            match sample(&text, "rankd_shard_disk_bytes", &[&label]) {
+                0.0 => Err("0 bytes".to_string()),
+                used => Ok(used),
+            }
+        })
+        .await;
+        assert!(used <= files as f64 * 1.5 + 1e6, "shard {shard}: {used} bytes shown, its files hold {files}");
+        let (_, text) = http_get(&server.metrics_addr, "/metrics");
+        let available = sample(&text, "rankd_shard_disk_available_bytes", &[&label]);
+        let df = std::process::Command::new("df").args(["-B1", "--output=avail"]).arg(&dir).output().expect("df");
+        let df: f64 = String::from_utf8_lossy(&df.stdout).lines().nth(1).expect("df's figure").trim().parse().unwrap();
+        // The disk is shared with the rest of the machine: within 10%.
+        assert!((available - df).abs() <= df * 0.1 + 1e8, "shard {shard}: {available} free shown, df says {df}");
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 #[tokio::test]
 async fn a_backup_is_timed_and_its_bytes_counted_by_backup_metrics() {
     let server = common::Server::start(2);

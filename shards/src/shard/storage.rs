@@ -191,6 +191,9 @@ pub struct StorageStats {
     pub sealed_memtables: usize,
     /// Time the worker has spent compacting since the shard opened.
     pub compacting: Duration,
+    /// Bytes the shard's tables and journal take on disk; `None` if fjall
+    /// could not read a journal file's size.
+    pub disk_bytes: Option<u64>,
 }
 
 /// Sealed memtables of one keyspace waiting for fjall's worker beyond which
@@ -388,6 +391,7 @@ impl Shard {
             memtable_bytes: self.storage.db.write_buffer_size(),
             sealed_memtables: self.storage.memtables.sealed(),
             compacting: self.storage.db.time_compacting(),
+            disk_bytes: self.storage.db.disk_space().ok(),
         }
     }
 }

@@ -48,6 +48,10 @@ pub struct ShardMetrics {
     pub memtable_bytes: IntGauge,
     /// Sealed memtables waiting for fjall's worker to flush them.
     pub sealed_memtables: IntGauge,
+    /// Bytes the shard's storage takes on disk.
+    pub disk_bytes: IntGauge,
+    /// Bytes free for rankd on the shard directory's filesystem.
+    pub disk_available_bytes: IntGauge,
     /// Time fjall's worker spent compacting.
     pub compaction_seconds: Counter,
     /// Player-record lookups the record cache answered.
@@ -161,6 +165,15 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         "Bytes held in the shard's fjall memtables, taking writes or sealed and waiting to be flushed. A memtable \
          is sealed at 8 MiB while the worker keeps up, and grows past that while it is behind.",
     )?;
+    let disk_bytes = shard_gauge(
+        "rankd_shard_disk_bytes",
+        "Bytes the shard's storage takes on disk (fjall's tables and journal), read once a second.",
+    )?;
+    let disk_available_bytes = shard_gauge(
+        "rankd_shard_disk_available_bytes",
+        "Bytes still free for rankd on the filesystem of the shard's directory (statvfs f_bavail), read once a \
+         second: at zero commits fail and the shard refuses writes (rankd_shard_degraded).",
+    )?;
     let sealed_memtables = shard_gauge(
         "rankd_shard_sealed_memtables",
         "Sealed memtables waiting for fjall's worker to flush them (it flushes and compacts in turn). From 2 in \
@@ -239,6 +252,8 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
                 checkpoints: checkpoints.with_label_values(&l),
                 memtable_bytes: memtable_bytes.with_label_values(&l),
                 sealed_memtables: sealed_memtables.with_label_values(&l),
+                disk_bytes: disk_bytes.with_label_values(&l),
+                disk_available_bytes: disk_available_bytes.with_label_values(&l),
                 compaction_seconds: compaction_seconds.with_label_values(&l),
                 cache_hits: cache_hits.with_label_values(&l),
                 cache_misses: cache_misses.with_label_values(&l),
@@ -271,6 +286,8 @@ pub(super) fn shard_metrics(shards: usize) -> Result<(Vec<ShardMetrics>, Collect
         Box::new(checkpoints),
         Box::new(memtable_bytes),
         Box::new(sealed_memtables),
+        Box::new(disk_bytes),
+        Box::new(disk_available_bytes),
         Box::new(compaction_seconds),
         Box::new(cache_hits),
         Box::new(cache_misses),

@@ -144,6 +144,12 @@ impl BatchLoop {
         metrics.trees_being_deleted.set(i64::try_from(deleting).unwrap_or(i64::MAX));
         metrics.memtable_bytes.set(i64::try_from(stats.memtable_bytes).unwrap_or(i64::MAX));
         metrics.sealed_memtables.set(i64::try_from(stats.sealed_memtables).unwrap_or(i64::MAX));
+        if let Some(bytes) = stats.disk_bytes {
+            metrics.disk_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+        if let Some(bytes) = available_bytes(&self.location.0) {
+            metrics.disk_available_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
         // fjall counts from zero again after a reopen (see `try_recover`).
         metrics.compaction_seconds.inc_by(stats.compacting.saturating_sub(self.compacting_seen).as_secs_f64());
         self.compacting_seen = stats.compacting;
@@ -246,6 +252,24 @@ impl BatchLoop {
         metrics.repack_visited.inc_by(done.visited as u64);
         metrics.repack_moved.inc_by(done.moved as u64);
     }
+}
+
+/// Bytes an unprivileged process may still write on the filesystem of
+/// `path` (statvfs's `f_bavail`); `None` if it cannot be read.
+fn available_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `stats` is written by statvfs
+    // before it is read, which happens only when the call succeeded.
+    let stats = unsafe {
+        if libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stats.assume_init()
+    };
+    #[allow(clippy::unnecessary_cast)] // the fields' widths differ by platform
+    Some((stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64))
 }
 
 /// Whether the disk under a shard's directory takes a write and its fsync
