@@ -258,6 +258,11 @@ impl ServeSettings {
         if self.max_batch == 0 || self.max_inflight == 0 {
             return invalid("--max-batch and --max-inflight must be at least 1".into());
         }
+        // An empty `[[tokens]]` entry would be dropped, and a file of only
+        // such entries would leave a server its operator meant to lock open.
+        if let Some(at) = self.tokens.iter().position(|entry| entry.token.0.is_empty()) {
+            return invalid(format!("[[tokens]] entry {} has an empty token", at + 1));
+        }
         if !self.tokens().required() && !self.listen.ip().is_loopback() && !self.allow_unauthenticated_remote {
             return invalid(format!(
                 "refusing to listen on {} without a token (set RANKD_AUTH_TOKEN, or give --tokens-file, or \
@@ -403,6 +408,16 @@ mod tests {
         assert!(settings.tokens().has_roles());
         assert!(!format!("{settings:?}").contains("s3cret"), "a token never shows in Debug output");
         assert!(resolve(&["--listen", "0.0.0.0:7070", "--allow-unauthenticated-remote"]).is_ok());
+    }
+
+    #[test]
+    fn an_empty_token_in_a_tokens_file_is_refused_not_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.toml");
+        let file = "[[tokens]]\nrole = \"write\"\ntoken = \"w\"\n[[tokens]]\nrole = \"read\"\ntoken = \"\"\n";
+        std::fs::write(&tokens, file).unwrap();
+        let err = resolve(&["--tokens-file", tokens.to_str().unwrap()]).unwrap_err();
+        assert!(err.to_string().contains("entry 2 has an empty token"), "{err}");
     }
 
     #[test]
