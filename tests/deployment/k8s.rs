@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 
 use crate::dockerfile::{container_argv, image_uid, runtime_stage};
 use crate::files::{repo, strings, text, yaml_doc, yaml_file};
-use crate::launch::{check_clients, fill_tokens, signal_named, Grant, Launch, NO_TOKEN};
+use crate::launch::{check_clients, fill_tokens, signal_named, Grant, Launch};
 /// The documents `kubectl apply -k deploy/k8s` sends: rendered by
 /// `kubectl kustomize` when kubectl is there, else the kustomization's
 /// resources as written (and its `images:` checked by hand).
@@ -166,8 +166,12 @@ fn the_kubernetes_statefulset_starts_rankd_and_its_probes_answer() {
     let annotations = &spec["template"]["metadata"]["annotations"];
     assert_eq!(annotations["prometheus.io/port"], metrics.port().to_string(), "the scrape annotation");
 
-    // As shipped, the example Secret's empty tokens are no tokens: refused.
-    assert!(launch.refused().contains(NO_TOKEN), "secret.example.yaml's placeholders must not start an open server");
+    // As shipped, the example Secret's empty tokens are refused.
+    let refused = launch.refused();
+    assert!(
+        refused.contains("has an empty token"),
+        "secret.example.yaml's placeholders must not start a server: {refused}"
+    );
     let tokens_file = launch.env.iter().find(|(k, _)| k == "RANKD_TOKENS_FILE").map(|(_, v)| v.clone());
     let tokens_file = tokens_file.expect("RANKD_TOKENS_FILE names the mounted tokens file");
     let (filled, read, write) = {
