@@ -153,11 +153,12 @@ fn valid_run_id(run: &str) -> Result<&str, TransferError> {
     }
 }
 
-/// One `set_many` and the rows it holds.
-struct Request {
-    call: Call,
-    rows: u64,
-    last_row: u64,
+/// The rows a queued `set_many` holds.
+struct Rows {
+    /// How many.
+    count: u64,
+    /// The last one's number.
+    last: u64,
 }
 
 /// Sends requests a pipeline at a time, again after a failure that allows
@@ -167,8 +168,10 @@ struct Sender<'a> {
     run: String,
     /// The connection; `None` after a failure, until the next attempt.
     client: Option<Client>,
-    /// Requests waiting for the next pipeline, in row order.
-    queued: Vec<Request>,
+    /// Requests waiting for the next pipeline, in row order, and the rows
+    /// each holds (kept apart, so a pipeline sends the calls themselves).
+    queued: Vec<Call>,
+    queued_rows: Vec<Rows>,
     /// Rows written by this run.
     written: u64,
     /// Every row up to this one is written (or was skipped).
@@ -179,20 +182,21 @@ struct Sender<'a> {
 
 impl<'a> Sender<'a> {
     fn new(args: &'a ImportArgs, run: String, client: Client) -> Self {
-        let queued = Vec::with_capacity(args.pipeline);
-        Self { args, run, client: Some(client), queued, written: 0, written_through: args.resume_after, resent: 0 }
+        let (queued, queued_rows) = (Vec::with_capacity(args.pipeline), Vec::with_capacity(args.pipeline));
+        let written_through = args.resume_after;
+        Self { args, run, client: Some(client), queued, queued_rows, written: 0, written_through, resent: 0 }
     }
 
     /// Queues a `set_many` of rows `first..=last`, whose `wid` names them:
     /// a resumed run cutting its requests at the same rows sends the same.
     fn queue(&mut self, board: &str, entries: Vec<(String, Score)>, first: u64, last: u64) {
-        let rows = entries.len() as u64;
+        self.queued_rows.push(Rows { count: entries.len() as u64, last });
         let call = Call::new(OpKind::SetMany)
             .with("board", board)
             .with("entries", entries)
             .with("mode", self.args.mode.as_str())
             .with("wid", format!("i:{}:{first}-{last}", self.run));
-        self.queued.push(Request { call, rows, last_row: last });
+        self.queued.push(call);
     }
 
     /// Sends every queued request until each is answered, reconnecting and
@@ -226,13 +230,13 @@ impl<'a> Sender<'a> {
 
     /// One pipeline of every queued request, on the connection or a new one.
     async fn attempt(&mut self) -> Result<Vec<Result<Written<IgnoredAny>, ClientError>>, ClientError> {
-        let calls: Vec<Call> = self.queued.iter().map(|request| request.call.clone()).collect();
+        let (client, calls) = (&mut self.client, &self.queued);
         let sent = tokio::time::timeout(ATTEMPT_TIMEOUT, async {
-            if self.client.is_none() {
-                self.client = Some(self.args.client.connect().await?);
+            if client.is_none() {
+                *client = Some(self.args.client.connect().await?);
             }
-            let client = self.client.as_mut().expect("connected above");
-            client.pipeline_written::<IgnoredAny>(&calls).await
+            let client = client.as_mut().expect("connected above");
+            client.pipeline_written::<IgnoredAny>(calls).await
         });
         sent.await.unwrap_or_else(|_| {
             let why = format!("no answer within {ATTEMPT_TIMEOUT:?}");
@@ -253,9 +257,10 @@ impl<'a> Sender<'a> {
             }
             answered += 1;
         }
-        for request in self.queued.drain(..answered) {
-            self.written += request.rows;
-            self.written_through = request.last_row;
+        self.queued.drain(..answered);
+        for rows in self.queued_rows.drain(..answered) {
+            self.written += rows.count;
+            self.written_through = rows.last;
         }
         failure
     }
