@@ -189,6 +189,42 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     files
 }
 
+/// A client that sends writes and resets its connection before their
+/// answers: the requests it left are counted as abandoned, and with those
+/// answered every request read is counted once.
+#[tokio::test]
+async fn requests_whose_client_left_are_counted_abandoned() {
+    const SETS: u64 = 500;
+    let server = common::Server::start_with(1, &["--debug-commit-delay-ms", "300"]);
+    let mut stream = TcpStream::connect(&server.addr).expect("connect");
+    let mut frames = Vec::new();
+    for i in 0..SETS {
+        rankd_client::set_call("b", &format!("p{i}"), i as i64, Mode::Set).encode(i + 1, &mut frames);
+    }
+    stream.write_all(&frames).expect("send the sets");
+    std::thread::sleep(Duration::from_millis(50)); // read, and waiting for their commit
+                                                   // A reset, not a polite close: the server's next read or write fails.
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    let size = std::mem::size_of::<libc::linger>() as libc::socklen_t;
+    let option = (&linger as *const libc::linger).cast::<libc::c_void>();
+    use std::os::fd::AsRawFd;
+    // SAFETY: the socket is open, and `option` points at a `linger` of `size` bytes.
+    let set = unsafe { libc::setsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_LINGER, option, size) };
+    assert_eq!(set, 0, "SO_LINGER 0");
+    drop(stream);
+    let (answered, abandoned) = common::wait_for(Duration::from_secs(10), "every set counted", async || {
+        let (_, text) = http_get(&server.metrics_addr, "/metrics");
+        let answered = sample(&text, "rankd_requests_total", &[r#"op="set""#]);
+        let abandoned = sample(&text, "rankd_requests_abandoned_total", &[]);
+        match answered + abandoned == SETS as f64 {
+            true => Ok((answered, abandoned)),
+            false => Err(format!("{answered} answered and {abandoned} abandoned")),
+        }
+    })
+    .await;
+    assert!(abandoned > 0.0, "none abandoned ({answered} answered)");
+}
+
 #[tokio::test]
 async fn a_backup_is_timed_and_its_bytes_counted_by_backup_metrics() {
     let server = common::Server::start(2);

@@ -430,6 +430,15 @@ impl Connection {
         }
     }
 
+    /// The connection ends with requests unanswered (its client left, or
+    /// stopped reading): they are counted as abandoned, not lost from the
+    /// metrics, and so are the bytes read since the last reply.
+    fn abandon(&self, received: u64) {
+        let unanswered = self.inflight_requests + self.pending.len();
+        self.metrics.requests_abandoned.inc_by(unanswered as u64);
+        self.metrics.received_bytes.inc_by(received);
+    }
+
     /// Appends the pushes that may be written now to `out`.
     fn take_pushes(&mut self, out: &mut Vec<u8>) {
         if let Some(session) = &mut self.watching {
@@ -551,7 +560,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             Some(done) = conn.inflight.next(), if !conn.inflight.is_empty() => {
                 conn.answered.push(done);
                 if !write_answered(&mut conn, &mut out, &mut write_half, &mut received, limits.idle_timeout).await {
-                    return;
+                    return conn.abandon(received);
                 }
             }
             frame = frames.next_frame(), if can_read => {
@@ -587,7 +596,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                             }));
                             closing = true;
                         }
-                        Err(FrameError::Truncated | FrameError::Io(_)) => return,
+                        Err(FrameError::Truncated | FrameError::Io(_)) => return conn.abandon(received),
                     }
                     // Nothing after the last permitted failed `auth` is read.
                     closing |= conn.locked_out;
@@ -604,7 +613,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 if !conn.answered.is_empty()
                     && !write_answered(&mut conn, &mut out, &mut write_half, &mut received, limits.idle_timeout).await
                 {
-                    return;
+                    return conn.abandon(received);
                 }
             },
             () = pushed(pushes.as_deref()), if watching => {
@@ -612,7 +621,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 if !out.is_empty() {
                     metrics.sent_bytes.inc_by(out.len() as u64);
                     if !transmit::send(&mut write_half, &out, limits.idle_timeout).await {
-                        return;
+                        return conn.abandon(received);
                     }
                     out.clear();
                 }

@@ -75,6 +75,8 @@ pub struct Metrics {
     pub boards: IntGauge,
     /// Bytes read from clients.
     pub received_bytes: IntCounter,
+    /// Requests whose connection ended before their answers were written.
+    pub requests_abandoned: IntCounter,
     /// Bytes written to clients.
     pub sent_bytes: IntCounter,
     /// Failed `auth`s, TLS handshakes and reloads.
@@ -152,6 +154,12 @@ impl Metrics {
             "Boards the server holds (created, or made by a first write, and not dropped). With \
              rankd_allocator_allocated_bytes: the memory a board costs.",
         )?;
+        let requests_abandoned = IntCounter::new(
+            "rankd_requests_abandoned_total",
+            "Requests read whose answers were never written because their connection ended first (the client \
+             left, or stopped reading past the idle timeout); not in rankd_requests_total. Writes among them may \
+             have applied.",
+        )?;
         let received_bytes = IntCounter::new("rankd_received_bytes_total", "Bytes read from clients.")?;
         let sent_bytes = IntCounter::new("rankd_sent_bytes_total", "Bytes written to clients.")?;
         let ready_gauge = IntGauge::new("rankd_ready", "1 while every shard is open and clients are accepted.")?;
@@ -183,6 +191,7 @@ impl Metrics {
             Box::new(writes_in_place.clone()),
             Box::new(boards.clone()),
             Box::new(received_bytes.clone()),
+            Box::new(requests_abandoned.clone()),
             Box::new(sent_bytes.clone()),
             Box::new(build_info),
             Box::new(ready_gauge.clone()),
@@ -217,6 +226,7 @@ impl Metrics {
             writes_in_place,
             boards,
             received_bytes,
+            requests_abandoned,
             sent_bytes,
             security,
             watches,
