@@ -31,7 +31,7 @@ use crate::clock::Clock;
 use crate::operations::metrics::Metrics;
 use crate::protocol::request::WatchSpec;
 pub use pushes::PushBox;
-pub use registry::{Offered, Registry, WatchKey};
+pub use registry::{Offered, Registry, WatchKey, WatchedBoards};
 pub use session::WatchSession;
 
 /// The watches of every connection, shared by the routers (which report
@@ -44,6 +44,8 @@ pub struct WatchHub {
     wake: Notify,
     /// Numbers connections, so watch ids need only be unique per connection.
     next_conn: AtomicU64,
+    /// The watched boards' change counters: what writers touch.
+    watched: Arc<WatchedBoards>,
     /// The clock reads take their periods from: at a boundary, watches of
     /// periodic windows are looked at again.
     clock: Clock,
@@ -60,8 +62,10 @@ impl WatchHub {
     /// roll over for the watches when they do for reads (a test may shift
     /// it).
     pub fn with_clock(metrics: Arc<Metrics>, clock: Clock) -> Arc<Self> {
+        let registry = Registry::default();
         Arc::new(Self {
-            registry: Mutex::new(Registry::default()),
+            watched: registry.watched(),
+            registry: Mutex::new(registry),
             open: AtomicUsize::new(0),
             wake: Notify::new(),
             next_conn: AtomicU64::new(1),
@@ -102,14 +106,15 @@ impl WatchHub {
         self.metrics.watches.open.set(i64::try_from(open).unwrap_or(i64::MAX));
     }
 
-    /// Whether a write to `board` must report its acknowledgment.
+    /// Whether a write to `board` must report its acknowledgment. Never
+    /// waits for the registry, which the evaluator holds while it scans.
     pub fn is_watched(&self, board: &str) -> bool {
-        self.open.load(Ordering::Relaxed) > 0 && self.registry.lock().is_watched(board)
+        self.open.load(Ordering::Relaxed) > 0 && self.watched.contains(board)
     }
 
-    /// An acknowledged write changed `board`.
+    /// An acknowledged write changed `board`; never waits for the registry.
     pub fn changed(&self, board: &str) {
-        self.registry.lock().changed(board);
+        self.watched.changed(board);
         self.wake.notify_one();
     }
 
@@ -226,6 +231,31 @@ mod tests {
         assert_eq!(mismatches, 0, "the open count differed from the registry's");
         assert_eq!(hub.open.load(Ordering::Relaxed) as u64, THREADS);
         assert_eq!(hub.metrics.watches.open.get() as u64, THREADS);
+    }
+
+    /// Writers ask whether their board is watched, and say it changed,
+    /// without the registry's lock, which the evaluator holds while it
+    /// scans every watch: with many watches open, writes would wait.
+    #[test]
+    fn writers_never_wait_for_the_registry() {
+        let hub = WatchHub::new(Metrics::new(1).unwrap());
+        hub.add(WatchKey { conn: 1, watch: 1 }, spec("b"), Arc::new(PushBox::default()));
+        assert_eq!(hub.registry.lock().take_due(Instant::now()).0.len(), 1, "its first look");
+        let held = hub.registry.lock(); // the evaluator, mid-scan
+        let (done, answered) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let hub = &hub;
+            scope.spawn(move || {
+                let watched = (hub.is_watched("b"), hub.is_watched("c"));
+                hub.changed("b");
+                let _ = done.send(watched);
+            });
+            let watched = answered.recv_timeout(std::time::Duration::from_secs(2));
+            drop(held);
+            assert_eq!(watched, Ok((true, false)), "a writer waited for the registry");
+        });
+        let later = Instant::now() + std::time::Duration::from_secs(1);
+        assert_eq!(hub.registry.lock().take_due(later).0.len(), 1, "the change counted: the watch is due again");
     }
 
     /// A board dropped while its watch is unwatched: whichever comes first,

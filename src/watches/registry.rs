@@ -5,7 +5,10 @@
 //! does I/O.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::Instant;
 
 use rankd_shards::window::period_of;
@@ -47,7 +50,30 @@ struct Watch {
 #[derive(Debug, Default)]
 struct BoardWatches {
     keys: BTreeSet<WatchKey>,
-    changes: u64,
+    /// Shared with [`WatchedBoards`], where writers bump it.
+    changes: Arc<AtomicU64>,
+}
+
+/// The watched boards' change counters, apart from the registry: what
+/// writers touch (is the board watched? it changed), so a write never waits
+/// for the registry's lock while the evaluator scans every watch under it.
+/// The registry adds and removes boards (holding its own lock first).
+#[derive(Debug, Default)]
+pub struct WatchedBoards(RwLock<HashMap<String, Arc<AtomicU64>>>);
+
+impl WatchedBoards {
+    /// Whether any watch follows `board`.
+    pub fn contains(&self, board: &str) -> bool {
+        self.0.read().contains_key(board)
+    }
+
+    /// An acknowledged write changed `board`: its watches are due a look.
+    /// O(1), whatever the number of watches.
+    pub fn changed(&self, board: &str) {
+        if let Some(changes) = self.0.read().get(board) {
+            changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The reads one board view needs for its due watches.
@@ -90,6 +116,8 @@ pub enum Offered {
 pub struct Registry {
     watches: HashMap<WatchKey, Watch>,
     by_board: HashMap<String, BoardWatches>,
+    /// The same boards' change counters, for writers.
+    watched: Arc<WatchedBoards>,
     /// Boards whose drop is in flight, each drop with the watches open when
     /// it began, which are those it ends (a name can be dropped, made again,
     /// watched and dropped again before the first is done). A read
@@ -104,7 +132,13 @@ pub struct Registry {
 impl Registry {
     /// Opens a watch; its first look is due at once.
     pub fn add(&mut self, key: WatchKey, spec: WatchSpec, pushes: Arc<PushBox>, now: Instant) {
-        self.by_board.entry(spec.board.clone()).or_default().keys.insert(key);
+        let watched = &self.watched;
+        let board = self.by_board.entry(spec.board.clone()).or_insert_with(|| {
+            let board = BoardWatches::default();
+            watched.0.write().insert(spec.board.clone(), board.changes.clone());
+            board
+        });
+        board.keys.insert(key);
         self.watches.insert(key, Watch { spec, pushes, last: None, seen: None, next_push: now });
     }
 
@@ -125,6 +159,7 @@ impl Registry {
             board.keys.remove(&key);
             if board.keys.is_empty() {
                 self.by_board.remove(&watch.spec.board);
+                self.watched.0.write().remove(&watch.spec.board);
             }
         }
         Some(watch)
@@ -145,12 +180,15 @@ impl Registry {
         self.by_board.contains_key(board)
     }
 
-    /// An acknowledged write changed `board`: its watches are due a look.
-    /// O(1), whatever the number of watches.
-    pub fn changed(&mut self, board: &str) {
-        if let Some(board) = self.by_board.get_mut(board) {
-            board.changes += 1;
-        }
+    /// The watched boards' change counters, which writers bump without
+    /// this registry's lock.
+    pub fn watched(&self) -> Arc<WatchedBoards> {
+        self.watched.clone()
+    }
+
+    /// An acknowledged write changed `board` (see [`WatchedBoards::changed`]).
+    pub fn changed(&self, board: &str) {
+        self.watched.changed(board);
     }
 
     /// Makes `keys` due again (a look failed and must be retried).
@@ -191,7 +229,7 @@ impl Registry {
         let mut groups: BTreeMap<(&str, Option<u8>, i64), Group> = BTreeMap::new();
         let mut next: Option<Instant> = None;
         for (key, Watch { spec, seen, next_push, .. }) in &mut self.watches {
-            let changes = self.by_board.get(&spec.board).map_or(0, |board| board.changes);
+            let changes = self.by_board.get(&spec.board).map_or(0, |board| board.changes.load(Ordering::Relaxed));
             if *seen == Some(changes) {
                 continue;
             }
