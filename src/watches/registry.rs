@@ -175,20 +175,10 @@ impl Registry {
         self.watches.is_empty()
     }
 
-    /// Whether any watch follows `board`.
-    pub fn is_watched(&self, board: &str) -> bool {
-        self.by_board.contains_key(board)
-    }
-
     /// The watched boards' change counters, which writers bump without
     /// this registry's lock.
     pub fn watched(&self) -> Arc<WatchedBoards> {
         self.watched.clone()
-    }
-
-    /// An acknowledged write changed `board` (see [`WatchedBoards::changed`]).
-    pub fn changed(&self, board: &str) {
-        self.watched.changed(board);
     }
 
     /// Makes `keys` due again (a look failed and must be retried).
@@ -363,7 +353,7 @@ mod tests {
         registry.take_due(t0);
         assert_eq!(registry.offer(k, b"v1", || b"f1".to_vec(), t0), Offered::Pushed { coalesced: false });
         // Changed 10 ms later: due only once the interval has passed.
-        registry.changed("b");
+        registry.watched().changed("b");
         let (groups, next) = registry.take_due(t0 + Duration::from_millis(10));
         assert!(groups.is_empty());
         assert_eq!(next, Some(t0 + Duration::from_millis(100)));
@@ -375,7 +365,7 @@ mod tests {
         assert_eq!(registry.offer(k, b"v2", || b"f2".to_vec(), t1), Offered::Pushed { coalesced: true });
         assert_eq!(pushes.take(|_| true).bytes, b"f2");
         // Another board's writes do not touch it.
-        registry.changed("other");
+        registry.watched().changed("other");
         assert!(registry.take_due(t1 + Duration::from_secs(1)).0.is_empty());
     }
 
@@ -438,9 +428,9 @@ mod tests {
         registry.add(key(2, 1), spec("c", WatchTarget::Top(3), 100), pushes, now);
         let ended = registry.end([key(1, 1), key(9, 9)]);
         assert_eq!(ended.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [key(1, 1)], "an unknown key ends nothing");
-        assert!(registry.is_watched("b"), "one watch of b is left");
+        assert!(registry.watched().contains("b"), "one watch of b is left");
         assert_eq!(registry.end([key(1, 2)]).len(), 1);
-        assert!(!registry.is_watched("b") && registry.is_watched("c"));
+        assert!(!registry.watched().contains("b") && registry.watched().contains("c"));
         assert_eq!(registry.len(), 1);
         assert!(!registry.remove(key(1, 2)), "already ended");
     }
@@ -457,7 +447,7 @@ mod tests {
         assert_eq!(registry.offer(k, b"alice", || b"f1".to_vec(), now), Offered::Pushed { coalesced: false });
         pushes.take(|_| true);
         // A look taken before the drop answers after it began.
-        registry.changed("b");
+        registry.watched().changed("b");
         let later = now + Duration::from_millis(10);
         assert_eq!(registry.take_due(later).0.len(), 1);
         registry.dropping("b");
@@ -497,7 +487,7 @@ mod tests {
         assert_eq!(registry.offer(new, b"[bob]", || b"f".to_vec(), now), Offered::Withheld, "the drop is in flight");
         let ended: Vec<WatchKey> = registry.dropped("b").into_iter().map(|(k, _)| k).collect();
         assert_eq!(ended, vec![old], "only the watch of the dropped board");
-        assert!(registry.is_watched("b"));
+        assert!(registry.watched().contains("b"));
         let due = registry.take_due(now).0;
         assert_eq!(due.iter().flat_map(|g| g.watches.iter().map(|(k, _)| *k)).collect::<Vec<_>>(), vec![new]);
         assert_eq!(registry.offer(new, b"[bob]", || b"f".to_vec(), now), Offered::Pushed { coalesced: false });
@@ -514,7 +504,7 @@ mod tests {
         assert_eq!(registry.offer(key(1, 1), b"v", Vec::new, now), Offered::Gone);
         let dropped = registry.dropped("b");
         assert_eq!(dropped.iter().map(|(k, _)| *k).collect::<Vec<_>>(), vec![key(1, 2)]);
-        assert!(!registry.is_watched("b") && registry.is_watched("c"));
+        assert!(!registry.watched().contains("b") && registry.watched().contains("c"));
         assert_eq!(registry.len(), 1);
     }
 }
