@@ -1,4 +1,4 @@
-// Type definitions for rankd-client (hand-written; the code is index.js).
+// Type definitions for rankd-client (hand-written; the code is index.js and lib/).
 
 import { EventEmitter } from "node:events";
 import { Duplex } from "node:stream";
