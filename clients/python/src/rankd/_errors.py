@@ -142,6 +142,16 @@ def _rebuild(
     return exc
 
 
+def _unreachable(
+    address: str, connect_timeout: Optional[float], exc: Exception, *, timed_out: bool
+) -> RankdConnectionError:
+    """The public exception for a connection to `address` that could not be
+    made (`exc`), or not within `connect_timeout` if `timed_out`."""
+    if timed_out:
+        return RankdTimeout(f"cannot connect to {address} within {connect_timeout} s")
+    return RankdConnectionError(f"cannot connect to {address}: {exc}")
+
+
 def _failure(
     broken: _Broken,
     *,

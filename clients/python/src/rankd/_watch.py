@@ -1,6 +1,7 @@
 """What the watches of both clients share: a connection's table of watches
-(pushes are dispatched by the id the server gave), and a watch's state
-(what it asked for, its unread events, whether it has ended).
+(pushes are dispatched by the id the server gave), a watch's state (what it
+asked for, its unread events, whether it has ended), and the bookkeeping of
+one wait for its next event.
 
 A push is `{"watch": id, "event": value}`, with no `id` key; ids are unique
 per connection, so the table belongs to the connection: a new connection
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Any, Deque, Dict, Generic, List, Mapping, Optional, Set, TypeVar
 
-from ._errors import ProtocolError
+from ._errors import ProtocolError, RankdConnectionError, WatchEnded
 from ._wire import Push
 
 T = TypeVar("T")
@@ -23,6 +24,10 @@ T = TypeVar("T")
 #: `watch` reply and before the caller has its `Watch`.
 ORPHAN_EVENTS = 16
 ORPHAN_IDS = 64
+
+#: How many times one wait for a watch's event asks again for the watch,
+#: whose connection keeps being lost, before it raises.
+RESUBSCRIBES_PER_GET = 3
 
 
 class Registry:
@@ -153,6 +158,18 @@ class WatchState(Generic[T]):
             self._detach()
         self._wake()
 
+    def _ready(self, closed: bool) -> bool:
+        """Whether an event waits to be taken; raises `WatchEnded` once the
+        watch has ended (ending it if its client is `closed`) and every
+        event it received was taken."""
+        if self._events:
+            return True
+        if self._ended is None and closed:
+            self._end("the client is closed")
+        if self._ended is not None:
+            raise WatchEnded(self._ended)
+        return False
+
     def _wake(self) -> None:
         """Tells whoever waits for an event that something happened."""
 
@@ -160,3 +177,33 @@ class WatchState(Generic[T]):
         what = f"top={self.top}" if self.top is not None else f"player={self.player!r}"
         state = f"ended: {self._ended}" if self._ended is not None else f"id={self.id}"
         return f"{self.board!r} {what} {state}"
+
+
+class Wait:
+    """One wait for a watch's next event (a `get`): its deadline, and how
+    many times it asked again for the watch. Both clients' waits loop on
+    it, around their own ways of waiting."""
+
+    def __init__(self, timeout: Optional[float], now: float) -> None:
+        self._timeout = timeout
+        self._deadline = None if timeout is None else now + timeout
+        self._resubscribed = 0
+
+    def resubscribe(self, address: str) -> None:
+        """Counts asking again for the watch, whose connection was lost;
+        raises `RankdConnectionError` instead when that happened
+        `RESUBSCRIBES_PER_GET` times in this wait: a server that keeps
+        dropping the connection should not hold the caller forever."""
+        if self._resubscribed == RESUBSCRIBES_PER_GET:
+            raise RankdConnectionError(
+                f"{address}: the connection of a watch was lost {self._resubscribed} times in one wait"
+            )
+        self._resubscribed += 1
+
+    def left(self, now: float) -> Optional[float]:
+        """Seconds left to wait at `now` (None: forever); raises
+        `TimeoutError` once there are none."""
+        wait = None if self._deadline is None else self._deadline - now
+        if wait is not None and wait <= 0:
+            raise TimeoutError(f"no event within {self._timeout} s")
+        return wait

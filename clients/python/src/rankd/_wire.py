@@ -108,6 +108,22 @@ def encode(req: Mapping[str, Any], request_id: int) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+class Numbering:
+    """A client's request ids, 1, 2, 3, ...: a reply names the request it
+    answers by its id."""
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def frames(self, requests: Sequence[Mapping[str, Any]]) -> Tuple[List[int], bytes]:
+        """The ids given to `requests` and their frames, to send as one
+        write. Ids are used up only once every request has encoded."""
+        ids = list(range(self._next, self._next + len(requests)))
+        payload = b"".join(encode(req, rid) for req, rid in zip(requests, ids))
+        self._next += len(requests)
+        return ids, payload
+
+
 class FrameBuffer:
     """Bytes read from a connection, cut into frames."""
 
