@@ -18,6 +18,7 @@ pub mod evaluator;
 pub mod pushes;
 pub mod registry;
 pub mod session;
+pub mod watched;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,8 +32,9 @@ use crate::clock::Clock;
 use crate::operations::metrics::Metrics;
 use crate::protocol::request::WatchSpec;
 pub use pushes::PushBox;
-pub use registry::{Offered, Registry, WatchKey, WatchedBoards};
+pub use registry::{Offered, Registry, WatchKey};
 pub use session::WatchSession;
+pub use watched::WatchedBoards;
 
 /// The watches of every connection, shared by the routers (which report
 /// changes), the connections (which open and end watches) and the evaluator.

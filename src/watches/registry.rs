@@ -2,18 +2,19 @@
 //! watches are due for a look (their board changed, or their period rolled
 //! over, and their interval has passed), how they group into reads, and
 //! whether a value read is new. The hub locks it; nothing here waits or
-//! does I/O.
+//! does I/O. A look visits only the watches that may be due (of a board
+//! changed since, new, retried, or whose interval has passed), never every
+//! watch: with many boards watched, the evaluator's lock is held for what
+//! changed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
-
-use parking_lot::RwLock;
 use std::time::Instant;
 
 use rankd_shards::window::period_of;
 
 use super::pushes::{PushBox, Put};
+use super::watched::{BoardChanges, WatchedBoards};
 use crate::protocol::request::{WatchSpec, WatchTarget};
 use crate::protocol::View;
 
@@ -43,37 +44,18 @@ struct Watch {
     seen: Option<u64>,
     /// The earliest its next push may go.
     next_push: Instant,
+    /// Its board's change count, shared by the board's watches.
+    changes: Arc<BoardChanges>,
+    /// The last [`Registry::take_due`] (numbered) that met it.
+    met: u64,
 }
 
-/// The watches of one board, and how often acknowledged writes changed it:
-/// a write bumps one counter, whatever the number of watches.
-#[derive(Debug, Default)]
+/// The watches of one board.
+#[derive(Debug)]
 struct BoardWatches {
     keys: BTreeSet<WatchKey>,
     /// Shared with [`WatchedBoards`], where writers bump it.
-    changes: Arc<AtomicU64>,
-}
-
-/// The watched boards' change counters, apart from the registry: what
-/// writers touch (is the board watched? it changed), so a write never waits
-/// for the registry's lock while the evaluator scans every watch under it.
-/// The registry adds and removes boards (holding its own lock first).
-#[derive(Debug, Default)]
-pub struct WatchedBoards(RwLock<HashMap<String, Arc<AtomicU64>>>);
-
-impl WatchedBoards {
-    /// Whether any watch follows `board`.
-    pub fn contains(&self, board: &str) -> bool {
-        self.0.read().contains_key(board)
-    }
-
-    /// An acknowledged write changed `board`: its watches are due a look.
-    /// O(1), whatever the number of watches.
-    pub fn changed(&self, board: &str) {
-        if let Some(changes) = self.0.read().get(board) {
-            changes.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    changes: Arc<BoardChanges>,
 }
 
 /// The reads one board view needs for its due watches.
@@ -118,6 +100,15 @@ pub struct Registry {
     by_board: HashMap<String, BoardWatches>,
     /// The same boards' change counters, for writers.
     watched: Arc<WatchedBoards>,
+    /// Watches due a look whatever their board's count says: new, retried,
+    /// or whose period rolled over.
+    due: BTreeSet<WatchKey>,
+    /// Watches changed within their interval, by when it ends. An entry
+    /// may be stale (the watch ended, or pushed again since): it is only a
+    /// time to look again.
+    waiting: BTreeSet<(Instant, WatchKey)>,
+    /// How many times [`Registry::take_due`] ran.
+    takes: u64,
     /// Boards whose drop is in flight, each drop with the watches open when
     /// it began, which are those it ends (a name can be dropped, made again,
     /// watched and dropped again before the first is done). A read
@@ -133,13 +124,14 @@ impl Registry {
     /// Opens a watch; its first look is due at once.
     pub fn add(&mut self, key: WatchKey, spec: WatchSpec, pushes: Arc<PushBox>, now: Instant) {
         let watched = &self.watched;
-        let board = self.by_board.entry(spec.board.clone()).or_insert_with(|| {
-            let board = BoardWatches::default();
-            watched.0.write().insert(spec.board.clone(), board.changes.clone());
-            board
-        });
+        let board = self
+            .by_board
+            .entry(spec.board.clone())
+            .or_insert_with(|| BoardWatches { keys: BTreeSet::new(), changes: watched.watch(&spec.board) });
         board.keys.insert(key);
-        self.watches.insert(key, Watch { spec, pushes, last: None, seen: None, next_push: now });
+        let changes = board.changes.clone();
+        self.watches.insert(key, Watch { spec, pushes, last: None, seen: None, next_push: now, changes, met: 0 });
+        self.due.insert(key);
     }
 
     /// Ends a watch; whether it was open.
@@ -159,7 +151,7 @@ impl Registry {
             board.keys.remove(&key);
             if board.keys.is_empty() {
                 self.by_board.remove(&watch.spec.board);
-                self.watched.0.write().remove(&watch.spec.board);
+                self.watched.unwatch(&watch.spec.board);
             }
         }
         Some(watch)
@@ -186,6 +178,7 @@ impl Registry {
         for key in keys {
             if let Some(watch) = self.watches.get_mut(&key) {
                 watch.seen = None;
+                self.due.insert(key);
             }
         }
     }
@@ -197,7 +190,7 @@ impl Registry {
     pub fn roll(&mut self, unix_seconds: i64) -> i64 {
         let before = self.clock.replace(unix_seconds);
         if let Some(before) = before.filter(|before| before.div_euclid(DAY) != unix_seconds.div_euclid(DAY)) {
-            for watch in self.watches.values_mut() {
+            for (key, watch) in &mut self.watches {
                 let rolled = match watch.spec.view.window {
                     // The board's first window, which may be periodic.
                     None => true,
@@ -205,6 +198,7 @@ impl Registry {
                 };
                 if rolled {
                     watch.seen = None;
+                    self.due.insert(*key);
                 }
             }
         }
@@ -213,39 +207,53 @@ impl Registry {
 
     /// Takes the watches due at `now` (changed, and past their interval),
     /// grouped by board view; and when the next one not yet due will be.
+    /// Visits only the watches that may be due (see the module docs); when
+    /// they are many of all, every watch in table order, which is faster
+    /// than looking each up.
     pub fn take_due(&mut self, now: Instant) -> (Vec<Group>, Option<Instant>) {
-        // Keyed by the watches' own board names: a group's name is copied
-        // once, not once per watch.
-        let mut groups: BTreeMap<(&str, Option<u8>, i64), Group> = BTreeMap::new();
-        let mut next: Option<Instant> = None;
-        for (key, Watch { spec, seen, next_push, .. }) in &mut self.watches {
-            let changes = self.by_board.get(&spec.board).map_or(0, |board| board.changes.load(Ordering::Relaxed));
-            if *seen == Some(changes) {
-                continue;
+        self.takes += 1;
+        let take = self.takes;
+        let changed = self.watched.take_changed();
+        let boards: Vec<&BoardWatches> = changed.iter().filter_map(|c| self.by_board.get(&*c.name)).collect();
+        let maybe_due = self.due.len() + boards.iter().map(|board| board.keys.len()).sum::<usize>();
+        let mut groups = Groups::default();
+        if maybe_due.saturating_mul(4) >= self.watches.len() {
+            self.due.clear();
+            let last = WatchKey { conn: u64::MAX, watch: u64::MAX };
+            self.waiting = self.waiting.split_off(&(now, last));
+            for (key, watch) in &mut self.watches {
+                consider(*key, watch, now, take, &mut self.waiting, &mut groups);
             }
-            if *next_push > now {
-                next = Some(next.map_or(*next_push, |n| n.min(*next_push)));
-                continue;
+        } else {
+            let mut maybe: Vec<WatchKey> = std::mem::take(&mut self.due).into_iter().collect();
+            maybe.extend(boards.iter().flat_map(|board| board.keys.iter().copied()));
+            while let Some(&(at, key)) = self.waiting.first() {
+                if at > now {
+                    break;
+                }
+                self.waiting.pop_first();
+                maybe.push(key);
             }
-            *seen = Some(changes);
-            let view = spec.view;
-            let group =
-                groups.entry((spec.board.as_str(), view.window.map(|w| w.code()), view.period)).or_insert_with(|| {
-                    Group { board: spec.board.clone(), view, top: 0, players: Vec::new(), watches: Vec::new() }
-                });
-            match &spec.target {
-                WatchTarget::Top(n) => group.top = group.top.max(*n),
-                WatchTarget::Player(player) => group.players.push(player.clone()),
+            for key in maybe {
+                if let Some(watch) = self.watches.get_mut(&key) {
+                    consider(key, watch, now, take, &mut self.waiting, &mut groups);
+                }
             }
-            group.watches.push((*key, spec.target.clone()));
         }
-        let mut groups: Vec<Group> = groups.into_values().collect();
+        let mut groups = groups.groups;
+        groups.sort_unstable_by(|a, b| {
+            (&a.board, a.view.window.map(|w| w.code()), a.view.period).cmp(&(
+                &b.board,
+                b.view.window.map(|w| w.code()),
+                b.view.period,
+            ))
+        });
         for group in &mut groups {
             // Each player read once, however many watch them.
             group.players.sort_unstable();
             group.players.dedup();
         }
-        (groups, next)
+        (groups, self.waiting.first().map(|&(at, _)| at))
     }
 
     /// Offers a value read for `key` (`frame` frames `event` for the
@@ -314,6 +322,77 @@ impl Registry {
     }
 }
 
+/// A board view, named by its board's counter (not its name, which would
+/// be hashed once per watch).
+type ViewKey = (*const BoardChanges, Option<u8>, i64);
+
+/// Due watches grouped by board view. Watches come in runs of one view
+/// (one board's, or a table where most are of one board), so the last
+/// group is tried before the map.
+#[derive(Default)]
+struct Groups {
+    groups: Vec<Group>,
+    index: HashMap<ViewKey, usize>,
+    last: Option<(ViewKey, usize)>,
+}
+
+impl Groups {
+    /// The group of view `key`, made with `make` if it is the first.
+    fn of(&mut self, key: ViewKey, make: impl FnOnce() -> Group) -> &mut Group {
+        let at = match self.last {
+            Some((last, at)) if last == key => at,
+            _ => {
+                let at = *self.index.entry(key).or_insert_with(|| {
+                    self.groups.push(make());
+                    self.groups.len() - 1
+                });
+                self.last = Some((key, at));
+                at
+            }
+        };
+        &mut self.groups[at]
+    }
+}
+
+/// Takes `watch` into its group if it is due at `now`, or has it wait out
+/// its interval. A watch met twice in one take (new, and its board
+/// changed) is taken once.
+fn consider(
+    key: WatchKey,
+    watch: &mut Watch,
+    now: Instant,
+    take: u64,
+    waiting: &mut BTreeSet<(Instant, WatchKey)>,
+    groups: &mut Groups,
+) {
+    let Watch { spec, seen, next_push, changes, met, .. } = watch;
+    if std::mem::replace(met, take) == take {
+        return;
+    }
+    let count = changes.count();
+    if *seen == Some(count) {
+        return;
+    }
+    if *next_push > now {
+        waiting.insert((*next_push, key));
+        return;
+    }
+    *seen = Some(count);
+    let view = spec.view;
+    let group = groups.of((Arc::as_ptr(changes), view.window.map(|w| w.code()), view.period), || Group {
+        board: spec.board.clone(),
+        view,
+        top: 0,
+        players: Vec::new(),
+        watches: Vec::new(),
+    });
+    match &spec.target {
+        WatchTarget::Top(n) => group.top = group.top.max(*n),
+        WatchTarget::Player(player) => group.players.push(player.clone()),
+    }
+    group.watches.push((key, spec.target.clone()));
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -367,6 +446,34 @@ mod tests {
         // Another board's writes do not touch it.
         registry.watched().changed("other");
         assert!(registry.take_due(t1 + Duration::from_secs(1)).0.is_empty());
+    }
+
+    /// A watch changed within its interval is looked at when the interval
+    /// ends, with no further write; one that ended meanwhile is not.
+    #[test]
+    fn a_watch_changed_within_its_interval_is_due_when_it_ends() {
+        let (mut registry, t0, pushes) = (Registry::default(), Instant::now(), Arc::new(PushBox::default()));
+        let ms = |n| t0 + Duration::from_millis(n);
+        let (k, gone) = (key(1, 1), key(2, 1));
+        registry.add(k, spec("b", WatchTarget::Top(3), 100), pushes.clone(), t0);
+        registry.add(gone, spec("c", WatchTarget::Top(3), 100), pushes.clone(), t0);
+        assert_eq!(registry.take_due(t0).0.len(), 2);
+        registry.offer(k, b"v1", || b"f1".to_vec(), t0);
+        registry.offer(gone, b"v1", || b"f1".to_vec(), t0);
+        registry.watched().changed("b");
+        registry.watched().changed("c");
+        assert_eq!(registry.take_due(ms(10)), (Vec::new(), Some(ms(100))));
+        assert!(registry.remove(gone));
+        let (groups, next) = registry.take_due(ms(100));
+        assert_eq!(groups.iter().map(|g| g.board.as_str()).collect::<Vec<_>>(), ["b"]);
+        assert_eq!(next, None);
+        // Pushed again at 100 ms: a change at 150 waits until 200.
+        registry.offer(k, b"v2", || b"f2".to_vec(), ms(100));
+        registry.watched().changed("b");
+        assert_eq!(registry.take_due(ms(150)), (Vec::new(), Some(ms(200))));
+        assert!(registry.take_due(ms(199)).0.is_empty());
+        assert_eq!(registry.take_due(ms(200)).0.len(), 1);
+        assert_eq!(registry.take_due(ms(300)), (Vec::new(), None), "nothing changed since");
     }
 
     /// A push replaced before it was written never reached the client: a
