@@ -235,7 +235,9 @@ async fn the_last_push_of_every_watch_equals_the_oracle_once_writes_stop() {
                 }
             }
         }
-        assert!(server.counter("rankd_watch_looks_total", &[]) > 0.0);
+        let looks = server.counter("rankd_watch_looks_total", &[]);
+        let timed = server.counter("rankd_watch_look_duration_seconds_count", &[]);
+        assert!(looks > 0.0 && timed > 0.0 && timed <= looks, "{timed} looks timed of {looks}");
     }
 }
 

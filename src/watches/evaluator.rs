@@ -29,6 +29,7 @@ const CLOCK_CHECK: Duration = Duration::from_secs(60);
 /// Runs until the process ends: waits for due watches, looks, offers.
 pub async fn run(hub: Arc<WatchHub>, router: Addr<RouterActor>) {
     loop {
+        let started = Instant::now();
         let unix_seconds = hub.clock.now();
         let (groups, next, boundary) = {
             let mut registry = hub.registry.lock();
@@ -49,7 +50,9 @@ pub async fn run(hub: Arc<WatchHub>, router: Addr<RouterActor>) {
             tracing::warn!(%error, "reading watched boards failed; retrying");
             hub.registry.lock().retry(groups.iter().flat_map(|g| g.watches.iter().map(|(key, _)| *key)));
             tokio::time::sleep(RETRY_AFTER).await;
+            continue;
         }
+        hub.metrics.watches.look_seconds.observe(started.elapsed().as_secs_f64());
     }
 }
 

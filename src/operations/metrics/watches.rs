@@ -1,7 +1,7 @@
 //! Metrics of protocol 1.1's live features: watches and their pushes, and
 //! replayed idempotent writes (the `wid` records themselves are per shard).
 
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge};
 
 use super::{Collectors, MetricsError};
 
@@ -15,6 +15,9 @@ pub struct WatchMetrics {
     pub coalesced: IntCounter,
     /// Looks at watched boards (one batch of reads and a fence each).
     pub looks: IntCounter,
+    /// How long a look takes, from taking the due watches to offering what
+    /// was read: how late a push may come after the write it shows.
+    pub look_seconds: Histogram,
     /// Idempotent writes answered from their `wid` record, not applied again.
     pub dedup_hits: IntCounter,
 }
@@ -35,6 +38,15 @@ impl WatchMetrics {
             "rankd_watch_looks_total",
             "Looks at watched boards: one batch of reads of the boards that changed, then a fence on every shard.",
         )?;
+        let look_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "rankd_watch_look_duration_seconds",
+                "Time a look at watched boards takes: taking the watches due (under the registry's lock), their \
+                 reads, the fence that makes what they saw durable, and offering the values. A push comes about \
+                 this long after the write it shows.",
+            )
+            .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
+        )?;
         let dedup_hits = IntCounter::new(
             "rankd_dedup_hits_total",
             "Writes whose `wid` had applied already: answered with the first result (`dup`), changing nothing.",
@@ -44,8 +56,9 @@ impl WatchMetrics {
             Box::new(pushes.clone()),
             Box::new(coalesced.clone()),
             Box::new(looks.clone()),
+            Box::new(look_seconds.clone()),
             Box::new(dedup_hits.clone()),
         ];
-        Ok((Self { open, pushes, coalesced, looks, dedup_hits }, families))
+        Ok((Self { open, pushes, coalesced, looks, look_seconds, dedup_hits }, families))
     }
 }
