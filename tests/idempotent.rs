@@ -125,6 +125,7 @@ async fn retried_writes_count_exactly_once_through_kill_9_cycles() {
         retries: 1000,
         backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(200),
+        ..RetryPolicy::default()
     };
     let acked = Arc::new(AtomicU64::new(0));
     // Three writers of single incrs, one of set_many incrs over 16 players
@@ -133,7 +134,7 @@ async fn retried_writes_count_exactly_once_through_kill_9_cycles() {
     for id in 0..4 {
         let (stop, acked, listen, policy) = (stop.clone(), acked.clone(), listen.clone(), policy.clone());
         writers.push(tokio::spawn(async move {
-            let mut client = RetryingClient::new(listen, ConnectOptions::default(), policy);
+            let mut client = RetryingClient::new(listen, ConnectOptions::default(), policy).expect("a valid policy");
             let group: Vec<String> = (0..16).map(|i| format!("g{i}")).collect();
             let entries: Vec<(&str, i64)> = group.iter().map(|p| (p.as_str(), 1)).collect();
             let mut done = 0u64;

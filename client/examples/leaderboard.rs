@@ -23,6 +23,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tls: std::env::var_os("RANKD_TLS_CA")
             .map(|ca| TlsOptions { ca_file: Some(ca.into()), ..TlsOptions::default() }),
         token: std::env::var("RANKD_TOKEN").ok().map(Into::into),
+        ..ConnectOptions::default()
     };
     let mut rankd = Client::connect_with(&addr, &options).await?;
 

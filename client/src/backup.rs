@@ -104,8 +104,11 @@ impl BackupStream<'_> {
         }
         let body = match self.client.reader.next_frame().await {
             Ok(Some(body)) => body,
-            Ok(None) => return Err(ClientError::Protocol("the server closed the connection mid-backup".into())),
-            Err(e) => return Err(ClientError::Protocol(e.to_string())),
+            Ok(None) => {
+                let why = "the server closed the connection mid-backup";
+                return Err(ClientError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why)));
+            }
+            Err(e) => return Err(e.into()),
         };
         let frame: BackupFrame =
             rmp_serde::from_slice(&body).map_err(|e| ClientError::Protocol(format!("bad backup frame: {e}")))?;

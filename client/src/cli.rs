@@ -16,8 +16,8 @@ use crate::protocol::Window;
 use crate::reply::{Entry, RankInfo};
 use crate::watch::{Push, WatchEvent, WatchSpec, WatchTarget};
 
-/// TLS and token flags.
-#[derive(Debug, Clone, Default, clap::Args)]
+/// TLS, token and frame-size flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ConnectArgs {
     /// Speak TLS, trusting the system's root certificates (or --tls-ca).
     #[arg(long)]
@@ -40,6 +40,25 @@ pub struct ConnectArgs {
     /// A file holding the token to `auth` with (or set RANKD_TOKEN).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// The longest request frame sent, in bytes: the server's --max-frame
+    /// (a larger request fails with too_large, unsent).
+    #[arg(long, default_value_t = crate::protocol::DEFAULT_MAX_FRAME)]
+    pub max_frame: usize,
+}
+
+impl Default for ConnectArgs {
+    /// No flags given: plain TCP, no token file, the default max frame.
+    fn default() -> Self {
+        Self {
+            tls: false,
+            tls_ca: None,
+            tls_server_name: None,
+            tls_cert: None,
+            tls_key: None,
+            token_file: None,
+            max_frame: crate::protocol::DEFAULT_MAX_FRAME,
+        }
+    }
 }
 
 impl ConnectArgs {
@@ -55,7 +74,7 @@ impl ConnectArgs {
             Some(path) => Some(Token(std::fs::read_to_string(path)?.trim().to_string())),
             None => std::env::var("RANKD_TOKEN").ok().filter(|token| !token.is_empty()).map(Token),
         };
-        Ok(ConnectOptions { tls, token })
+        Ok(ConnectOptions { tls, token, max_frame: self.max_frame })
     }
 }
 

@@ -12,7 +12,7 @@ use crate::call::{set_call, Call};
 use crate::connect::{self, ConnectOptions};
 use crate::error::ClientError;
 use crate::frame::FrameReader;
-use crate::protocol::{Mode, OpKind, Order, Ties};
+use crate::protocol::{ErrorCode, Mode, OpKind, Order, Ties};
 use crate::push::{PushBuffer, RawPush};
 use crate::reply::{ApproxRankInfo, ApproxRankOfScore, BoardInfo, Entry, Envelope, Incoming, RankInfo};
 
@@ -63,6 +63,9 @@ pub struct Client {
     unsettled: bool,
     /// Pushes read while waiting for replies.
     pushes: PushBuffer,
+    /// Requests whose frame body is longer are refused unsent
+    /// ([`ConnectOptions::max_frame`]).
+    max_frame: usize,
 }
 
 impl Client {
@@ -81,6 +84,7 @@ impl Client {
             next_id: 1,
             unsettled: false,
             pushes: PushBuffer::default(),
+            max_frame: options.max_frame,
         };
         if let Some(token) = &options.token {
             client.auth(&token.0).await?;
@@ -128,12 +132,16 @@ impl Client {
 
     /// Sends every request before reading any reply (writing and reading at
     /// once, so a long pipeline cannot deadlock on full socket buffers), and
-    /// returns each result in order. The outer error is the connection's; a
-    /// call's own failure is its entry's. Pushes arriving in between are set
-    /// aside (see [`Client::take_push`]). Not cancel-safe: a pipeline whose
-    /// future is dropped (by a timeout, say) leaves its replies on the wire,
-    /// and every later call fails at once rather than read them as its own
-    /// ([`Client::is_out_of_step`]); connect again.
+    /// returns each result in order. The outer error is the connection's (a
+    /// connection the server closed or that broke is [`ClientError::Io`]); a
+    /// call's own failure is its entry's. A call whose frame is over
+    /// [`ConnectOptions::max_frame`] is not sent: its entry is a `too_large`
+    /// [`ClientError::Server`] error, and the others go as usual. Pushes
+    /// arriving in between are set aside (see [`Client::take_push`]). Not
+    /// cancel-safe: a pipeline whose future is dropped (by a timeout, say)
+    /// leaves its replies on the wire, and every later call fails at once
+    /// rather than read them as its own ([`Client::is_out_of_step`]);
+    /// connect again.
     pub async fn pipeline<T: DeserializeOwned>(
         &mut self,
         calls: &[Call],
@@ -160,10 +168,20 @@ impl Client {
         self.unsettled = true;
         let first = self.next_id;
         let mut out = Vec::with_capacity(calls.len() * 48);
+        // Calls refused for their size (index, frame body length), in order:
+        // their ids go unused, which the protocol allows.
+        let mut refused = Vec::new();
         for (i, call) in calls.iter().enumerate() {
+            let start = out.len();
             call.encode(first + i as u64, &mut out);
+            let len = out.len() - start - 4;
+            if len > self.max_frame {
+                out.truncate(start);
+                refused.push((i, len));
+            }
         }
         self.next_id += calls.len() as u64;
+        let max_frame = self.max_frame;
         let writer = &mut self.writer;
         let reader = &mut self.reader;
         let pushes = &mut self.pushes;
@@ -175,9 +193,13 @@ impl Client {
         };
         let read = async move {
             let mut results = Vec::with_capacity(calls.len());
+            let mut refused = refused.into_iter().peekable();
             while results.len() < calls.len() {
-                let body = reader.next_frame().await.map_err(|e| ClientError::Protocol(e.to_string()))?;
-                let body = body.ok_or_else(|| ClientError::Protocol("connection closed".into()))?;
+                if let Some((_, len)) = refused.next_if(|&(i, _)| i == results.len()) {
+                    results.push(Err(too_large(len, max_frame)));
+                    continue;
+                }
+                let body = reader.next_frame().await?.ok_or_else(ClientError::closed)?;
                 let Envelope { id, result, dup } = match Incoming::<T>::decode(&body)? {
                     Incoming::Reply(envelope) => envelope,
                     Incoming::Push(watch) => {
@@ -247,7 +269,7 @@ impl Client {
         let body = match std::task::ready!(self.reader.poll_next_frame(cx)) {
             Ok(Some(body)) => body,
             Ok(None) => return Poll::Ready(Ok(None)),
-            Err(e) => return Poll::Ready(Err(ClientError::Protocol(e.to_string()))),
+            Err(e) => return Poll::Ready(Err(e.into())),
         };
         Poll::Ready(match Incoming::<IgnoredAny>::decode(&body) {
             Ok(Incoming::Push(watch)) => Ok(Some(RawPush::new(watch, body, Instant::now()))),
@@ -271,7 +293,7 @@ impl Client {
         match self.reader.next_frame().await {
             Ok(Some(body)) => Ok(Some(rmp_serde::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))?)),
             Ok(None) => Ok(None),
-            Err(e) => Err(ClientError::Protocol(e.to_string())),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -411,6 +433,14 @@ impl Client {
     }
 }
 
+/// The client's own `too_large`, for a request it did not send.
+fn too_large(len: usize, max_frame: usize) -> ClientError {
+    ClientError::Server {
+        code: ErrorCode::TooLarge.name().to_string(),
+        msg: format!("a request of {len} bytes is over the max frame of {max_frame} bytes: not sent"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rmpv::Value;
@@ -479,6 +509,34 @@ mod tests {
         let mut fresh = Client::connect(&addr).await.unwrap();
         assert_eq!(fresh.ping().await.unwrap(), "pong");
         assert!(!fresh.is_out_of_step());
+    }
+
+    #[tokio::test]
+    async fn a_pipelined_call_over_max_frame_fails_alone_and_unsent() {
+        let ops = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = ops.clone();
+        let addr = serve(move |_, mut peer| {
+            let ops = log.clone();
+            async move {
+                while let Some(request) = peer.request().await {
+                    ops.lock().unwrap().push(crate::testing::field(&request, "op").as_str().unwrap().to_string());
+                    peer.reply(id(&request), "pong".into()).await;
+                }
+            }
+        })
+        .await;
+        let options = ConnectOptions { max_frame: 64, ..ConnectOptions::default() };
+        assert_eq!(ConnectOptions::default().max_frame, 1 << 20);
+        let mut client = Client::connect_with(&addr, &options).await.unwrap();
+        let big = Call::new(OpKind::Ping).with("pad", "x".repeat(64));
+        let calls = [Call::new(OpKind::Ping), big, Call::new(OpKind::Ping)];
+        let results = client.pipeline::<String>(&calls).await.unwrap();
+        assert_eq!(results[0].as_deref().unwrap(), "pong");
+        let refused = results[1].as_ref().unwrap_err();
+        assert_eq!(refused.error_code(), Some(crate::ErrorCode::TooLarge), "{refused}");
+        assert_eq!(results[2].as_deref().unwrap(), "pong");
+        assert_eq!(client.ping().await.unwrap(), "pong");
+        assert_eq!(*ops.lock().unwrap(), ["ping", "ping", "ping"], "the large call never went out");
     }
 
     #[tokio::test]

@@ -8,15 +8,29 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::error::ClientError;
+use crate::protocol::DEFAULT_MAX_FRAME;
 
 /// How [`crate::Client::connect_with`] connects.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// Speak TLS; `None` is plain TCP.
     pub tls: Option<TlsOptions>,
     /// `auth` with this token once connected; the connect fails if it is
     /// refused. Never printed by `Debug`.
     pub token: Option<Token>,
+    /// The longest request frame (its body, in bytes) the client sends:
+    /// the server's `--max-frame`, 1 MiB by default
+    /// ([`DEFAULT_MAX_FRAME`]). A request over it is answered `too_large`
+    /// by the client and not sent, and the connection stays usable: the
+    /// server would close the connection on it, failing every request in
+    /// flight there.
+    pub max_frame: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self { tls: None, token: None, max_frame: DEFAULT_MAX_FRAME }
+    }
 }
 
 /// A token, kept out of `Debug` output and logs.

@@ -19,7 +19,8 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use rankd_client::{Client, ConnectOptions, TlsOptions};
 //! let tls = TlsOptions { ca_file: Some("ca.pem".into()), ..TlsOptions::default() };
-//! let options = ConnectOptions { tls: Some(tls), token: Some(std::env::var("RANKD_TOKEN")?.into()) };
+//! let token = Some(std::env::var("RANKD_TOKEN")?.into());
+//! let options = ConnectOptions { tls: Some(tls), token, ..ConnectOptions::default() };
 //! let mut rankd = Client::connect_with("rankd.internal:7070", &options).await?;
 //! for entry in rankd.top("arena", 3, 0).await? {
 //!     println!("#{} {} {}", entry.rank, entry.player, entry.score);
@@ -55,17 +56,21 @@
 //!
 //! A write that times out may or may not have applied; sent again, an
 //! `incr` would count twice. A [`RetryingClient`] gives each write a random
-//! `wid` (protocol 1.1) and, on a timeout or a broken connection,
-//! reconnects and sends it again with the same `wid`: the server applies it
-//! once and answers the repeat with the first result, flagged
-//! [`Written::dup`]:
+//! `wid` (protocol 1.1) and, on a timeout or a broken or closed connection,
+//! reconnects and sends it again with the same `wid` (and on `overloaded`
+//! or `internal`, on the same connection): the server applies it once and
+//! answers the repeat with the first result, flagged [`Written::dup`]. The
+//! [`RetryPolicy`] bounds the re-sends (3, none starting over 60 s after
+//! the first attempt, with a random backoff from 100 ms); a write given up
+//! on fails with [`ClientError::MaybeApplied`], which carries its `wid` to
+//! send it again later:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), rankd_client::ClientError> {
 //! use std::time::Duration;
 //! use rankd_client::{ConnectOptions, Mode, RetryPolicy, RetryingClient};
 //! let policy = RetryPolicy { timeout: Duration::from_secs(2), retries: 5, ..RetryPolicy::default() };
-//! let mut rankd = RetryingClient::new("127.0.0.1:7070", ConnectOptions::default(), policy);
+//! let mut rankd = RetryingClient::new("127.0.0.1:7070", ConnectOptions::default(), policy)?;
 //! let coins = rankd.set("arena", "alice", 50, Mode::Incr).await?;
 //! println!("alice has {} coins (a retry found the write applied: {})", coins.value, coins.dup);
 //! # Ok(()) }
@@ -92,9 +97,11 @@
 //!   aside ([`RawPush`]);
 //! - [`Watcher`], [`WatchSpec`], [`Push`], [`WatchEvent`]: watches;
 //! - [`RetryingClient`], [`RetryPolicy`], [`Written`], [`WidSource`]:
-//!   idempotent writes;
-//! - [`ConnectOptions`]: TLS ([`TlsOptions`]) and a token, for
-//!   [`Client::connect_with`];
+//!   idempotent writes, retried as every rankd client does
+//!   (`clients/conformance/transport.md`);
+//! - [`ConnectOptions`]: TLS ([`TlsOptions`]), a token and the largest
+//!   request frame to send (`max_frame`, 1 MiB: a larger request fails
+//!   with `too_large`, unsent), for [`Client::connect_with`];
 //! - [`RankInfo`], [`ApproxRankInfo`], [`ApproxRankOfScore`], [`Entry`],
 //!   [`BoardInfo`]: the ops' result types;
 //! - [`fields`]: composite scores (protocol 1.1): [`BoardSpec`] and

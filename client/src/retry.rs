@@ -1,35 +1,55 @@
 //! Writes that survive timeouts and broken connections without counting
 //! twice: each write gets a `wid` (protocol 1.1), and a write whose answer
 //! did not come is sent again, on a new connection, with the same `wid`, so
-//! the server applies it at most once.
+//! the server applies it at most once. The rules (what is sent again, the
+//! backoff, the bounds, what giving up reports) are those every rankd
+//! client follows: `clients/conformance/transport.md` in the repository.
 
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::call::{set_call, Call};
 use crate::client::{Client, Written};
 use crate::connect::ConnectOptions;
 use crate::error::ClientError;
-use crate::protocol::{Mode, OpKind, MAX_WID};
+use crate::protocol::{ErrorCode, Mode, OpKind, MAX_WID};
 use crate::wid::WidSource;
 
 /// How [`RetryingClient`] retries.
 ///
-/// Retries must end within the server's dedup horizon (10 minutes by
-/// default): a `wid` older than that may apply again. With the defaults a
-/// write gives up after about 4 × 5 s.
+/// Before its n-th re-send a write waits a random time between half and
+/// all of min(`backoff` × 2ⁿ⁻¹, `max_backoff`): 100, 200, 400 ms, ... with
+/// the defaults (the random half keeps clients that lost the same server
+/// from coming back in step). It gives up after `retries` re-sends, or
+/// when the next one would start more than `deadline` after the write's
+/// first attempt, whichever comes first: with the defaults, at most 4
+/// sends within about a minute.
+///
+/// The `deadline` is at most [`RetryPolicy::MAX_DEADLINE`] (5 minutes), and
+/// [`RetryingClient::new`] refuses a policy with a longer one: the server
+/// remembers a `wid` for its dedup horizon (`--dedup-horizon-secs`, 10
+/// minutes by default), and a write sent again after that may apply twice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// How long one attempt, connecting included, may take before it is
-    /// abandoned (and its connection closed).
+    /// How long one attempt, connecting included, may wait for its reply
+    /// before it is abandoned (and its connection closed). 5 s by default.
     pub timeout: Duration,
-    /// Attempts after the first, at most.
+    /// Re-sends after the first send, at most. 3 by default.
     pub retries: u32,
-    /// Pause before the first retry; it doubles with each retry.
+    /// The pause before the first re-send, doubling with each re-send (a
+    /// random time between half and all of it is waited). 100 ms by
+    /// default.
     pub backoff: Duration,
-    /// The longest pause between two attempts.
+    /// The longest pause before a re-send (before the random half). 2 s
+    /// by default.
     pub max_backoff: Duration,
+    /// No re-send starts later than this after the write's first attempt.
+    /// 60 s by default; at most [`RetryPolicy::MAX_DEADLINE`].
+    pub deadline: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -37,28 +57,82 @@ impl Default for RetryPolicy {
         Self {
             timeout: Duration::from_secs(5),
             retries: 3,
-            backoff: Duration::from_millis(50),
+            backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(2),
+            deadline: Duration::from_secs(60),
         }
     }
 }
 
+impl RetryPolicy {
+    /// The longest `deadline` allowed: half the server's default dedup
+    /// horizon (10 minutes), which leaves room for a last attempt's
+    /// timeout and for clocks and queues.
+    pub const MAX_DEADLINE: Duration = Duration::from_secs(5 * 60);
+
+    /// Refuses a policy whose `deadline` is over
+    /// [`RetryPolicy::MAX_DEADLINE`] ([`ClientError::Config`]).
+    pub fn validate(&self) -> Result<(), ClientError> {
+        if self.deadline > Self::MAX_DEADLINE {
+            return Err(ClientError::Config(format!(
+                "a retry deadline of {:?} is over {:?}: a wid is remembered by the server for its dedup horizon (10 \
+                 minutes by default), and a write sent again after that may apply twice",
+                self.deadline,
+                Self::MAX_DEADLINE
+            )));
+        }
+        Ok(())
+    }
+
+    /// The pause before re-send `n` (from 1), before the random half:
+    /// `backoff` × 2ⁿ⁻¹, at most `max_backoff`.
+    fn pause(&self, n: u32) -> Duration {
+        let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+}
+
+/// A random time between half and all of `pause`. The randomness is
+/// std's per-process hash keys (each `RandomState` differs): enough to keep
+/// clients apart, and no dependency.
+fn jittered(pause: Duration) -> Duration {
+    let half = pause / 2;
+    let spread = u64::try_from((pause - half).as_nanos()).unwrap_or(u64::MAX);
+    let random = RandomState::new().build_hasher().finish();
+    half + Duration::from_nanos(random % spread.saturating_add(1))
+}
+
 /// A connection whose writes carry a `wid` and are retried until answered.
 ///
-/// An attempt that times out, or whose connection breaks, is sent again on
-/// a new connection with the same `wid`; so is one the server answers
-/// `overloaded` or `internal` (after a pause). A retried write the server
-/// had applied answers the first result with [`Written::dup`] set: an
-/// `incr` counts once. Other errors (`bad_request`, `unauthorized`, ...)
-/// return at once. Only writes are retried: reads go through
-/// [`RetryingClient::client`].
+/// A write is sent again with the same `wid`:
+///
+/// - when its reply did not come within the policy's `timeout`, or its
+///   connection broke or was closed: on a new connection;
+/// - when the server answered `overloaded` (shed, never applied) or
+///   `internal` (it may or may not have applied): on the same connection.
+///
+/// A re-send the server had already applied answers the first result with
+/// [`Written::dup`] set: an `incr` counts once. Other errors return at once
+/// (`bad_request`, `unauthorized`, ..., a `too_large` refused by the client
+/// before sending, see [`ConnectOptions::max_frame`]); so does a protocol
+/// violation (a reply that does not decode, or answers another request):
+/// sending again to a server that breaks the protocol would not help.
+///
+/// When the policy's bounds run out (or a final error comes after a send
+/// left the write in doubt), the error is [`ClientError::MaybeApplied`]:
+/// the write's `wid`, how many times it was sent, and the last error, so
+/// the caller can send it again later with that `wid` and still count it
+/// at most once. A write that was never sent (no connection could be
+/// opened) fails with the connection's error alone.
+///
+/// Only writes are retried: reads go through [`RetryingClient::client`].
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), rankd_client::ClientError> {
 /// use std::time::Duration;
 /// use rankd_client::{ConnectOptions, Mode, RetryPolicy, RetryingClient};
 /// let policy = RetryPolicy { timeout: Duration::from_secs(2), retries: 5, ..RetryPolicy::default() };
-/// let mut rankd = RetryingClient::new("127.0.0.1:7070", ConnectOptions::default(), policy);
+/// let mut rankd = RetryingClient::new("127.0.0.1:7070", ConnectOptions::default(), policy)?;
 /// let total = rankd.set("arena", "alice", 10, Mode::Incr).await?;
 /// println!("alice has {} (a retry found it applied: {})", total.value, total.dup);
 /// # Ok(()) }
@@ -80,16 +154,32 @@ pub struct RetryingClient {
     connects: u64,
 }
 
+/// Why an attempt failed, and what that says about the write.
+struct Failed {
+    /// The error.
+    error: ClientError,
+    /// The request was handed to a connection (it may have reached the
+    /// server).
+    sent: bool,
+    /// The rules allow sending it again.
+    retry: bool,
+    /// It may have applied: sent and unanswered, or answered `internal`.
+    in_doubt: bool,
+}
+
 impl RetryingClient {
     /// A client for `addr` (`host:port`); it connects on its first call.
-    pub fn new(addr: impl Into<String>, options: ConnectOptions, policy: RetryPolicy) -> Self {
-        Self { addr: addr.into(), options, policy, client: None, wids: WidSource::new(), retried: 0, connects: 0 }
+    /// Refuses a policy whose `deadline` is over
+    /// [`RetryPolicy::MAX_DEADLINE`] ([`ClientError::Config`]).
+    pub fn new(addr: impl Into<String>, options: ConnectOptions, policy: RetryPolicy) -> Result<Self, ClientError> {
+        policy.validate()?;
+        Ok(Self { addr: addr.into(), options, policy, client: None, wids: WidSource::new(), retried: 0, connects: 0 })
     }
 
     /// A client for `addr`, connected now (within the policy's timeout), so
     /// a wrong address or token shows at once.
     pub async fn connect_with(addr: &str, options: &ConnectOptions, policy: RetryPolicy) -> Result<Self, ClientError> {
-        let mut client = Self::new(addr, options.clone(), policy);
+        let mut client = Self::new(addr, options.clone(), policy)?;
         client.client().await?;
         Ok(client)
     }
@@ -159,7 +249,8 @@ impl RetryingClient {
     }
 
     /// Any write (`set`, `set_many`, `remove`; `call` must not have a
-    /// `wid` yet), with a new `wid`, retried as the policy says.
+    /// `wid` yet), with a new `wid`, retried as the policy says. A write
+    /// given up in doubt names its `wid` in [`ClientError::MaybeApplied`].
     pub async fn write<T: DeserializeOwned>(&mut self, call: Call) -> Result<Written<T>, ClientError> {
         let wid = self.wids.next_wid();
         self.write_with_wid(call, &wid).await
@@ -167,7 +258,8 @@ impl RetryingClient {
 
     /// A write with the caller's own `wid` (1 to 64 bytes, e.g. a
     /// transaction id, which must not repeat for different writes to the
-    /// board), retried as the policy says.
+    /// board), retried as the policy says; also how to send again, later,
+    /// a write given up as [`ClientError::MaybeApplied`].
     pub async fn write_with_wid<T: DeserializeOwned>(
         &mut self,
         call: Call,
@@ -180,56 +272,69 @@ impl RetryingClient {
         if let Some(why) = call.invalid() {
             return Err(ClientError::Encode(why.to_string()));
         }
-        let mut pause = self.policy.backoff;
-        let mut attempt = 0;
+        let deadline = Instant::now() + self.policy.deadline;
+        let (mut sends, mut in_doubt, mut resends) = (0u32, false, 0u32);
         loop {
-            let (error, retry) = match self.attempt(&call).await {
+            let failed = match self.attempt(&call).await {
                 Ok(written) => return Ok(written),
-                Err(failure) => failure,
+                Err(failed) => failed,
             };
-            if attempt >= self.policy.retries || !retry {
-                return Err(error);
+            sends += u32::from(failed.sent);
+            in_doubt |= failed.in_doubt;
+            let pause = jittered(self.policy.pause(resends + 1));
+            let bounded = resends >= self.policy.retries || Instant::now() + pause > deadline;
+            if !failed.retry || bounded {
+                // A write never sent (no connection) is in no doubt; one
+                // sent and given up on is reported with its wid.
+                return Err(match sends > 0 && (in_doubt || failed.retry) {
+                    true => ClientError::MaybeApplied { wid: wid.to_string(), sends, last: Box::new(failed.error) },
+                    false => failed.error,
+                });
             }
-            attempt += 1;
+            resends += 1;
             self.retried += 1;
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(self.policy.max_backoff);
         }
     }
 
-    /// One attempt within the timeout, failing with the error and whether
-    /// the write may be sent again. The connection is dropped when it
-    /// failed or timed out (a late reply would be out of step).
-    async fn attempt<T: DeserializeOwned>(&mut self, call: &Call) -> Result<Written<T>, (ClientError, bool)> {
-        let deadline = tokio::time::Instant::now() + self.policy.timeout;
+    /// One attempt within the timeout: the result, or why it failed. The
+    /// connection is dropped when it failed or timed out (a late reply
+    /// would be out of step); it is kept after an error answer.
+    async fn attempt<T: DeserializeOwned>(&mut self, call: &Call) -> Result<Written<T>, Failed> {
+        let deadline = Instant::now() + self.policy.timeout;
+        let mut sent = false;
         let outcome = tokio::time::timeout_at(deadline, async {
             let client = self.client().await?;
+            sent = true;
             client.pipeline_written::<T>(std::slice::from_ref(call)).await
         })
         .await;
         match outcome {
             // The server answered: only a shed or failed request is sent
-            // again (a result of the wrong shape was still applied).
+            // again (a result of the wrong shape was still applied; a
+            // `too_large` from the client was never sent).
             Ok(Ok(mut results)) => match results.pop() {
                 Some(Ok(written)) => Ok(written),
                 Some(Err(error)) => {
-                    let retry = error.server_may_retry();
-                    Err((error, retry))
+                    let (retry, in_doubt) = (error.server_may_retry(), error.error_code() == Some(ErrorCode::Internal));
+                    Err(Failed { error, sent, retry, in_doubt })
                 }
-                None => Err((ClientError::Protocol("no reply".into()), true)),
+                None => {
+                    Err(Failed { error: ClientError::Protocol("no reply".into()), sent, retry: false, in_doubt: true })
+                }
             },
+            // No answer: a lost connection (closed by the server included)
+            // is tried again on a new one; a protocol violation is not.
+            // Before the request was handed over (connecting, `auth`), only
+            // a lost connection or a shed one is tried again.
             Ok(Err(error)) => {
                 self.client = None;
-                let retry = match &error {
-                    ClientError::Io(_) | ClientError::Protocol(_) => true,
-                    ClientError::Server { .. } => error.server_may_retry(),
-                    ClientError::Encode(_) | ClientError::Tls(_) => false,
-                };
-                Err((error, retry))
+                let retry = matches!(error, ClientError::Io(_)) || (!sent && error.server_may_retry());
+                Err(Failed { in_doubt: sent, error, sent, retry })
             }
             Err(_) => {
                 self.client = None;
-                Err((timed_out(), true))
+                Err(Failed { error: timed_out(), sent, retry: true, in_doubt: sent })
             }
         }
     }
@@ -255,7 +360,12 @@ mod tests {
             retries,
             backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),
+            deadline: Duration::from_secs(10),
         }
+    }
+
+    fn retrying(addr: String, policy: RetryPolicy) -> RetryingClient {
+        RetryingClient::new(addr, ConnectOptions::default(), policy).expect("a valid policy")
     }
 
     /// Every request's connection number and wid, in arrival order.
@@ -266,6 +376,53 @@ mod tests {
         let wid = field(&request, "wid").as_str().unwrap_or("").to_string();
         seen.lock().unwrap().push((n, wid));
         Some(request)
+    }
+
+    /// A server answering every request of every connection `code`.
+    async fn always(code: &'static str, seen: &Seen) -> String {
+        let log = seen.clone();
+        serve(move |n, mut peer| {
+            let seen = log.clone();
+            async move {
+                while let Some(request) = note(&seen, n, &mut peer).await {
+                    peer.fail(id(&request), code).await;
+                }
+            }
+        })
+        .await
+    }
+
+    #[test]
+    fn the_default_policy_is_the_shared_one() {
+        let policy = RetryPolicy::default();
+        assert_eq!((policy.timeout, policy.retries), (Duration::from_secs(5), 3));
+        assert_eq!((policy.backoff, policy.max_backoff), (Duration::from_millis(100), Duration::from_secs(2)));
+        assert_eq!(policy.deadline, Duration::from_secs(60));
+        assert!(policy.validate().is_ok());
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_waits_a_random_half_to_all_of_it() {
+        let policy = RetryPolicy::default();
+        let ms = |n| policy.pause(n).as_millis();
+        assert_eq!([ms(1), ms(2), ms(3), ms(4), ms(5), ms(6), ms(40)], [100, 200, 400, 800, 1600, 2000, 2000]);
+        let waits: Vec<Duration> = (0..1000).map(|_| jittered(Duration::from_millis(100))).collect();
+        assert!(waits.iter().all(|w| (Duration::from_millis(50)..=Duration::from_millis(100)).contains(w)));
+        let below = waits.iter().filter(|w| **w < Duration::from_millis(75)).count();
+        assert!((300..700).contains(&below), "{below} of 1000 waits in the lower half");
+        assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_over_five_minutes_is_refused() {
+        let over = RetryPolicy { deadline: RetryPolicy::MAX_DEADLINE + Duration::from_millis(1), ..quick(3) };
+        let error = RetryingClient::new("127.0.0.1:1", ConnectOptions::default(), over.clone()).err().unwrap();
+        assert!(matches!(&error, ClientError::Config(why) if why.contains("dedup horizon")), "{error}");
+        // Refused before any connection is tried (port 1 refuses: that would be Io).
+        let error = RetryingClient::connect_with("127.0.0.1:1", &ConnectOptions::default(), over).await.err().unwrap();
+        assert!(matches!(error, ClientError::Config(_)), "{error}");
+        let most = RetryPolicy { deadline: Duration::from_secs(300), ..quick(3) };
+        assert!(RetryingClient::new("127.0.0.1:1", ConnectOptions::default(), most).is_ok());
     }
 
     #[tokio::test]
@@ -285,7 +442,7 @@ mod tests {
             }
         })
         .await;
-        let mut rankd = RetryingClient::new(addr, ConnectOptions::default(), quick(3));
+        let mut rankd = retrying(addr, quick(3));
         let written = rankd.set("b", "p", 5, Mode::Incr).await.unwrap();
         assert_eq!(written, Written { value: 15, dup: true });
         let seen = seen.lock().unwrap().clone();
@@ -316,7 +473,7 @@ mod tests {
             }
         })
         .await;
-        let mut rankd = RetryingClient::new(addr, ConnectOptions::default(), quick(1));
+        let mut rankd = retrying(addr, quick(1));
         let written = rankd.set_many("b", &[("p", 1), ("q", 2)], Mode::Set).await.unwrap();
         assert_eq!(written, Written { value: vec![1, 2], dup: false });
         assert_eq!(rankd.remove("b", "p").await.unwrap(), Written { value: true, dup: false });
@@ -329,6 +486,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_server_that_closes_after_reading_a_write_is_a_broken_connection() {
+        let seen = Seen::default();
+        let log = seen.clone();
+        let addr = serve(move |n, mut peer| {
+            let seen = log.clone();
+            async move {
+                // Reads the write, then closes without a word.
+                let _ = note(&seen, n, &mut peer).await;
+            }
+        })
+        .await;
+        // The plain client reports a lost connection, not a protocol error.
+        let mut client = Client::connect(&addr).await.unwrap();
+        let error = client.set("b", "p", 1, Mode::Incr).await.unwrap_err();
+        assert!(matches!(&error, ClientError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof), "{error:?}");
+        // The retrying one sends it again on a new connection each time,
+        // then gives up with its wid.
+        let mut rankd = retrying(addr, quick(2));
+        let error = rankd.set("b", "p", 1, Mode::Incr).await.unwrap_err();
+        let ClientError::MaybeApplied { wid, sends, last } = &error else { panic!("{error:?}") };
+        assert!(matches!(&**last, ClientError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof), "{last:?}");
+        assert_eq!(*sends, 3);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [0, 1, 2, 3], "each on a new connection");
+        assert!(seen[1..].iter().all(|(_, w)| w == wid), "{seen:?}");
+        assert_eq!((rankd.retried(), rankd.connects()), (2, 3));
+        assert!(error.to_string().contains("may have applied (sent 3 times)"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn internal_then_an_answer_returns_the_answer_with_its_dup_flag() {
+        let seen = Seen::default();
+        let log = seen.clone();
+        let addr = serve(move |n, mut peer| {
+            let seen = log.clone();
+            async move {
+                // The first send applied, but the server failed before
+                // answering; the re-send finds it applied.
+                let first = note(&seen, n, &mut peer).await.unwrap();
+                peer.fail(id(&first), "internal").await;
+                let again = note(&seen, n, &mut peer).await.unwrap();
+                peer.send(map(&[("id", id(&again).into()), ("ok", 15.into()), ("dup", true.into())])).await;
+                while let Some(request) = note(&seen, n, &mut peer).await {
+                    peer.reply(id(&request), 20.into()).await;
+                }
+            }
+        })
+        .await;
+        let mut rankd = retrying(addr, quick(3));
+        assert_eq!(rankd.set("b", "p", 5, Mode::Incr).await.unwrap(), Written { value: 15, dup: true });
+        assert_eq!(rankd.set("b", "p", 5, Mode::Incr).await.unwrap(), Written { value: 20, dup: false });
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [0, 0, 0], "on the same connection");
+        assert_eq!(seen[0].1, seen[1].1, "with the same wid");
+        assert_ne!(seen[1].1, seen[2].1);
+        assert_eq!((rankd.retried(), rankd.connects()), (1, 1));
+    }
+
+    #[tokio::test]
     async fn shed_writes_are_retried_refused_ones_are_not() {
         let seen = Seen::default();
         let log = seen.clone();
@@ -338,16 +554,11 @@ mod tests {
                 let mut k = 0;
                 while let Some(request) = note(&seen, n, &mut peer).await {
                     k += 1;
-                    let code = match k {
-                        1 => "overloaded",
-                        2 => {
-                            peer.reply(id(&request), 3.into()).await;
-                            continue;
-                        }
-                        _ => "bad_request",
-                    };
-                    let err = map(&[("code", code.into()), ("msg", "no".into())]);
-                    peer.send(map(&[("id", id(&request).into()), ("err", err)])).await;
+                    match k {
+                        1 => peer.fail(id(&request), "overloaded").await,
+                        2 => peer.reply(id(&request), 3.into()).await,
+                        _ => peer.fail(id(&request), "bad_request").await,
+                    }
                 }
             }
         })
@@ -355,8 +566,98 @@ mod tests {
         let mut rankd = RetryingClient::connect_with(&addr, &ConnectOptions::default(), quick(2)).await.unwrap();
         assert_eq!(rankd.set("b", "p", 3, Mode::Set).await.unwrap().value, 3);
         let error = rankd.set("b", "p", 3, Mode::Set).await.unwrap_err();
-        assert_eq!(error.error_code(), Some(ErrorCode::BadRequest));
+        assert!(
+            matches!(&error, ClientError::Server { code, .. } if code == "bad_request"),
+            "final, as it is: {error}"
+        );
         assert_eq!((seen.lock().unwrap().len(), rankd.retried(), rankd.connects()), (3, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn overloaded_forever_gives_up_within_its_retries_with_the_wid() {
+        let seen = Seen::default();
+        let addr = always("overloaded", &seen).await;
+        let mut rankd = retrying(addr, quick(2));
+        let error = rankd.set("b", "p", 1, Mode::Incr).await.unwrap_err();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "the first send and 2 re-sends");
+        assert!(seen.iter().all(|(n, wid)| *n == 0 && *wid == seen[0].1), "{seen:?}");
+        let ClientError::MaybeApplied { wid, sends, last } = &error else { panic!("{error:?}") };
+        assert_eq!((wid.as_str(), *sends), (seen[0].1.as_str(), 3));
+        assert_eq!(last.error_code(), Some(ErrorCode::Overloaded));
+        assert_eq!((error.wid(), error.error_code()), (Some(wid.as_str()), Some(ErrorCode::Overloaded)));
+        assert_eq!(rankd.retried(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_deadline_stops_retries_with_retries_left() {
+        let seen = Seen::default();
+        let addr = always("overloaded", &seen).await;
+        let deadline = Duration::from_millis(200);
+        let policy = RetryPolicy {
+            retries: 1000,
+            backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(20),
+            deadline,
+            ..quick(0)
+        };
+        let mut rankd = retrying(addr, policy);
+        let started = std::time::Instant::now();
+        let error = rankd.set("b", "p", 1, Mode::Incr).await.unwrap_err();
+        let took = started.elapsed();
+        let sends = seen.lock().unwrap().len();
+        // Each pause is 10 to 20 ms: at most 20 re-sends fit in 200 ms.
+        assert!((2..=21).contains(&sends), "{sends} sends");
+        assert!(matches!(error, ClientError::MaybeApplied { sends: s, .. } if s as usize == sends));
+        assert_eq!(rankd.retried() as usize, sends - 1);
+        assert!(took < deadline + Duration::from_secs(1), "took {took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_protocol_violation_is_not_sent_again_but_names_the_wid() {
+        let seen = Seen::default();
+        let log = seen.clone();
+        let addr = serve(move |n, mut peer| {
+            let seen = log.clone();
+            async move {
+                while let Some(request) = note(&seen, n, &mut peer).await {
+                    peer.reply(id(&request) + 7, 1.into()).await; // another request's id
+                }
+            }
+        })
+        .await;
+        let mut rankd = retrying(addr, quick(3));
+        let error = rankd.set("b", "p", 1, Mode::Incr).await.unwrap_err();
+        let ClientError::MaybeApplied { sends: 1, last, .. } = &error else { panic!("{error:?}") };
+        assert!(matches!(&**last, ClientError::Protocol(why) if why.contains("reply id")), "{last:?}");
+        assert_eq!((seen.lock().unwrap().len(), rankd.retried()), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_write_over_max_frame_is_refused_unsent_and_the_connection_stays_usable() {
+        let seen = Seen::default();
+        let log = seen.clone();
+        let addr = serve(move |n, mut peer| {
+            let seen = log.clone();
+            async move {
+                while let Some(request) = note(&seen, n, &mut peer).await {
+                    peer.reply(id(&request), Value::Array(vec![7.into()])).await;
+                }
+            }
+        })
+        .await;
+        let mut rankd = retrying(addr, quick(3));
+        // 2 MiB of entries: twice the default max frame.
+        let names: Vec<String> = (0..2048).map(|i| format!("{i:04}{}", "x".repeat(1020))).collect();
+        let entries: Vec<(&str, i64)> = names.iter().map(|name| (name.as_str(), 1)).collect();
+        let error = rankd.set_many("b", &entries, Mode::Set).await.unwrap_err();
+        assert_eq!(error.error_code(), Some(ErrorCode::TooLarge), "{error:?}");
+        assert!(error.to_string().contains("not sent"), "{error}");
+        assert!(seen.lock().unwrap().is_empty(), "nothing reached the server");
+        assert_eq!(rankd.retried(), 0);
+        let written = rankd.set_many("b", &[("p", 7)], Mode::Set).await.unwrap();
+        assert_eq!(written.value, [7]);
+        assert_eq!((seen.lock().unwrap().len(), rankd.connects()), (1, 1), "on the same connection");
     }
 
     #[tokio::test]
@@ -374,9 +675,10 @@ mod tests {
         })
         .await;
         let policy = RetryPolicy { timeout: Duration::from_millis(100), ..quick(2) };
-        let mut rankd = RetryingClient::new(addr, ConnectOptions::default(), policy);
+        let mut rankd = retrying(addr, policy);
         let error = rankd.set("b", "p", 1, Mode::Incr).await.unwrap_err();
-        assert!(matches!(&error, ClientError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut), "{error}");
+        let ClientError::MaybeApplied { sends: 3, last, .. } = &error else { panic!("{error:?}") };
+        assert!(matches!(&**last, ClientError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut), "{error}");
         assert_eq!(*attempts.lock().unwrap(), 3);
         let bad = rankd.write_with_wid::<i64>(set_call("b", "p", 1, Mode::Set), &"x".repeat(MAX_WID + 1)).await;
         assert!(matches!(bad, Err(ClientError::Encode(_))));
@@ -387,7 +689,8 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let mut rankd = RetryingClient::new(addr, ConnectOptions::default(), quick(2));
+        let mut rankd = retrying(addr, quick(2));
+        // Never sent: no wid to carry, the connection's error alone.
         assert!(matches!(rankd.set("b", "p", 1, Mode::Set).await, Err(ClientError::Io(_))));
         assert_eq!((rankd.retried(), rankd.connects()), (2, 0));
     }

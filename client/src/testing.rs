@@ -39,6 +39,12 @@ impl Peer {
         self.send(map(&[("id", id.into()), ("ok", ok)])).await;
     }
 
+    /// Answers request `id` with the error `code`.
+    pub async fn fail(&mut self, id: u64, code: &str) {
+        let err = map(&[("code", code.into()), ("msg", format!("scripted {code}").into())]);
+        self.send(map(&[("id", id.into()), ("err", err)])).await;
+    }
+
     /// Pushes `event` of watch `watch`.
     pub async fn push(&mut self, watch: u64, event: Value) {
         self.send(map(&[("watch", watch.into()), ("event", event)])).await;
