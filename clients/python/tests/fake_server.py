@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 import msgpack
@@ -39,6 +40,7 @@ class FakeConnection:
         request: Dict[str, Any] = msgpack.unpackb(body, raw=False)
         with self.server.lock:
             self.server.requests.append((self.index, request))
+            self.server.times.append(time.monotonic())
         return request
 
     def _read_exactly(self, n: int) -> Optional[bytes]:
@@ -112,6 +114,31 @@ def serve_then_close(replies: int) -> Callable[[FakeConnection], None]:
     return script
 
 
+def erring(*codes: str) -> Callable[[FakeConnection], None]:
+    """Answers the first requests with the errors `codes`, one each in
+    turn, then every request as `answer` does."""
+
+    def script(conn: FakeConnection) -> None:
+        for code in codes:
+            request = conn.read()
+            if request is None:
+                return
+            conn.err(request, code, f"scripted {code}")
+        serve(conn)
+
+    return script
+
+
+def always(code: str) -> Callable[[FakeConnection], None]:
+    """Answers every request with the error `code`."""
+
+    def script(conn: FakeConnection) -> None:
+        while (request := conn.read()) is not None:
+            conn.err(request, code, f"scripted {code}")
+
+    return script
+
+
 def close_at_once(conn: FakeConnection) -> None:
     conn.close()
     conn.server.closed.set()
@@ -132,6 +159,8 @@ class FakeServer:
         self.scripts = list(scripts)
         #: (connection index, request) for every request read.
         self.requests: List[Any] = []
+        #: When each of `requests` was read (`time.monotonic()`).
+        self.times: List[float] = []
         self.lock = threading.Lock()
         #: Set by `close_at_once`.
         self.closed = threading.Event()
@@ -167,6 +196,11 @@ class FakeServer:
             return [
                 r for i, r in self.requests if r.get("op") == op and (connection is None or i == connection)
             ]
+
+    def times_of(self, op: str) -> List[float]:
+        """When each request of `op` was read (`time.monotonic()`)."""
+        with self.lock:
+            return [t for (_, r), t in zip(self.requests, self.times) if r.get("op") == op]
 
     def ops(self, connection: Optional[int] = None) -> List[str]:
         """The ops read, on every connection or on one."""

@@ -57,7 +57,9 @@ class _Connection:
         self._task = self._loop.create_task(self._read_replies())
 
     @classmethod
-    async def open(cls, settings: _wire.Settings) -> _Connection:
+    async def open(cls, settings: _wire.Settings, connect_timeout: Optional[float]) -> _Connection:
+        """A connection to the server, connected (and the TLS handshake
+        done) within `connect_timeout` seconds."""
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
                 settings.host,
@@ -65,7 +67,7 @@ class _Connection:
                 ssl=settings.ssl_context,
                 server_hostname=settings.server_hostname,
             ),
-            settings.connect_timeout,
+            connect_timeout,
         )
         return cls(reader, writer, settings.timeout)
 

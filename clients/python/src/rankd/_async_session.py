@@ -26,10 +26,16 @@ class AsyncSession:
     """The connection and the private machinery of `rankd.AsyncClient`,
     which adds the public methods. A base class rather than a member: the
     public attributes read and counted here (`retry_writes`,
-    `write_retries`, `reconnects`) stay the client's own."""
+    `write_retries`, `retry_deadline`, `reconnects`) stay the client's own."""
 
     def __init__(
-        self, settings: _wire.Settings, *, token: Optional[str], retry_writes: bool, write_retries: int
+        self,
+        settings: _wire.Settings,
+        *,
+        token: Optional[str],
+        retry_writes: bool,
+        write_retries: int,
+        retry_deadline: float,
     ) -> None:
         self._settings = settings
         self._token = token
@@ -39,11 +45,13 @@ class AsyncSession:
         self._connect_lock: Optional[asyncio.Lock] = None
         self._connected_once = False
         self._closed = False
-        self._ids = _wire.Numbering()
+        self._ids = _wire.Numbering(settings.max_frame)
         #: Whether writes get a `wid` and are sent again (see `rankd.Client`).
         self.retry_writes = retry_writes
         #: How many times at most a write with a `wid` is sent again.
         self.write_retries = write_retries
+        #: Seconds after a write's first send past which it is not sent again.
+        self.retry_deadline = retry_deadline
         #: The active watches.
         self._watches: Set[AsyncWatch[Any]] = set()
         self._last_write: contextvars.ContextVar[Optional[WriteInfo]] = contextvars.ContextVar(
@@ -63,17 +71,28 @@ class AsyncSession:
 
     # -- connection ---------------------------------------------------------
 
-    async def _open(self) -> _Connection:
-        """A new connection, authenticated with the token if there is one."""
+    async def _open(self, deadline: Optional[float] = None) -> _Connection:
+        """A new connection, authenticated with the token if there is one;
+        connected and authenticated by `deadline` (a `time.monotonic()`
+        instant) if one is given."""
         settings = self._settings
+        connect_timeout = _wire.within(settings.connect_timeout, deadline)
         try:
-            conn = await _Connection.open(settings)
+            conn = await _Connection.open(settings, connect_timeout)
         except (asyncio.TimeoutError, OSError) as exc:
             timed_out = isinstance(exc, asyncio.TimeoutError)
-            raise _unreachable(settings.address, settings.connect_timeout, exc, timed_out=timed_out) from exc
+            raise _unreachable(settings.address, connect_timeout, exc, timed_out=timed_out) from exc
         if self._token is not None:
             try:
-                (outcome,) = await self._exchange(conn, [_requests.auth(self._token)])
+                authenticated = self._exchange(conn, [_requests.auth(self._token)])
+                if deadline is None:
+                    (outcome,) = await authenticated
+                else:
+                    try:
+                        (outcome,) = await asyncio.wait_for(authenticated, _wire.within(None, deadline))
+                    except asyncio.TimeoutError:
+                        late = "no reply to auth before the retry deadline"
+                        raise _Broken(late, sent=True, results=[], timed_out=True) from None
             except _Broken as broken:
                 await conn.close("auth failed")
                 raise _failure(broken, writes=False, where=f"{settings.address} during auth") from broken
@@ -85,9 +104,10 @@ class AsyncSession:
                 raise outcome
         return conn
 
-    async def _live(self) -> Tuple[_Connection, bool]:
+    async def _live(self, deadline: Optional[float] = None) -> Tuple[_Connection, bool]:
         """The connection for the next request, and whether this call opened
-        it: a connection that broke or that the server closed is replaced."""
+        it: a connection that broke or that the server closed is replaced
+        (by one made by `deadline`, if given)."""
         if self._closed:
             raise RankdConnectionError("the client is closed")
         conn = self._conn
@@ -104,7 +124,7 @@ class AsyncSession:
             if conn is not None:
                 self._conn = None
                 await conn.close("replaced")
-            conn = await self._open()
+            conn = await self._open(deadline)
             if self._closed:  # closed while connecting
                 await conn.close("the client is closed")
                 raise RankdConnectionError("the client is closed")
@@ -131,6 +151,9 @@ class AsyncSession:
             _forget(futures)
             broken.results = results
             raise
+        except BaseException:  # cancelled: nobody awaits the others
+            _forget(futures)
+            raise
         return results
 
     # -- calls --------------------------------------------------------------
@@ -138,35 +161,44 @@ class AsyncSession:
     async def _run_on(self, requests: Sequence[Mapping[str, Any]]) -> Tuple[List[Any], _Connection, int]:
         """The outcomes (results, `Dup`s or `RankdError`s) of `requests`,
         sent as one pipeline; the connection that answered them; how many
-        times they were sent. When the connection breaks, what it answered
-        is kept and the rest may go again on a new one (`_resend.Resends`)."""
+        times they were sent. What is answered is kept; the rest may go
+        again (`_resend.Resends` decides): on a new connection when this one
+        breaks, on the same one after `overloaded` or `internal`."""
         call = _resend.Resends(requests, self, f"{self._settings.address} during a call")
-        # Encoded first: a value msgpack cannot carry raises before anything
-        # is sent.
+        # Encoded first: a value msgpack cannot carry, or a request over
+        # `max_frame`, raises before anything is sent.
         ids, payload = self._ids.frames(requests)
         conn, opened = await self._live()
         while True:
+            call.sending()
             try:
                 results = await self._exchange_frames(conn, ids, payload)
-                return call.done + results, conn, call.sends
             except _Broken as broken:
-                retry = call.broke(broken, opened)
-                ids, payload = self._ids.frames(call.rest)
-                conn, opened = await self._reconnect(call, retry)
+                wait = call.broke(broken, opened)
+            else:
+                again = call.answered(results)
+                if again is None:
+                    return call.outcomes, conn, call.sends
+                wait = again
+            ids, payload = self._ids.frames(call.rest)
+            conn, opened = await self._reconnect(call, wait)
 
-    async def _reconnect(self, call: _resend.Resends, retry: int) -> Tuple[_Connection, bool]:
-        """A connection to send `call`'s rest again on, and whether this
-        call opened it: for the `retry`-th re-send of guarded writes (0: a
-        lone re-send), after waiting, trying again while `call` allows."""
+    async def _reconnect(self, call: _resend.Resends, wait: float) -> Tuple[_Connection, bool]:
+        """After waiting `wait` seconds, the connection to send `call`'s rest
+        again on (the same one if it is still open), and whether this call
+        opened it; trying again while `call` allows. A new connection is
+        made by the call's retry deadline."""
         while True:
-            if retry:
-                await asyncio.sleep(_wire.retry_delay(retry))
+            await asyncio.sleep(wait)
             try:
-                conn, opened = await self._live()
+                conn, opened = await self._live(call.deadline)
+                call.check_reconnected(opened)
             except RankdConnectionError as exc:
-                retry = call.connect_failed(exc, retry)
+                wait = call.connect_failed(exc)
                 continue
-            call.retries = retry
+            except RankdError as err:  # the token was refused
+                call.refused(err)
+                raise
             return conn, opened
 
     async def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:

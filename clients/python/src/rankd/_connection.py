@@ -33,8 +33,10 @@ class _Connection:
         self.registry = Registry()
 
     @classmethod
-    def open(cls, settings: _wire.Settings) -> _Connection:
-        sock = socket.create_connection((settings.host, settings.port), timeout=settings.connect_timeout)
+    def open(cls, settings: _wire.Settings, connect_timeout: Optional[float]) -> _Connection:
+        """A connection to the server, connected (and the TLS handshake
+        done) within `connect_timeout` seconds each."""
+        sock = socket.create_connection((settings.host, settings.port), timeout=connect_timeout)
         try:
             # Requests are small and latency-bound: no Nagle delay.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -22,19 +22,35 @@ class RankdError(Exception):
 
     `code` is the protocol's error code: `bad_frame`, `bad_request`,
     `unknown_op`, `too_large`, `conflict`, `unauthorized`, `overloaded` or
-    `internal`; `msg` is the server's explanation, for people.
+    `internal`; `msg` is the server's explanation, for people. (`too_large`
+    is also raised by the client itself, for a request over its
+    `max_frame`: then the message says it was not sent.)
+
+    `wid` and `sends` are set on the error that ends a write the client
+    sent again with its `wid` (with `retry_writes`): that `wid`, and how many
+    times the write was sent. `maybe_applied` says whether the request may
+    have applied all the same: an `internal` error, or an `overloaded` one
+    after an earlier send was lost. A write failed by `overloaded` alone
+    never applied; sending it again with the same `wid` is safe either way.
     """
 
     code: str
     msg: str
+    wid: Optional[str]
+    sends: int
+    maybe_applied: bool
 
     def __init__(self, code: str, msg: str) -> None:
         super().__init__(f"{code}: {msg}")
         self.code = code
         self.msg = msg
+        self.wid = None
+        self.sends = 0
+        self.maybe_applied = code == "internal"
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return (type(self), (self.code, self.msg))
+        state = {"wid": self.wid, "sends": self.sends, "maybe_applied": self.maybe_applied}
+        return (type(self), (self.code, self.msg), state)
 
 
 class RankdConnectionError(ConnectionError):
@@ -45,12 +61,15 @@ class RankdConnectionError(ConnectionError):
     sent when the connection failed: the server may or may not have applied
     it. Reads are retried once on a new connection before this is raised;
     writes carrying a `wid` (with the client's `retry_writes`) are sent again
-    with the same `wid`, up to the client's `write_retries` times.
+    with the same `wid`, up to the client's `write_retries` times, within its
+    `retry_deadline`.
 
     `wid` is the write id of the write in doubt, when the failed call was one
-    `set`, `set_many` or `remove` that carried one: sending the same request
-    again with this `wid` (within the server's dedup horizon, 10 minutes by
-    default) applies it at most once.
+    `set`, `set_many` or `remove` that carried one, and `sends` how many
+    times it was sent: sending the same request again with this `wid`
+    (within the server's dedup horizon, 10 minutes by default) applies it at
+    most once. A write the server kept answering `internal` ends the same
+    way (the server's `RankdError` is `__cause__`).
 
     `results` holds the results of the requests of a `pipeline` that were
     answered before the failure, in order (results or `RankdError`s).
@@ -62,6 +81,7 @@ class RankdConnectionError(ConnectionError):
     maybe_applied: bool
     results: List[Any]
     wid: Optional[str]
+    sends: int
 
     def __init__(
         self,
@@ -70,17 +90,19 @@ class RankdConnectionError(ConnectionError):
         maybe_applied: bool = False,
         results: Optional[List[Any]] = None,
         wid: Optional[str] = None,
+        sends: int = 0,
     ) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
         self.results = [] if results is None else results
         self.wid = wid
+        self.sends = sends
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return (_rebuild, (type(self), str(self), self.maybe_applied, self.results, self.wid))
+        return (_rebuild, (type(self), str(self), self.maybe_applied, self.results, self.wid, self.sends))
 
 
 class RankdTimeout(RankdConnectionError, TimeoutError):
@@ -136,9 +158,16 @@ class _Broken(Exception):
 
 
 def _rebuild(
-    cls: type, message: str, maybe_applied: bool, results: List[Any], wid: Optional[str] = None
+    cls: type,
+    message: str,
+    maybe_applied: bool,
+    results: List[Any],
+    wid: Optional[str] = None,
+    sends: int = 0,
 ) -> RankdConnectionError:
-    exc: RankdConnectionError = cls(message, maybe_applied=maybe_applied, results=results, wid=wid)
+    exc: RankdConnectionError = cls(
+        message, maybe_applied=maybe_applied, results=results, wid=wid, sends=sends
+    )
     return exc
 
 
@@ -161,22 +190,27 @@ def _failure(
     results: Optional[List[Any]] = None,
     sends: int = 1,
     wid: Optional[str] = None,
+    stopped: str = "",
 ) -> RankdConnectionError:
     """The public exception for `broken`, a failure at `where` of an exchange
     that held a write if `writes`; `in_doubt` if an earlier attempt of the
     same call may have applied a write. `results`: the outcomes answered
     before (default `broken.results`); `sends`: how many times the call was
-    sent; `wid`: that of the call's one write."""
+    sent; `wid`: that of the call's one write; `stopped`: why it was not
+    sent again, if it might have been."""
     maybe_applied = in_doubt or (writes and broken.sent)
     note = ""
     if maybe_applied:
         note = "; a write was in flight and may or may not have applied"
         if sends > 1:
             note = f"; a write was sent {sends} times and may or may not have applied (at most once)"
+    if stopped:
+        note += f" ({stopped})"
     cls = RankdTimeout if broken.timed_out else ProtocolError if broken.protocol else RankdConnectionError
     return cls(
         f"{where}: {broken}{note}",
         maybe_applied=maybe_applied,
         results=broken.results if results is None else results,
         wid=wid if maybe_applied else None,
+        sends=sends,
     )

@@ -1,23 +1,39 @@
-"""Sending a call again after its connection broke, for both clients: which
-requests may go again, after how long, and what the caller is told when they
-may not. Each client runs its own I/O loop (blocking, or awaited) around the
-decisions made here.
+"""Sending a call's requests again, for both clients: which requests may go
+again, after how long, and what the caller is told when they may not. Each
+client runs its own I/O loop (blocking, or awaited) around the decisions
+made here (clients/conformance/transport.md states the rules).
 
-A read goes again once, on a new connection. A write goes again only when
-it carries a `wid` (the server applies a (board, wid) at most once), up to
-`write_retries` times; any other write that may have reached the server
-makes the call fail with `maybe_applied`.
+A read goes again once, on a new connection, after its connection broke
+(not after its own reply was late). A write goes again only when it carries
+a `wid` (the server applies a (board, wid) at most once) and the client
+retries writes: after its reply was late or its connection broke (on a new
+connection), or after the server answered it `overloaded` or `internal` (on
+the same one); up to `write_retries` times, each after a random backoff
+(`_wire.retry_wait`), and none starting more than `retry_deadline` seconds
+after its first send. Any other write that may have reached the server makes
+the call fail with `maybe_applied`.
 """
 
 from __future__ import annotations
 
 import contextvars
+import time
 from typing import Any, List, Mapping, Optional, Protocol, Sequence
 
 from . import _wire
-from ._errors import ProtocolError, RankdConnectionError, RankdTimeout, _Broken, _failure
+from ._errors import ProtocolError, RankdConnectionError, RankdError, RankdTimeout, _Broken, _failure
 from ._requests import result
 from .types import WriteInfo
+
+#: The server's answers after which a write with a `wid` is sent again: it
+#: shed the write (`overloaded`: never applied) or failed it (`internal`: it
+#: may or may not have applied).
+RETRY_CODES = frozenset({"overloaded", "internal"})
+
+#: The longest `retry_deadline`, in seconds: well within the server's dedup
+#: horizon (10 minutes by default), past which a `wid` sent again is no
+#: longer recognised and the write may apply twice.
+MAX_RETRY_DEADLINE = 300.0
 
 
 class Policy(Protocol):
@@ -26,11 +42,19 @@ class Policy(Protocol):
 
     retry_writes: bool
     write_retries: int
+    retry_deadline: float
 
 
-def check_write_retries(write_retries: int) -> None:
+def check(write_retries: int, retry_deadline: float) -> None:
+    """Raises ValueError for retry settings a client refuses."""
     if write_retries < 0:
         raise ValueError("write_retries must be 0 or more")
+    if not 0 < retry_deadline <= MAX_RETRY_DEADLINE:  # (NaN too)
+        raise ValueError(
+            f"retry_deadline must be over 0 and at most {MAX_RETRY_DEADLINE:g} seconds, not "
+            f"{retry_deadline!r}: the server remembers a write's wid for its dedup horizon "
+            "(10 minutes by default), and a write sent again after that may apply twice"
+        )
 
 
 def prepare(requests: Sequence[Mapping[str, Any]], policy: Policy) -> List[Mapping[str, Any]]:
@@ -46,91 +70,259 @@ def settle(
 ) -> Any:
     """The result of one call's request `sent`, answered by `outcome` after
     `sends` sendings; a write's course is kept in `last_write` first, for
-    the caller to tell a duplicate (even one answered by an error)."""
+    the caller to tell a duplicate (even one answered by an error). A write
+    sent again until the server's error ended it, and that may have applied
+    (`internal`), raises `RankdConnectionError` with `maybe_applied`, as one
+    whose connection was lost does."""
     if sent.get("op") in _wire.WID_OPS:
         last_write.set(WriteInfo(wid=sent.get("wid"), dup=isinstance(outcome, _wire.Dup), sends=sends))
+    if isinstance(outcome, RankdError) and outcome.wid is not None and outcome.maybe_applied:
+        raise RankdConnectionError(
+            f"the server answered `{outcome.code}` ({outcome.msg}) to a write sent {outcome.sends} "
+            "times: it may or may not have applied (at most once)",
+            maybe_applied=True,
+            wid=outcome.wid,
+            sends=outcome.sends,
+        ) from outcome
     return result(outcome)
 
 
 class Resends:
-    """One call's requests, sent as one pipeline, across the connections
-    they go on: what was answered (`done`), what is still to answer
-    (`rest`), how many times they were sent (`sends`)."""
+    """One call's requests, sent as one pipeline, across the sends (and the
+    connections) they take: each request's outcome once settled, those
+    still to send (`rest`), how many times each was sent.
+
+    A client sends the rest (calling `sending` first) and hands over what
+    came back: `answered` when every reply came, `broke` when the
+    connection failed, `connect_failed` when no connection could be made to
+    send it again on. Each either ends the call (returns None, or raises)
+    or returns how long to wait before sending the rest again."""
 
     def __init__(self, requests: Sequence[Mapping[str, Any]], policy: Policy, where: str) -> None:
-        self.done: List[Any] = []
-        self.rest: Sequence[Mapping[str, Any]] = requests
-        self.sends = 1
-        #: The re-sends of guarded writes used (at most `write_retries`);
-        #: back to 0 once the rest holds none.
+        self._requests = list(requests)
+        count = len(self._requests)
+        #: Each request's outcome (a result, a `Dup` or a `RankdError`); for
+        #: a write to send again, the error it was answered.
+        self._outcomes: List[Any] = [None] * count
+        self._settled = [False] * count
+        #: The requests to send next (indices, in order).
+        self._todo = list(range(count))
+        #: How many times each request was sent.
+        self._sends = [0] * count
+        #: The writes an earlier send may have applied: lost in flight, or
+        #: answered `internal`.
+        self._doubt = [False] * count
+        #: The re-sends of guarded writes decided (at most `write_retries`).
         self.retries = 0
-        #: A write still unanswered was sent by an earlier attempt: it may
-        #: have applied, whatever happens to the next one.
-        self.in_doubt = False
+        #: Why writes were not sent again, once they were not.
+        self._stopped = ""
+        #: When the call was first sent (`time.monotonic()`).
+        self._first_send: Optional[float] = None
         self._policy = policy
         #: Where the call ran, for the messages of its failures.
         self._where = where
         #: The `wid` of the call's one guarded write, told to the caller
         #: with a failure, so that it may send the write again itself.
-        self._wid = requests[0].get("wid") if len(requests) == 1 and _wire.is_guarded(requests[0]) else None
+        lone = self._requests[0] if count == 1 else None
+        self._wid = lone.get("wid") if lone is not None and _wire.is_guarded(lone) else None
 
-    def broke(self, broken: _Broken, opened: bool) -> int:
+    @property
+    def rest(self) -> List[Mapping[str, Any]]:
+        """The requests to send (again)."""
+        return [self._requests[i] for i in self._todo]
+
+    @property
+    def outcomes(self) -> List[Any]:
+        """Every request's outcome, once the call is done."""
+        return list(self._outcomes)
+
+    @property
+    def sends(self) -> int:
+        """How many times the call was sent (the most of any request)."""
+        return max(self._sends, default=0)
+
+    @property
+    def deadline(self) -> Optional[float]:
+        """The `time.monotonic()` instant after which guarded writes are no
+        longer sent again, once they are being sent again (else None)."""
+        if not self.retries or self._first_send is None:
+            return None
+        return self._first_send + self._policy.retry_deadline
+
+    def check_reconnected(self, opened: bool) -> None:
+        """Raises `RankdTimeout` if the connection to send guarded writes
+        again on is new (`opened`) and was made past the retry deadline (a
+        connect bounded by it may still end a little after)."""
+        deadline = self.deadline
+        if opened and deadline is not None and time.monotonic() > deadline:
+            raise RankdTimeout(f"{self._where}: the retry deadline passed while reconnecting")
+
+    def sending(self) -> None:
+        """Counts a sending of the rest (called just before it)."""
+        if self._first_send is None:
+            self._first_send = time.monotonic()
+        for i in self._todo:
+            self._sends[i] += 1
+
+    def answered(self, outcomes: Sequence[Any]) -> Optional[float]:
+        """Takes in the outcomes of the whole rest. Returns None once the
+        call is done (see `outcomes`); else the seconds to wait before
+        sending the rest, guarded writes the server answered `overloaded`
+        or `internal`, again on the same connection. When re-sends are used
+        up, such a write's outcome is the server's error, with the write's
+        `wid`, `sends` and `maybe_applied` set."""
+        self._todo = self._take(outcomes)
+        if not self._todo:
+            return None
+        wait = self._next_wait()
+        if wait is None:
+            self._give_up()
+        return wait
+
+    def broke(self, broken: _Broken, opened: bool) -> float:
         """Takes in what the connection answered before it broke (`broken`),
-        and decides whether the rest goes again on a new connection. It
-        does up to `write_retries` times (also after a timeout) if it holds
-        writes and each carries a `wid`, with `retry_writes`; else once, if
-        it holds only reads or requests that never left, and the connection
-        was not new (`opened`: a call reconnects once) nor late. Never after
-        the server broke the protocol. Raises the call's
-        `RankdConnectionError` if not; else returns the `retry` to
-        reconnect for: the retry-th re-send of guarded writes (it first
-        waits `_wire.retry_delay(retry)`), or 0."""
-        self.done.extend(broken.results)
-        self.rest = self.rest[len(broken.results) :]
-        writes = not all(_wire.is_read(req) for req in self.rest)
+        and decides whether the rest goes again on a new connection. It does
+        if it holds writes and each carries a `wid` (with `retry_writes`),
+        also after a timeout, while re-sends are left (`_next_wait`); else
+        once, if it holds only reads or requests that never left, and the
+        connection was not new (`opened`: a call reconnects once) nor late.
+        Never after the server broke the protocol. Raises the call's
+        `RankdConnectionError` if not; else returns how long to wait first."""
+        again = self._take(broken.results)
+        unanswered = self._todo[len(broken.results) :]
+        for i in unanswered:
+            self._outcomes[i] = None
+            if broken.sent and not _wire.is_read(self._requests[i]):
+                self._doubt[i] = True
+        self._todo = sorted(again + unanswered)
+        rest = self.rest
+        writes = not all(_wire.is_read(req) for req in rest)
         guarded = (
             self._policy.retry_writes
             and writes
-            and all(_wire.is_read(req) or _wire.is_guarded(req) for req in self.rest)
+            and all(_wire.is_read(req) or _wire.is_guarded(req) for req in rest)
         )
-        in_doubt = writes and (self.in_doubt or broken.sent)
-        if guarded and self.retries < self._policy.write_retries and not broken.protocol:
-            self.retries += 1
-        elif guarded or opened or broken.timed_out or broken.protocol or in_doubt:
-            raise _failure(
-                broken,
-                writes=writes,
-                where=self._where,
-                in_doubt=in_doubt,
-                results=self.answered(),
-                sends=self.sends,
-                wid=self._wid,
-            ) from broken
-        self.in_doubt = in_doubt
-        self.sends += 1
-        return self.retries if guarded else 0
+        in_doubt = any(self._doubt[i] for i in self._todo)
+        if guarded and not broken.protocol:
+            wait = self._next_wait()
+            if wait is not None:
+                return wait
+        elif not (opened or broken.timed_out or broken.protocol or in_doubt or again):
+            return 0.0
+        self._give_up()
+        raise _failure(
+            broken,
+            writes=writes,
+            where=self._where,
+            in_doubt=in_doubt,
+            results=self.results_so_far(),
+            sends=self.sends,
+            wid=self._wid,
+            stopped=self._stopped,
+        ) from broken
 
-    def connect_failed(self, exc: RankdConnectionError, retry: int) -> int:
+    def connect_failed(self, exc: RankdConnectionError) -> float:
         """After the connection to send the rest again on could not be made
-        (`exc`), for the `retry`-th re-send (0: a lone re-send): returns the
-        next retry to try connecting for, each try counting as a re-send;
-        raises `exc` when nothing sent may have applied (the caller learns
-        only that the server is unreachable), else, once the re-sends run
-        out, an error with `maybe_applied`."""
-        if not self.in_doubt:
+        (`exc`): returns how long to wait before trying again, each try
+        counting as a re-send; raises `exc` when nothing sent may have
+        applied (the caller learns only that the server is unreachable),
+        else, once the re-sends run out, an error with `maybe_applied`."""
+        if not any(self._doubt[i] for i in self._todo):
             raise exc
-        if retry and retry < self._policy.write_retries:
-            return retry + 1
+        wait = self._next_wait()
+        if wait is not None:
+            return wait
+        self._give_up()
         cls = type(exc) if isinstance(exc, RankdTimeout) else RankdConnectionError
-        note = f"a write was sent {self.sends - 1} times and may or may not have applied (at most once)"
-        raise cls(f"{exc}; {note}", maybe_applied=True, results=self.answered(), wid=self._wid) from exc
+        note = f"a write was sent {self.sends} times and may or may not have applied (at most once)"
+        raise cls(
+            f"{exc}; {note} ({self._stopped})",
+            maybe_applied=True,
+            results=self.results_so_far(),
+            wid=self._wid,
+            sends=self.sends,
+        ) from exc
+
+    def refused(self, err: RankdError) -> None:
+        """Completes `err`, the server's refusal of the token on the new
+        connection the rest was to go on (it ends the call), with the
+        call's write, when it has one `wid`."""
+        if self._wid is not None:
+            err.wid, err.sends = self._wid, self.sends
+            err.maybe_applied = any(self._doubt[i] for i in self._todo)
 
     def protocol_broken(self, exc: ProtocolError) -> None:
         """Completes `exc`, raised by a server breaking the protocol (it
         carries the results of its own attempt), for the caller."""
+        again = self._take(exc.results)
+        self._todo = sorted(again + self._todo[len(exc.results) :])
         exc.maybe_applied = not all(_wire.is_read(req) for req in self.rest)
-        exc.results = [_wire.plain(o) for o in self.done + exc.results]
+        exc.wid = self._wid if exc.maybe_applied else None
+        exc.sends = self.sends
+        self._give_up()
+        exc.results = self.results_so_far()
 
-    def answered(self) -> List[Any]:
-        """The results (or `RankdError`s) answered so far, without `Dup` marks."""
-        return [_wire.plain(o) for o in self.done]
+    def results_so_far(self) -> List[Any]:
+        """The results (or `RankdError`s) of the requests settled before the
+        first unsettled one, without `Dup` marks."""
+        done: List[Any] = []
+        for outcome, settled in zip(self._outcomes, self._settled):
+            if not settled:
+                break
+            done.append(_wire.plain(outcome))
+        return done
+
+    # -- internals ----------------------------------------------------------
+
+    def _guarded(self, i: int) -> bool:
+        """Whether request `i` is a write this client sends again."""
+        return self._policy.retry_writes and _wire.is_guarded(self._requests[i])
+
+    def _take(self, outcomes: Sequence[Any]) -> List[int]:
+        """Settles the outcomes of the first requests of the rest, except
+        guarded writes answered `overloaded` or `internal`: returns those,
+        to send again."""
+        again: List[int] = []
+        for i, outcome in zip(self._todo, outcomes):
+            self._outcomes[i] = outcome
+            if isinstance(outcome, RankdError) and outcome.code in RETRY_CODES and self._guarded(i):
+                if outcome.code == "internal":
+                    self._doubt[i] = True
+                again.append(i)
+            else:
+                self._settle(i)
+        return again
+
+    def _settle(self, i: int) -> None:
+        """Request `i`'s outcome is final; an error ending a guarded write
+        carries its `wid` and how many times it was sent."""
+        self._settled[i] = True
+        outcome = self._outcomes[i]
+        if isinstance(outcome, RankdError) and self._guarded(i):
+            outcome.wid = self._requests[i].get("wid")
+            outcome.sends = self._sends[i]
+            if outcome.code in RETRY_CODES:
+                outcome.maybe_applied = outcome.code == "internal" or self._doubt[i]
+
+    def _give_up(self) -> None:
+        """No more re-sends: writes answered an error keep it as their outcome."""
+        for i in self._todo:
+            if isinstance(self._outcomes[i], RankdError):
+                self._settle(i)
+        self._todo = [i for i in self._todo if not self._settled[i]]
+
+    def _next_wait(self) -> Optional[float]:
+        """The wait before the next re-send of guarded writes, which it
+        counts; None (and why in `_stopped`) once `write_retries` are used
+        up, or if the re-send would start past the retry deadline."""
+        policy = self._policy
+        if self.retries >= policy.write_retries:
+            self._stopped = f"write_retries ({policy.write_retries}) used up"
+            return None
+        wait = _wire.retry_wait(self.retries + 1)
+        first = time.monotonic() if self._first_send is None else self._first_send
+        if time.monotonic() + wait > first + policy.retry_deadline:
+            self._stopped = f"retry_deadline ({policy.retry_deadline:g} s) reached"
+            return None
+        self.retries += 1
+        return wait

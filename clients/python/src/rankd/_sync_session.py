@@ -30,10 +30,16 @@ class SyncSession:
     """The connection and the private machinery of `rankd.Client`, which
     adds the public methods. A base class rather than a member: the public
     attributes read and counted here (`retry_writes`, `write_retries`,
-    `reconnects`) stay the client's own."""
+    `retry_deadline`, `reconnects`) stay the client's own."""
 
     def __init__(
-        self, settings: _wire.Settings, *, token: Optional[str], retry_writes: bool, write_retries: int
+        self,
+        settings: _wire.Settings,
+        *,
+        token: Optional[str],
+        retry_writes: bool,
+        write_retries: int,
+        retry_deadline: float,
     ) -> None:
         self._settings = settings
         self._token = token
@@ -41,12 +47,14 @@ class SyncSession:
         self.retry_writes = retry_writes
         #: How many times at most a write with a `wid` is sent again.
         self.write_retries = write_retries
+        #: Seconds after a write's first send past which it is not sent again.
+        self.retry_deadline = retry_deadline
         self._lock = threading.RLock()
         #: Signalled when a watch gets an event or ends, or the connection goes.
         self._cond = threading.Condition(self._lock)
         self._conn: Optional[_Connection] = None
         self._closed = False
-        self._ids = _wire.Numbering()
+        self._ids = _wire.Numbering(settings.max_frame)
         #: The active watches.
         self._watches: Set[Watch[Any]] = set()
         #: The thread reading pushes for the watches, if one is (it waits
@@ -73,17 +81,21 @@ class SyncSession:
 
     # -- connection ---------------------------------------------------------
 
-    def _open(self) -> _Connection:
-        """A new connection, authenticated with the token if there is one."""
+    def _open(self, deadline: Optional[float] = None) -> _Connection:
+        """A new connection, authenticated with the token if there is one;
+        connected and authenticated by `deadline` (a `time.monotonic()`
+        instant) if one is given."""
         settings = self._settings
+        connect_timeout = _wire.within(settings.connect_timeout, deadline)
         try:
-            conn = _Connection.open(settings)
+            conn = _Connection.open(settings, connect_timeout)
         except OSError as exc:  # (socket.timeout too)
             timed_out = isinstance(exc, socket.timeout)
-            raise _unreachable(settings.address, settings.connect_timeout, exc, timed_out=timed_out) from exc
+            raise _unreachable(settings.address, connect_timeout, exc, timed_out=timed_out) from exc
         if self._token is not None:
             try:
-                (outcome,) = self._exchange(conn, [_requests.auth(self._token)])
+                ids, payload = self._ids.frames([_requests.auth(self._token)])
+                (outcome,) = conn.exchange(payload, ids, _wire.within(settings.timeout, deadline))
             except _Broken as broken:
                 conn.close()
                 where = f"{settings.address} during auth"
@@ -105,17 +117,17 @@ class SyncSession:
             conn.close()
             self._notify()
 
-    def _live(self) -> Tuple[_Connection, bool]:
+    def _live(self, deadline: Optional[float] = None) -> Tuple[_Connection, bool]:
         """The connection for the next request, and whether this call opened
         it: a connection that broke, or that the server closed while idle,
-        is replaced by a new one."""
+        is replaced by a new one (made by `deadline`, if given)."""
         if self._closed:
             raise RankdConnectionError("the client is closed")
         if self._conn is not None and not self._conn.dropped():
             return self._conn, False
         if self._conn is not None:
             self._drop()
-        self._conn = self._open()
+        self._conn = self._open(deadline)
         self.reconnects += 1
         return self._conn, True
 
@@ -128,23 +140,22 @@ class SyncSession:
     def _run_on(self, requests: Sequence[Mapping[str, Any]]) -> Tuple[List[Any], _Connection, int]:
         """The outcomes (results, `Dup`s or `RankdError`s) of `requests`,
         sent as one pipeline; the connection that answered them; how many
-        times they were sent. When the connection breaks, what it answered
-        is kept and the rest may go again on a new one (`_resend.Resends`)."""
+        times they were sent. What is answered is kept; the rest may go
+        again (`_resend.Resends` decides): on a new connection when this one
+        breaks, on the same one after `overloaded` or `internal`."""
         call = _resend.Resends(requests, self, f"{self._settings.address} during a call")
         with self._lock:
-            # Encoded first: a value msgpack cannot carry raises before
-            # anything is sent.
+            # Encoded first: a value msgpack cannot carry, or a request over
+            # `max_frame`, raises before anything is sent.
             ids, payload = self._ids.frames(requests)
             conn, opened = self._live()
             while True:
+                call.sending()
                 try:
                     results = conn.exchange(payload, ids, self._settings.timeout)
                 except _Broken as broken:
                     self._drop()
-                    retry = call.broke(broken, opened)
-                    ids, payload = self._ids.frames(call.rest)
-                    conn, opened = self._reconnect(call, retry)
-                    continue
+                    wait = call.broke(broken, opened)
                 except ProtocolError as exc:  # (an OSError too: caught first)
                     self._drop()
                     call.protocol_broken(exc)
@@ -154,23 +165,32 @@ class SyncSession:
                     # is out of step, start afresh.
                     self._drop()
                     raise
-                if conn.buffered():
-                    self._poke()  # pushes read past the last reply
-                return call.done + results, conn, call.sends
+                else:
+                    if conn.buffered():
+                        self._poke()  # pushes read past the last reply
+                    again = call.answered(results)
+                    if again is None:
+                        return call.outcomes, conn, call.sends
+                    wait = again
+                ids, payload = self._ids.frames(call.rest)
+                conn, opened = self._reconnect(call, wait)
 
-    def _reconnect(self, call: _resend.Resends, retry: int) -> Tuple[_Connection, bool]:
-        """A connection to send `call`'s rest again on, and whether it is
-        new: for the `retry`-th re-send of guarded writes (0: a lone
-        re-send), after waiting, trying again while `call` allows."""
+    def _reconnect(self, call: _resend.Resends, wait: float) -> Tuple[_Connection, bool]:
+        """After waiting `wait` seconds, the connection to send `call`'s rest
+        again on (the same one if it is still open), and whether it is new;
+        trying again while `call` allows. A new connection is made by the
+        call's retry deadline."""
         while True:
-            if retry:
-                time.sleep(_wire.retry_delay(retry))
+            time.sleep(wait)
             try:
-                conn, opened = self._live()
+                conn, opened = self._live(call.deadline)
+                call.check_reconnected(opened)
             except RankdConnectionError as exc:
-                retry = call.connect_failed(exc, retry)
+                wait = call.connect_failed(exc)
                 continue
-            call.retries = retry
+            except RankdError as err:  # the token was refused
+                call.refused(err)
+                raise
             return conn, opened
 
     def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:

@@ -8,17 +8,24 @@ map with `id` and `op`, a reply a map with the same `id` and `ok` or `err`
 
 from __future__ import annotations
 
+import random
 import ssl
 import struct
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import msgpack
 
 from ._errors import ProtocolError, RankdError
 
 HEADER = struct.Struct(">I")
+
+#: The longest request body the client sends unless told otherwise: the
+#: server's default `max_frame` (1 MiB). A server closes the connection on a
+#: longer frame, failing every request in flight there.
+MAX_FRAME = 1 << 20
 
 #: A reply frame longer than this is not from rankd (whose largest reply, a
 #: `top` of 1000 entries with 256-byte names, is well under 1 MiB): the
@@ -78,8 +85,28 @@ RETRY_DELAY_MAX = 2.0
 
 
 def retry_delay(retry: int) -> float:
-    """Seconds to wait before the `retry`-th re-send (1-based) of a write."""
+    """The longest wait, in seconds, before the `retry`-th re-send (1-based)
+    of a write: min(0.1 s × 2^(retry-1), 2 s). The wait itself is
+    `retry_wait`."""
     return float(min(RETRY_DELAY * 2 ** (retry - 1), RETRY_DELAY_MAX))
+
+
+def retry_wait(retry: int, draw: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before the `retry`-th re-send of a write: a random
+    time between half and all of `retry_delay(retry)`, so that clients that
+    lost the same server do not come back in step. (`draw`: a number in
+    [0, 1).)"""
+    cap = retry_delay(retry)
+    return cap / 2 + cap / 2 * draw()
+
+
+def within(timeout: Optional[float], deadline: Optional[float]) -> Optional[float]:
+    """`timeout` (None: none), shortened to end by `deadline` (a
+    `time.monotonic()` instant; None: none)."""
+    if deadline is None:
+        return timeout
+    left = max(deadline - time.monotonic(), 0.001)
+    return left if timeout is None else min(timeout, left)
 
 
 def new_wid() -> str:
@@ -110,18 +137,30 @@ def encode(req: Mapping[str, Any], request_id: int) -> bytes:
 
 class Numbering:
     """A client's request ids, 1, 2, 3, ...: a reply names the request it
-    answers by its id."""
+    answers by its id. Requests longer than `max_frame` are refused here."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._next = 1
+        self.max_frame = max_frame
 
     def frames(self, requests: Sequence[Mapping[str, Any]]) -> Tuple[List[int], bytes]:
         """The ids given to `requests` and their frames, to send as one
-        write. Ids are used up only once every request has encoded."""
+        write. Ids are used up only once every request has encoded. Raises
+        `RankdError("too_large")` if a request's body is over `max_frame`
+        (the server would close the connection on it): nothing is sent."""
         ids = list(range(self._next, self._next + len(requests)))
-        payload = b"".join(encode(req, rid) for req, rid in zip(requests, ids))
+        frames = [encode(req, rid) for req, rid in zip(requests, ids)]
+        for index, frame in enumerate(frames):
+            size = len(frame) - HEADER.size
+            if size > self.max_frame:
+                which = f"request {index} of the pipeline" if len(requests) > 1 else "the request"
+                raise RankdError(
+                    "too_large",
+                    f"{which} (`{requests[index].get('op')}`, {size} bytes) is over the client's "
+                    f"max_frame of {self.max_frame} bytes: not sent",
+                )
         self._next += len(requests)
-        return ids, payload
+        return ids, b"".join(frames)
 
 
 class FrameBuffer:
@@ -239,6 +278,8 @@ class Settings:
     ssl_context: Optional[ssl.SSLContext]
     #: The name the server's certificate must carry (and SNI).
     server_hostname: Optional[str]
+    #: The longest request body sent (see `MAX_FRAME`).
+    max_frame: int = MAX_FRAME
 
     @staticmethod
     def make(
@@ -252,7 +293,10 @@ class Settings:
         server_hostname: Optional[str],
         certfile: Optional[str],
         keyfile: Optional[str],
+        max_frame: int = MAX_FRAME,
     ) -> Settings:
+        if isinstance(max_frame, bool) or not isinstance(max_frame, int) or max_frame < 1:
+            raise ValueError(f"max_frame must be a positive number of bytes, not {max_frame!r}")
         if isinstance(tls, ssl.SSLContext):
             context: Optional[ssl.SSLContext] = tls
         elif tls or ca_file is not None or certfile is not None:
@@ -269,6 +313,7 @@ class Settings:
             connect_timeout=timeout if connect_timeout is None else connect_timeout,
             ssl_context=context,
             server_hostname=(server_hostname or host) if context is not None else None,
+            max_frame=max_frame,
         )
 
     @property

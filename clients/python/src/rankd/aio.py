@@ -81,8 +81,10 @@ class AsyncClient(AsyncSession):
         token: Optional[str] = None,
         retry_writes: bool = True,
         write_retries: int = 3,
+        retry_deadline: float = 60.0,
+        max_frame: int = _wire.MAX_FRAME,
     ) -> None:
-        _resend.check_write_retries(write_retries)
+        _resend.check(write_retries, retry_deadline)
         settings = _wire.Settings.make(
             host,
             port,
@@ -93,8 +95,15 @@ class AsyncClient(AsyncSession):
             server_hostname=server_hostname,
             certfile=certfile,
             keyfile=keyfile,
+            max_frame=max_frame,
         )
-        super().__init__(settings, token=token, retry_writes=retry_writes, write_retries=write_retries)
+        super().__init__(
+            settings,
+            token=token,
+            retry_writes=retry_writes,
+            write_retries=write_retries,
+            retry_deadline=retry_deadline,
+        )
 
     # -- connection ---------------------------------------------------------
 

@@ -79,12 +79,26 @@ class Client(SyncSession):
         retry_writes: give every `set`, `set_many` and `remove` without a
             `wid` a fresh one (a random UUID's 32 hex digits), and send a
             write carrying a `wid` again, with the same `wid`, after its reply
-            timed out or its connection was lost: the server applies it at
-            most once (protocol 1.1; a version-1 server ignores `wid`, so
-            turn this off there). Default True.
+            timed out or its connection was lost (on a new connection), or
+            after the server answered it `overloaded` or `internal` (on the
+            same one): the server applies it at most once (protocol 1.1; a
+            version-1 server ignores `wid`, so turn this off there).
+            Default True.
         write_retries: how many times at most such a write is sent again
-            (default 3), after waiting 0.1 s, then 0.2, 0.4, ... (at most
-            2 s); each attempt waits up to `timeout` for its reply.
+            (default 3), each after a random wait between half and all of
+            0.1 s, then 0.2, 0.4, ... (at most 2 s); each attempt waits up
+            to `timeout` for its reply.
+        retry_deadline: seconds after a write's first send past which it is
+            not sent again, whatever `write_retries` says (default 60; also
+            with `timeout=None`). Over 300, or not positive, raises
+            ValueError: the server remembers a `wid` for its dedup horizon
+            (10 minutes by default), and a write sent again after that may
+            apply twice.
+        max_frame: the longest request, in bytes of its msgpack body, the
+            client sends (default 1048576, the server's default
+            `--max-frame`). A longer one raises `RankdError("too_large")`
+            without being sent (a server closes the connection on it);
+            the connection stays usable.
     """
 
     def __init__(
@@ -102,8 +116,10 @@ class Client(SyncSession):
         token: Optional[str] = None,
         retry_writes: bool = True,
         write_retries: int = 3,
+        retry_deadline: float = 60.0,
+        max_frame: int = _wire.MAX_FRAME,
     ) -> None:
-        _resend.check_write_retries(write_retries)
+        _resend.check(write_retries, retry_deadline)
         settings = _wire.Settings.make(
             host,
             port,
@@ -114,8 +130,15 @@ class Client(SyncSession):
             server_hostname=server_hostname,
             certfile=certfile,
             keyfile=keyfile,
+            max_frame=max_frame,
         )
-        super().__init__(settings, token=token, retry_writes=retry_writes, write_retries=write_retries)
+        super().__init__(
+            settings,
+            token=token,
+            retry_writes=retry_writes,
+            write_retries=write_retries,
+            retry_deadline=retry_deadline,
+        )
 
     # -- connection ---------------------------------------------------------
 
