@@ -19,8 +19,10 @@ export const DEFAULT_WRITE_RETRIES: number;
 export const DEFAULT_WATCH_RETRIES: number;
 
 /**
- * Milliseconds waited before the `attempt`-th re-send of a write or
- * reconnection of a watch (1-based): 100, 200, 400, ... at most 2000; 0 for 0.
+ * The longest wait, in milliseconds, before the `attempt`-th re-send of a
+ * write or reconnection of a watch (1-based): 100, 200, 400, ... at most
+ * 2000; 0 for 0. The client waits a random time between half of it and all
+ * of it, so clients that lost the same server do not come back in step.
  */
 export function retryDelay(attempt: number): number;
 
@@ -34,20 +36,34 @@ export type ErrorCode =
   | "overloaded"
   | "internal";
 
-/** An error answered by the server (`{"err": {"code", "msg"}}`). */
+/**
+ * An error answered by the server (`{"err": {"code", "msg"}}`), or
+ * `too_large` from the client for a request over `maxFrame` (not sent).
+ */
 export class RankdError extends Error {
-  constructor(code: string, msg: string);
+  constructor(code: string, msg: string, options?: { cause?: unknown; maybeApplied?: boolean; wid?: string; sends?: number });
   readonly name: "RankdError";
   /** The protocol's error code. */
   readonly code: ErrorCode | (string & {});
   /** The server's explanation, for people. */
   readonly msg: string;
+  /**
+   * The request was a write an earlier send of which may have applied (its
+   * reply was lost), e.g. one refused `unauthorized` on a new connection.
+   */
+  readonly maybeApplied: boolean;
+  /** For a write with a `wid` the client sends again: its `wid` (e.g. `overloaded` after the re-sends ran out: it did not apply, send it again later with this `wid`). */
+  readonly wid?: string;
+  /** For a write with a `wid`: how many times it was sent. */
+  readonly sends?: number;
 }
 
 /**
  * The connection failed, timed out, was closed, or the server broke the
  * protocol; every request in flight that is not sent again rejects with it.
- * The underlying error, if any, is its `cause`.
+ * Also a write with a `wid` whose re-sends ran out after `internal` answers
+ * (`maybeApplied`; the server's {@link RankdError} is its `cause`). The
+ * underlying error, if any, is its `cause`.
  */
 export class RankdConnectionError extends Error {
   constructor(message: string, options?: { cause?: unknown; maybeApplied?: boolean; wid?: string; sends?: number });
@@ -73,20 +89,43 @@ export interface ConnectOptions {
   keyFile?: string;
   /** `auth` with this token right after connecting; `connect` rejects if it is refused. */
   token?: string;
-  /** Bound on connecting and on waiting for each reply, ms (default 30 000; 0: none). */
+  /**
+   * Bound on connecting, and on waiting for each reply from the later of its
+   * request's send and the previous reply on the connection, ms (default
+   * 30 000; 0: none). A late reply fails the connection.
+   */
   timeoutMs?: number;
   /**
-   * Give every `set`, `setMany` and `remove` a `wid` (a random UUID) unless
-   * it has one, and send a write carrying a `wid` again, on a new connection
-   * with the same `wid`, after a timeout or a lost connection (default
-   * true). Turn off for a version-1 server, which ignores `wid`.
+   * Give every `set`, `setMany` and `remove` a `wid` (32 random hex digits)
+   * unless it has one, and send a write carrying a `wid` again, with the
+   * same `wid`: on a new connection after a timeout or a lost connection, on
+   * the same one after `overloaded` or `internal` (default true). Turn off
+   * for a version-1 server, which ignores `wid`.
    */
   retryWrites?: boolean;
-  /** How many times at most such a write is sent again (default 3), after 100 ms, 200 ms, 400 ms, ... (at most 2 s). */
+  /**
+   * How many times at most such a write is sent again (default 3), each
+   * after a random wait between half and all of 100 ms, 200 ms, 400 ms, ...
+   * (at most 2 s).
+   */
   writeRetries?: number;
   /**
-   * Replace a broken connection: for writes sent again, for the next call and
-   * for the open watches (default true). Off: a broken connection ends the client.
+   * No re-send of a write starts later than this after its first send, ms
+   * (default 60 000). Above 300 000 (5 minutes), or not a positive finite
+   * number: a `RangeError`. The server remembers a `wid` for its dedup
+   * horizon (10 minutes by default); a re-send after that may apply twice.
+   */
+  retryDeadlineMs?: number;
+  /**
+   * The largest request frame body sent, bytes (default 1 048 576, the
+   * server's default `max_frame`); a larger request rejects with a
+   * {@link RankdError} `too_large` and is not sent.
+   */
+  maxFrame?: number;
+  /**
+   * Replace a broken connection: for writes sent again, for reads sent once
+   * more, for the next call and for the open watches (default true). Off: a
+   * broken connection ends the client.
    */
   reconnect?: boolean;
   /** How many reconnections in a row a watch tries before it ends with the error (default 10). */
@@ -98,6 +137,8 @@ export interface ClientOptions {
   timeoutMs?: number;
   retryWrites?: boolean;
   writeRetries?: number;
+  retryDeadlineMs?: number;
+  maxFrame?: number;
   reconnect?: boolean;
   watchRetries?: number;
   /** Opens a new connected socket, to reconnect; without it a broken connection ends the client. */

@@ -1,20 +1,63 @@
 // RankdClient, the public API: a method per op, all pipelined on one
-// connection at a time. When a connection breaks, it decides what goes on a
-// new one (writes with a `wid`, the open watches, later calls) and what
-// rejects, and reconnects with a growing wait.
+// connection at a time. It decides what is sent again (writes with a `wid`
+// after a lost reply, `overloaded` or `internal`; reads once after a broken
+// connection; the open watches) and what rejects, and reconnects with a
+// growing, randomized wait. clients/conformance/transport.md has the rules.
 
-import { randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 
 import { Connection, DEFAULT_TIMEOUT_MS } from "./connection.js";
 import { emitSafely } from "./emit.js";
-import { RankdConnectionError } from "./errors.js";
-import { FrameEncoder } from "./frames.js";
+import { RankdConnectionError, RankdError } from "./errors.js";
+import { DEFAULT_MAX_FRAME, FrameEncoder } from "./frames.js";
 import { fromWire, toWire } from "./integers.js";
-import { WID_OPS, lostError, newEntry, spendRetry } from "./requests.js";
-import { DEFAULT_WATCH_RETRIES, DEFAULT_WRITE_RETRIES, retryDelay } from "./retry.js";
+import { WID_OPS, lostError, newEntry, resendRead, retriedAnswer, serverError } from "./requests.js";
+import {
+  DEFAULT_RETRY_DEADLINE_MS,
+  DEFAULT_WATCH_RETRIES,
+  DEFAULT_WRITE_RETRIES,
+  MAX_RETRY_DEADLINE_MS,
+  backoff,
+} from "./retry.js";
 import { Subscriptions } from "./subscriptions.js";
 import { Watch, kAttempts, kConn, kEnd, kForget } from "./watch.js";
+
+/**
+ * The client's options, checked (a `RangeError` names the first wrong one)
+ * and with their defaults. {@link connect} checks them before it dials.
+ */
+export function clientOptions({
+  timeoutMs = DEFAULT_TIMEOUT_MS,
+  retryWrites = true,
+  writeRetries = DEFAULT_WRITE_RETRIES,
+  retryDeadlineMs = DEFAULT_RETRY_DEADLINE_MS,
+  maxFrame = DEFAULT_MAX_FRAME,
+  reconnect = true,
+  watchRetries = DEFAULT_WATCH_RETRIES,
+} = {}) {
+  if (!Number.isInteger(writeRetries) || writeRetries < 0) throw new RangeError("writeRetries must be an integer, 0 or more");
+  if (!Number.isInteger(watchRetries) || watchRetries < 0) throw new RangeError("watchRetries must be an integer, 0 or more");
+  if (typeof retryDeadlineMs !== "number" || !Number.isFinite(retryDeadlineMs) || retryDeadlineMs <= 0 || retryDeadlineMs > MAX_RETRY_DEADLINE_MS) {
+    // A wid is remembered for the server's dedup horizon (10 minutes by
+    // default): a re-send after it may apply twice.
+    throw new RangeError(
+      `retryDeadlineMs must be a number of ms above 0 and at most ${MAX_RETRY_DEADLINE_MS} (5 minutes, well within the server's dedup horizon), got ${String(retryDeadlineMs)}`,
+    );
+  }
+  if (!Number.isInteger(maxFrame) || maxFrame < 1 || maxFrame > 0xffff_ffff) {
+    throw new RangeError(`maxFrame must be an integer number of bytes from 1 to ${0xffff_ffff}, got ${String(maxFrame)}`);
+  }
+  return {
+    timeoutMs: timeoutMs > 0 && Number.isFinite(timeoutMs) ? timeoutMs : 0,
+    retryWrites: Boolean(retryWrites),
+    writeRetries,
+    retryDeadlineMs,
+    maxFrame,
+    reconnect: Boolean(reconnect),
+    watchRetries,
+  };
+}
 
 /**
  * A client of a rankd server. Every method returns a promise; calls may be
@@ -22,14 +65,18 @@ import { Watch, kAttempts, kConn, kEnd, kForget } from "./watch.js";
  * settles with its own reply.
  *
  * With `retryWrites` (the default) every `set`, `setMany` and `remove`
- * carries a `wid` (a random UUID unless given), and one whose reply is lost
- * to a timeout or a broken connection is sent again, with the same `wid`, on
- * a new connection: up to `writeRetries` times, after 100 ms, 200 ms, 400 ms,
- * ... (at most 2 s). Reads, `createBoard`, `dropBoard` and writes without a
- * `wid` in flight when a connection breaks reject with a
+ * carries a `wid` (32 random hex digits unless given), and one whose reply
+ * is lost to a timeout or a broken connection is sent again, with the same
+ * `wid`, on a new connection; one answered `overloaded` or `internal`, on
+ * the same connection: up to `writeRetries` times, none later than
+ * `retryDeadlineMs` after its first send, each after a random wait between
+ * half and all of 100 ms, 200 ms, 400 ms, ... (at most 2 s). A read whose
+ * connection broke before its reply is sent once more on a new connection
+ * (not one whose own reply was late). `createBoard`, `dropBoard` and writes
+ * without a `wid` in flight when a connection breaks reject with a
  * {@link RankdConnectionError}. With `reconnect` (the default; needs a
  * client made by {@link connect}) a broken connection is replaced when a
- * write is sent again, by the next call, and for the open watches.
+ * request is sent again, by the next call, and for the open watches.
  *
  * Events: `push` (every watch push, the raw `{watch, event}` map),
  * `disconnect` (a connection was lost; the client may reconnect),
@@ -43,11 +90,15 @@ export class RankdClient extends EventEmitter {
   #timeoutMs;
   #retryWrites;
   #writeRetries;
+  #retryDeadlineMs;
+  #maxFrame;
   #reconnect;
   #encoder = new FrameEncoder();
   #nextId = 1;
-  /** Requests waiting for a connection, in send order (writes to send again first). */
+  /** Requests waiting for a connection, in send order (those to send again first). */
   #queue = [];
+  /** Writes waiting to be sent again on their connection (after `overloaded` or `internal`): `{entry, conn, timer}`. */
+  #delayed = new Set();
   /** Whether a reconnection is under way (calls queue meanwhile). */
   #reconnecting = false;
   /** Resolves the wait before the next reconnection attempt early (on destroy). */
@@ -67,37 +118,28 @@ export class RankdClient extends EventEmitter {
    * function resolving to a new connected socket, lets the client
    * reconnect; without it a broken connection ends the client.
    */
-  constructor(
-    socket,
-    {
-      timeoutMs = DEFAULT_TIMEOUT_MS,
-      retryWrites = true,
-      writeRetries = DEFAULT_WRITE_RETRIES,
-      reconnect = true,
-      watchRetries = DEFAULT_WATCH_RETRIES,
-      dial,
-    } = {},
-  ) {
+  constructor(socket, options = {}) {
     super();
-    if (!Number.isInteger(writeRetries) || writeRetries < 0) throw new RangeError("writeRetries must be an integer, 0 or more");
-    if (!Number.isInteger(watchRetries) || watchRetries < 0) throw new RangeError("watchRetries must be an integer, 0 or more");
-    this.#timeoutMs = timeoutMs > 0 && Number.isFinite(timeoutMs) ? timeoutMs : 0;
-    this.#retryWrites = Boolean(retryWrites);
+    const { timeoutMs, retryWrites, writeRetries, retryDeadlineMs, maxFrame, reconnect, watchRetries } = clientOptions(options);
+    this.#timeoutMs = timeoutMs;
+    this.#retryWrites = retryWrites;
     this.#writeRetries = writeRetries;
-    this.#reconnect = Boolean(reconnect);
+    this.#retryDeadlineMs = retryDeadlineMs;
+    this.#maxFrame = maxFrame;
+    this.#reconnect = reconnect;
     this.#subscriptions = new Subscriptions(watchRetries, {
       callOn: (conn, op, fields) => this.#callOn(conn, op, fields),
       isClosing: () => Boolean(this.#closing),
     });
-    this.#dial = dial;
+    this.#dial = options.dial;
     /** How many times a broken connection was replaced by a new one. */
     this.reconnects = 0;
     this.#conn = this.#adopt(socket);
   }
 
-  /** How many requests are in flight (sent and not yet answered, or waiting for a new connection). */
+  /** How many requests are in flight (sent and not yet answered, or waiting to be sent again or for a new connection). */
   get inflight() {
-    return (this.#conn?.inflight ?? 0) + this.#queue.length;
+    return (this.#conn?.inflight ?? 0) + this.#queue.length + this.#delayed.size;
   }
 
   /** Whether writes get a `wid` and are sent again after a lost reply. */
@@ -131,7 +173,7 @@ export class RankdClient extends EventEmitter {
       return Promise.reject(err);
     }
     const writeOp = WID_OPS.has(op);
-    if (writeOp && this.#retryWrites && request.wid === undefined) request.wid = randomUUID();
+    if (writeOp && this.#retryWrites && request.wid === undefined) request.wid = randomBytes(16).toString("hex");
     const wid = writeOp ? request.wid : undefined;
     return new Promise((resolve, reject) => {
       const entry = newEntry(op, request, {
@@ -310,6 +352,12 @@ export class RankdClient extends EventEmitter {
     const queued = this.#queue;
     this.#queue = [];
     for (const entry of queued) entry.fail(lostError(error, entry));
+    const delayed = [...this.#delayed];
+    this.#delayed.clear();
+    for (const { entry, timer } of delayed) {
+      clearTimeout(timer);
+      entry.fail(lostError(error, entry));
+    }
     this.#conn?.fail(error);
     this.#checkIdle();
     if (!this.#conn || this.#conn.socketClosed) this.#emitClose();
@@ -360,8 +408,68 @@ export class RankdClient extends EventEmitter {
       entry.fail(err);
       return;
     }
+    const size = frame.length - 4;
+    if (size > this.#maxFrame) {
+      // The server would answer too_large and close the connection, failing
+      // everything in flight on it.
+      const msg = `the ${entry.op} request is ${size} bytes, over the client's maxFrame of ${this.#maxFrame}: not sent`;
+      entry.fail(serverError(new RankdError("too_large", msg), entry));
+      return;
+    }
+    if (entry.sends === 0) entry.firstSent = Date.now();
     entry.sends++;
     conn.send(entry, frame);
+  }
+
+  /**
+   * Uses up a re-send of `entry`, a write with a `wid` whose last send met
+   * `error`, and returns the wait before it: a random time between half
+   * and all of {@link retryDelay}. `undefined` (no re-send) when the
+   * re-sends are used up, or when it could not start within the retry
+   * deadline.
+   */
+  #spendRetry(entry, error) {
+    entry.lastError = error;
+    if (!entry.guarded || entry.retries >= this.#writeRetries) return undefined;
+    const wait = backoff(entry.retries + 1);
+    if (entry.sends > 0 && Date.now() + wait > entry.firstSent + this.#retryDeadlineMs) return undefined;
+    entry.retries++;
+    return wait;
+  }
+
+  /** Whether `entry`, a re-send, may no longer start (its retry deadline has passed); if so, fails it. */
+  #expired(entry, at = Date.now()) {
+    if (!entry.guarded || entry.sends === 0 || at <= entry.firstSent + this.#retryDeadlineMs) return false;
+    this.#giveUp(entry);
+    return true;
+  }
+
+  /** Fails `entry`, a write whose re-sends are used up, with the error its last send met. */
+  #giveUp(entry) {
+    const last = entry.lastError ?? new RankdConnectionError("no reply");
+    entry.fail(last instanceof RankdError ? serverError(last, entry) : lostError(last, entry));
+  }
+
+  /** The server answered `entry` on `conn` with `error`: final, or (`overloaded`, `internal` to a write with a `wid`) sent again there after a wait. */
+  #onError(conn, entry, error) {
+    if (!retriedAnswer(entry, error)) return entry.fail(serverError(error, entry));
+    if (error.code === "internal") entry.inDoubt = true;
+    const wait = this.#spendRetry(entry, error);
+    if (wait === undefined) return this.#giveUp(entry);
+    const delayed = { entry, conn };
+    delayed.timer = setTimeout(() => {
+      this.#delayed.delete(delayed);
+      if (this.#expired(entry)) return this.#checkIdle();
+      if (!conn.failure) return this.#send(conn, entry);
+      // Its connection broke meanwhile: a new one, if the client can.
+      if (!this.#canReconnect()) {
+        entry.fail(lostError(conn.failure, entry));
+        return this.#checkIdle();
+      }
+      this.#queue.push(entry);
+      this.#startReconnecting();
+    }, wait);
+    this.#delayed.add(delayed);
   }
 
   // -- connections ----------------------------------------------------------
@@ -369,6 +477,7 @@ export class RankdClient extends EventEmitter {
   #adopt(socket) {
     return new Connection(socket, this.#timeoutMs, {
       onPush: (conn, push) => this.#onPush(conn, push),
+      onError: (conn, entry, error) => this.#onError(conn, entry, error),
       onFail: (conn, error, pending) => this.#onConnectionFailed(conn, error, pending),
       onSettle: () => this.#checkIdle(),
       onClose: (conn) => {
@@ -383,13 +492,19 @@ export class RankdClient extends EventEmitter {
   }
 
   #onConnectionFailed(conn, error, pending) {
+    // (A connection lost while reconnecting, before its `auth` was answered,
+    // is a failed reconnection, not a disconnect.)
+    const established = !this.#reconnecting;
     const reconnect = this.#canReconnect();
     this.#subscriptions.connectionLost(conn, error, reconnect);
     const again = [];
     for (const entry of pending) {
-      if (reconnect && !conn.broken && spendRetry(entry, this.#writeRetries)) {
+      entry.inDoubt = true;
+      const resend = reconnect && !conn.broken && (entry.guarded ? this.#spendRetry(entry, error) !== undefined : resendRead(entry));
+      if (resend) {
         again.push(entry);
       } else {
+        entry.lastError = error;
         entry.fail(lostError(error, entry));
       }
     }
@@ -397,7 +512,7 @@ export class RankdClient extends EventEmitter {
     this.#subscriptions.endExhausted(error);
     if (this.#queue.length > 0 || this.#subscriptions.waiting().length > 0) this.#startReconnecting();
     this.#checkIdle();
-    if (conn === this.#conn && reconnect) emitSafely(this, "disconnect", error);
+    if (conn === this.#conn && reconnect && established) emitSafely(this, "disconnect", error);
   }
 
   #startReconnecting() {
@@ -415,21 +530,27 @@ export class RankdClient extends EventEmitter {
 
   /**
    * Opens a new connection (waiting first as the retries so far require),
-   * authenticates it, asks again for the watches that lost theirs and sends
-   * what is queued, all pipelined. A failed attempt uses up a retry of each
+   * authenticates it with the last token the server accepted (waiting for
+   * the answer), then asks again for the watches that lost theirs and sends
+   * what is queued, pipelined. A failed attempt uses up a retry of each
    * write with a `wid` and of each watch waiting, and fails the other calls
-   * queued (they were never sent).
+   * queued. A refused token fails what waits for the connection with the
+   * server's `unauthorized`.
    */
   async #reconnectLoop() {
     for (;;) {
-      const waiting = this.#subscriptions.waiting();
-      if (this.#destroyed || (this.#queue.length === 0 && waiting.length === 0)) {
+      if (this.#destroyed || (this.#queue.length === 0 && this.#subscriptions.waiting().length === 0)) {
         this.#reconnecting = false;
         this.#checkIdle();
         return;
       }
+      const waiting = this.#subscriptions.waiting();
       const attempt = Math.max(0, ...this.#queue.map((entry) => entry.retries), ...waiting.map((watch) => watch[kAttempts]));
-      const delay = retryDelay(attempt);
+      const delay = backoff(attempt);
+      // Writes whose re-send could not start within their deadline go no further.
+      const wakeAt = Date.now() + delay;
+      this.#queue = this.#queue.filter((entry) => !this.#expired(entry, wakeAt));
+      if (this.#queue.length === 0 && waiting.length === 0) continue;
       if (delay > 0) {
         await new Promise((resolve) => {
           const timer = setTimeout(resolve, delay);
@@ -446,17 +567,7 @@ export class RankdClient extends EventEmitter {
         socket = await this.#dial();
       } catch (cause) {
         if (this.#destroyed) continue;
-        const error = new RankdConnectionError(`reconnecting failed: ${cause.message}`, { cause });
-        const keep = [];
-        for (const entry of this.#queue) {
-          if (spendRetry(entry, this.#writeRetries)) {
-            keep.push(entry);
-          } else {
-            entry.fail(lostError(error, entry));
-          }
-        }
-        this.#queue = keep;
-        this.#subscriptions.reconnectFailed(error);
+        this.#attemptFailed(new RankdConnectionError(`reconnecting failed: ${cause.message}`, { cause }));
         continue;
       }
       if (this.#destroyed) {
@@ -465,23 +576,72 @@ export class RankdClient extends EventEmitter {
       }
       const conn = this.#adopt(socket);
       this.#conn = conn;
-      this.reconnects++;
       if (this.#token != null) {
-        // Its refusal shows in every reply after it (`unauthorized`).
-        this.#send(conn, newEntry("auth", { id: 0, op: "auth", token: this.#token }, { ok: () => {}, fail: () => {} }));
+        try {
+          await new Promise((resolve, reject) => {
+            this.#send(conn, newEntry("auth", { id: 0, op: "auth", token: this.#token }, { ok: resolve, fail: reject }));
+          });
+        } catch (err) {
+          if (this.#destroyed) continue;
+          if (err instanceof RankdError && err.code === "unauthorized") {
+            this.#tokenRefused(err);
+          } else {
+            // Lost, late, or not served (`overloaded`...): a failed attempt.
+            const error = err instanceof RankdConnectionError ? err : new RankdConnectionError(`auth answered ${err.message}`, { cause: err });
+            conn.fail(error);
+            this.#attemptFailed(new RankdConnectionError(`reconnecting failed: ${error.message}`, { cause: error }));
+            continue;
+          }
+        }
       }
+      this.reconnects++;
       for (const watch of this.#subscriptions.waiting()) {
         watch.resubscribes++;
         this.#send(conn, this.#subscriptions.subscription(watch));
       }
       const queued = this.#queue;
       this.#queue = [];
-      for (const entry of queued) this.#send(conn, entry);
+      const now = Date.now();
+      for (const entry of queued) if (!this.#expired(entry, now)) this.#send(conn, entry);
       this.#reconnecting = false;
       emitSafely(this, "reconnect");
       this.#checkIdle();
       return;
     }
+  }
+
+  /**
+   * A reconnection failed with `error`: each write with a `wid` queued uses
+   * up a re-send (or goes no further), each watch waiting an attempt; the
+   * other calls queued fail.
+   */
+  #attemptFailed(error) {
+    const keep = [];
+    for (const entry of this.#queue) {
+      if (entry.guarded && this.#spendRetry(entry, error) !== undefined) {
+        keep.push(entry);
+      } else {
+        entry.fail(lostError(error, entry));
+      }
+    }
+    this.#queue = keep;
+    this.#subscriptions.reconnectFailed(error);
+  }
+
+  /**
+   * The server refused the client's token (`refusal`, its `unauthorized`)
+   * on a new connection: what waits for it fails with `unauthorized`, writes
+   * in doubt keeping their `maybeApplied`, `wid` and `sends`; the waiting
+   * watches end. The connection stays, for calls that need no token (and
+   * `auth` with another one).
+   */
+  #tokenRefused(refusal) {
+    const msg = `the server refused the client's token on a new connection (${refusal.msg}); the request was not sent there`;
+    const error = new RankdError("unauthorized", msg, { cause: refusal });
+    const queued = this.#queue;
+    this.#queue = [];
+    for (const entry of queued) entry.fail(serverError(error, entry));
+    this.#subscriptions.reconnectRefused(error);
   }
 
   /** Forgets a watch that ended (called by the watch). */

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import net from "node:net";
 import tls from "node:tls";
 
-import { RankdClient } from "./client.js";
+import { RankdClient, clientOptions } from "./client.js";
 import { DEFAULT_TIMEOUT_MS } from "./connection.js";
 import { RankdConnectionError } from "./errors.js";
 
@@ -28,17 +28,21 @@ export async function connect(
     timeoutMs = DEFAULT_TIMEOUT_MS,
     retryWrites,
     writeRetries,
+    retryDeadlineMs,
+    maxFrame,
     reconnect,
     watchRetries,
   } = {},
 ) {
+  const options = { timeoutMs, retryWrites, writeRetries, retryDeadlineMs, maxFrame, reconnect, watchRetries };
+  clientOptions(options); // (a wrong option throws before anything is dialed)
   if (certFile != null && keyFile == null) {
     throw new TypeError("certFile needs keyFile (the client certificate's private key)");
   }
   const secure = Boolean(useTls) || caFile != null || certFile != null;
   const dial = () => openSocket(host, port, secure, { caFile, serverName, certFile, keyFile }, timeoutMs);
   const socket = await dial();
-  const client = new RankdClient(socket, { timeoutMs, retryWrites, writeRetries, reconnect, watchRetries, dial });
+  const client = new RankdClient(socket, { ...options, dial });
   if (token != null) {
     try {
       await client.auth(token);

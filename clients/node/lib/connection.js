@@ -1,23 +1,30 @@
 // One socket to the server. Replies come back in request order, so matching
-// them needs no table, and the oldest request's deadline is the earliest:
-// one timer watches them all.
+// them needs no table, and only the oldest request's reply can be late: one
+// timer watches them all.
 
 import { RankdConnectionError, RankdError } from "./errors.js";
 import { FrameReader } from "./frames.js";
 import { fromWire } from "./integers.js";
 
-/** Default for `timeoutMs`: connecting, and waiting for each reply. */
+/**
+ * Default for `timeoutMs`: connecting, and waiting for each reply (from the
+ * later of its request's send and the previous reply on the connection).
+ */
 export const DEFAULT_TIMEOUT_MS = 30_000;
 
 /**
  * One socket: frames out, replies matched to their requests in order,
- * pushes handed on, one timer for the oldest reply. It fails once (a lost
- * socket, a late reply, a protocol error), handing its unanswered requests
- * to `onFail`; the client decides which go again on a new connection.
+ * pushes handed on, one timer for the oldest reply. A reply is late when it
+ * has not come within the timeout of the later of its request's send and
+ * the previous reply (a long pipeline the server works through does not
+ * time out as a whole). It fails once (a lost socket, a late reply, a
+ * protocol error), handing its unanswered requests to `onFail`; the client
+ * decides which go again on a new connection.
  *
- * `hooks` (from the client): `onPush(conn, push)`, `onFail(conn, error,
- * pending)`, `onSettle(conn)` (a reply settled its request) and
- * `onClose(conn)` (the socket closed).
+ * `hooks` (from the client): `onPush(conn, push)`, `onError(conn, entry,
+ * error)` (the server answered `entry` with a {@link RankdError}),
+ * `onFail(conn, error, pending)`, `onSettle(conn)` (a reply settled its
+ * request) and `onClose(conn)` (the socket closed).
  */
 export class Connection {
   socket;
@@ -34,8 +41,10 @@ export class Connection {
   #timeoutMs;
   #hooks;
   #reader = new FrameReader();
-  /** Requests sent and not yet answered, oldest first (entries of the client, with `deadline`). */
+  /** Requests sent and not yet answered, oldest first (entries of the client, with `sentAt`). */
   #pending = [];
+  /** When the last reply came (ms since the epoch; 0: none yet). */
+  #lastReply = 0;
   #head = 0;
   #corked = false;
   #timer;
@@ -60,9 +69,9 @@ export class Connection {
     return this.#pending.length - this.#head;
   }
 
-  /** Writes `frame`, the request of `entry`, whose reply is then due within the timeout. */
+  /** Writes `frame`, the request of `entry`, whose reply is then due (see {@link Connection}). */
   send(entry, frame) {
-    entry.deadline = this.#timeoutMs ? Date.now() + this.#timeoutMs : 0;
+    entry.sentAt = Date.now();
     this.#pending.push(entry);
     this.#armTimer();
     // Frames written in the same tick go out together.
@@ -125,6 +134,7 @@ export class Connection {
     if (!matches) {
       return this.fail(new RankdConnectionError(`expected a reply to id ${sent}, got id ${String(id)}`), true);
     }
+    this.#lastReply = Date.now();
     this.#pending[this.#head] = undefined;
     this.#head++;
     if (this.#head > 1024 && this.#head * 2 > this.#pending.length) {
@@ -137,25 +147,31 @@ export class Connection {
     }
     if ("err" in message) {
       const err = message.err ?? {};
-      entry.fail(new RankdError(String(err.code ?? "internal"), String(err.msg ?? "")));
+      this.#hooks.onError(this, entry, new RankdError(String(err.code ?? "internal"), String(err.msg ?? "")));
     } else {
       entry.ok(fromWire(message.ok ?? null), message.dup === true, this);
     }
     this.#hooks.onSettle(this);
   }
 
-  #armTimer() {
-    if (!this.#timeoutMs || this.#timer || this.inflight === 0) return;
-    const wait = Math.max(0, this.#pending[this.#head].deadline - Date.now());
-    this.#timer = setTimeout(() => this.#onTimer(), wait);
+  /** When the oldest request's reply is due: its send or the previous reply, whichever is later, plus the timeout. */
+  #due() {
+    return Math.max(this.#pending[this.#head].sentAt, this.#lastReply) + this.#timeoutMs;
   }
 
-  // The oldest request has the earliest deadline (replies come in order), so
-  // one timer, re-armed lazily, watches them all.
+  #armTimer() {
+    if (!this.#timeoutMs || this.#timer || this.inflight === 0) return;
+    this.#timer = setTimeout(() => this.#onTimer(), Math.max(0, this.#due() - Date.now()));
+  }
+
+  // Only the oldest request's reply can be late (replies come in order), and
+  // its due time only moves later (with each reply): one timer, re-armed
+  // lazily when it fires, watches them all.
   #onTimer() {
     this.#timer = undefined;
     if (this.inflight === 0 || this.failure) return;
-    if (this.#pending[this.#head].deadline <= Date.now()) {
+    if (this.#due() <= Date.now()) {
+      this.#pending[this.#head].timedOut = true;
       this.fail(new RankdConnectionError(`no reply from the server within ${this.#timeoutMs} ms`));
     } else {
       this.#armTimer();

@@ -9,6 +9,13 @@ import { RankdConnectionError } from "./errors.js";
 /** The largest frame this client accepts from a server (64 MiB). */
 export const MAX_FRAME = 64 * 1024 * 1024;
 
+/**
+ * Default for `maxFrame`, the largest request body the client sends: 1 MiB,
+ * the server's default `max_frame` (a larger frame would make the server
+ * answer `too_large` and close the connection).
+ */
+export const DEFAULT_MAX_FRAME = 1024 * 1024;
+
 /** The length before each frame's body, in bytes. */
 const HEADER = 4;
 

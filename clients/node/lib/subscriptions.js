@@ -68,6 +68,11 @@ export class Subscriptions {
     this.endExhausted(error);
   }
 
+  /** The server refused the client's token on a new connection (`error`): the waiting watches end with it. */
+  reconnectRefused(error) {
+    for (const watch of this.waiting()) watch[kEnd](`watching again was refused: ${error.message}`, error);
+  }
+
   /** Ends the waiting watches that have tried `watchRetries` reconnections in a row. */
   endExhausted(error) {
     for (const watch of this.waiting()) {

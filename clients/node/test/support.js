@@ -70,8 +70,8 @@ export function frame(value) {
   return Buffer.concat([header, body]);
 }
 
-/** A UUID as `crypto.randomUUID` makes them. */
-export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+/** A `wid` as the client makes them: 32 random hex digits. */
+export const WID = /^[0-9a-f]{32}$/;
 
 /**
  * Relays TCP connections to `upstream` (host:port) byte for byte (so TLS
@@ -152,6 +152,8 @@ export class FakeConnection {
   closed = false;
   /** Every request read on this connection. */
   log = [];
+  /** When each request of `log` arrived (`Date.now()`). */
+  arrivals = [];
 
   constructor(socket) {
     this.#socket = socket;
@@ -162,6 +164,7 @@ export class FakeConnection {
         const request = decode(this.#buffer.subarray(4, 4 + length));
         this.#buffer = this.#buffer.subarray(4 + length);
         this.log.push(request);
+        this.arrivals.push(Date.now());
         const waiter = this.#waiters.shift();
         if (waiter) waiter(request);
         else this.#requests.push(request);
@@ -189,6 +192,11 @@ export class FakeConnection {
   /** `{id, ok, ...extra}` for `request`. */
   reply(request, ok, extra = {}) {
     this.send({ id: request.id, ok, ...extra });
+  }
+
+  /** `{id, err: {code, msg}}` for `request`. */
+  fail(request, code, msg = code) {
+    this.send({ id: request.id, err: { code, msg } });
   }
 
   /** Closes the connection at once. */

@@ -261,7 +261,7 @@ describe("watches against a scripted server", () => {
       const watch = await db.watch("b", { top: 1 }, { buffer: 10 });
       assert.equal(watch.id, 3);
       assert.deepEqual(await next(watch), [{ player: "a", score: 1, rank: 1 }]);
-      await assert.rejects(db.ping(), RankdConnectionError, "a read in flight is not sent again");
+      assert.equal(await db.ping(), true, "a read in flight is sent once more, on the new connection");
       assert.deepEqual(await next(watch), [{ player: "a", score: 2, rank: 1 }], "the current state on the new connection");
       assert.deepEqual([watch.id, watch.resubscribes, db.reconnects, watch.active], [9, 1, 1, true]);
       const [first, again] = server.connections.map((conn) => conn.log[0]);
@@ -304,7 +304,7 @@ describe("watches against a scripted server", () => {
         (err) => err instanceof RankdConnectionError && /reconnecting failed/.test(err.message),
       );
       assert.equal(watch.ended, "the connection was lost and 2 reconnections failed");
-      assert.ok(Date.now() - started >= 300, "after 100 and 200 ms");
+      assert.ok(Date.now() - started >= 150, "after at least half of 100 ms, then of 200 ms");
       assert.equal(db.watches.length, 0);
     } finally {
       db.destroy();
