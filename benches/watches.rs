@@ -19,6 +19,10 @@ use rankd::protocol::request::{WatchSpec, WatchTarget};
 use rankd::protocol::View;
 use rankd::watches::{PushBox, Registry, WatchKey};
 
+/// The server's allocator.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const SIZES: [u64; 2] = [1_000, 100_000];
 
 /// A registry of `watches` player watches, on `boards` boards (round robin),
