@@ -115,9 +115,12 @@ impl WatchHub {
     }
 
     /// An acknowledged write changed `board`; never waits for the registry.
+    /// Wakes the evaluator for the first change since its last look (it
+    /// takes every change queued by then).
     pub fn changed(&self, board: &str) {
-        self.watched.changed(board);
-        self.wake.notify_one();
+        if self.watched.changed(board) {
+            self.wake.notify_one();
+        }
     }
 
     /// A drop of `board` has begun: its watches push nothing until it
@@ -132,9 +135,11 @@ impl WatchHub {
         self.wake.notify_one();
     }
 
-    /// `board` was dropped: each of its watches gets a last push, nil.
+    /// `board` was dropped: each of its watches gets a last push, nil;
+    /// those opened while it was being dropped look now (at the new board).
     pub fn dropped(&self, board: &str) {
         self.end_with(|registry| registry.dropped(board));
+        self.wake.notify_one();
     }
 
     /// `keys` follow what cannot be read (a window or period their board
@@ -199,6 +204,40 @@ mod tests {
         }
     }
 
+    /// The evaluator is woken whenever a look has something to do: a new
+    /// watch, a board's first change since the last look, and the end of a
+    /// drop, whose watches opened meanwhile (withheld until then) look at
+    /// once rather than at the next clock check, a minute on.
+    #[tokio::test]
+    async fn the_evaluator_is_woken_when_a_look_has_work() {
+        let hub = WatchHub::new(Metrics::new(1).unwrap());
+        let woken =
+            || async { tokio::time::timeout(std::time::Duration::from_millis(20), hub.wake.notified()).await.is_ok() };
+        let look = || {
+            let due = hub.registry.lock().take_due(Instant::now()).0;
+            due.iter().flat_map(|group| group.watches.iter().map(|w| w.0)).collect::<Vec<_>>()
+        };
+        let (first, second) = (WatchKey { conn: 1, watch: 1 }, WatchKey { conn: 1, watch: 2 });
+        let pushes = Arc::new(PushBox::default());
+        assert!(!woken().await, "nothing to look at");
+        hub.add(first, spec("b"), pushes.clone());
+        assert!(woken().await, "a new watch");
+        assert_eq!(look(), [first]);
+        hub.changed("b");
+        hub.changed("b");
+        assert!(woken().await, "a change");
+        assert_eq!(look(), [first]);
+        hub.dropping("b");
+        hub.add(second, spec("b"), pushes);
+        assert!(woken().await);
+        assert_eq!(look(), [second]);
+        let offer = |key| hub.registry.lock().offer(key, b"[]", || b"f".to_vec(), Instant::now());
+        assert_eq!(offer(second), registry::Offered::Withheld, "the drop runs");
+        hub.dropped("b");
+        assert!(woken().await, "the drop's end");
+        assert_eq!(look(), [second], "the watch opened during the drop looks again");
+    }
+
     /// Threads opening and ending watches, while another looks at the
     /// registry: with it locked, the open count (what `is_watched` reads
     /// first) must be its length. It was once stored after the registry was
@@ -237,7 +276,7 @@ mod tests {
 
     /// Writers ask whether their board is watched, and say it changed,
     /// without the registry's lock, which the evaluator holds while it
-    /// scans every watch: with many watches open, writes would wait.
+    /// looks: with many watches open, writes would wait.
     #[test]
     fn writers_never_wait_for_the_registry() {
         let hub = WatchHub::new(Metrics::new(1).unwrap());

@@ -3,9 +3,10 @@
 //! over, and their interval has passed), how they group into reads, and
 //! whether a value read is new. The hub locks it; nothing here waits or
 //! does I/O. A look visits only the watches that may be due (of a board
-//! changed since, new, retried, or whose interval has passed), never every
+//! changed since, new, retried, or whose interval has passed), not every
 //! watch: with many boards watched, the evaluator's lock is held for what
-//! changed.
+//! changed (when a quarter of all may be due, it walks the whole table,
+//! which is then cheaper).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;

@@ -51,14 +51,21 @@ impl WatchedBoards {
     }
 
     /// An acknowledged write changed `board`: its watches are due a look.
-    /// O(1), whatever the number of watches.
-    pub fn changed(&self, board: &str) {
-        if let Some(changes) = self.boards.read().get(board) {
-            changes.count.fetch_add(1, Ordering::SeqCst);
-            if !changes.queued.swap(true, Ordering::SeqCst) {
-                self.changed.lock().push(changes.clone());
-            }
+    /// O(1), whatever the number of watches. True when this change queued
+    /// the board (the first since the last look): only then need the
+    /// evaluator be woken. A queued board's cache line is only read: the
+    /// writes after the first leave it shared.
+    pub fn changed(&self, board: &str) -> bool {
+        let boards = self.boards.read();
+        let Some(changes) = boards.get(board) else { return false };
+        changes.count.fetch_add(1, Ordering::SeqCst);
+        // A queued board seen here was queued before the evaluator took it
+        // off (both SeqCst), so that look reads this count.
+        if changes.queued.load(Ordering::SeqCst) || changes.queued.swap(true, Ordering::SeqCst) {
+            return false;
         }
+        self.changed.lock().push(changes.clone());
+        true
     }
 
     /// The boards changed since the last call, each once. Each is off the
@@ -92,14 +99,14 @@ mod tests {
         let watched = WatchedBoards::default();
         let b = watched.watch("b");
         watched.watch("c");
-        watched.changed("b");
-        watched.changed("b");
-        watched.changed("unwatched");
+        assert!(watched.changed("b"), "the first change queues the board");
+        assert!(!watched.changed("b"), "a queued board is not queued again");
+        assert!(!watched.changed("unwatched"));
         let taken = watched.take_changed();
         assert_eq!(taken.iter().map(|c| &*c.name).collect::<Vec<_>>(), ["b"]);
         assert_eq!(b.count(), 2);
         assert!(watched.take_changed().is_empty(), "nothing changed since");
-        watched.changed("b");
+        assert!(watched.changed("b"));
         assert_eq!(watched.take_changed().len(), 1, "queued again after its look");
         watched.unwatch("b");
         watched.changed("b");
@@ -117,7 +124,9 @@ mod tests {
         let mut seen = 0;
         std::thread::scope(|scope| {
             scope.spawn(|| {
-                (0..WRITES).for_each(|_| watched.changed("b"));
+                for _ in 0..WRITES {
+                    watched.changed("b");
+                }
                 done.store(true, Ordering::SeqCst);
             });
             loop {
