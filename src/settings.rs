@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, ValueEnum};
-use rankd_client::protocol::DEFAULT_MAX_FRAME;
+use rankd_client::protocol::{DEFAULT_MAX_FRAME, MAX_FRAME_RANGE};
 use serde::{Deserialize, Serialize};
 
 use crate::security::Secret;
@@ -288,7 +288,7 @@ impl ServeSettings {
         if (self.tls_client_ca.is_some() || self.metrics_tls) && self.tls_cert.is_none() {
             return invalid("--tls-client-ca and --metrics-tls need --tls-cert and --tls-key".into());
         }
-        if !(64..=64 << 20).contains(&self.max_frame) {
+        if !MAX_FRAME_RANGE.contains(&self.max_frame) {
             return invalid("--max-frame must be 64 bytes to 64 MiB".into());
         }
         Ok(())

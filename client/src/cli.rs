@@ -42,8 +42,17 @@ pub struct ConnectArgs {
     pub token_file: Option<PathBuf>,
     /// The longest request frame sent, in bytes: the server's --max-frame
     /// (a larger request fails with too_large, unsent).
-    #[arg(long, default_value_t = crate::protocol::DEFAULT_MAX_FRAME)]
+    #[arg(long, default_value_t = crate::protocol::DEFAULT_MAX_FRAME, value_parser = max_frame)]
     pub max_frame: usize,
+}
+
+/// Parses `--max-frame`: a size a server may be set to.
+fn max_frame(text: &str) -> Result<usize, String> {
+    let bytes: usize = text.parse().map_err(|e| format!("{e}"))?;
+    match crate::protocol::MAX_FRAME_RANGE.contains(&bytes) {
+        true => Ok(bytes),
+        false => Err("a server's max frame is 64 bytes to 64 MiB (67108864)".into()),
+    }
 }
 
 impl Default for ConnectArgs {
@@ -185,6 +194,23 @@ mod tests {
         assert!(Cli::try_parse_from(["watch", "arena"]).is_err(), "one of --top and --player");
         assert!(Cli::try_parse_from(["watch", "arena", "--top", "1", "--player", "a"]).is_err());
         assert!(Cli::try_parse_from(["watch", "arena", "--top", "1", "--window", "hourly"]).is_err());
+    }
+
+    #[test]
+    fn max_frame_is_one_a_server_may_have() {
+        #[derive(Parser)]
+        struct Connect {
+            #[command(flatten)]
+            connect: ConnectArgs,
+        }
+        let parse = |args: &[&str]| Connect::try_parse_from([&["rankd"], args].concat()).map(|c| c.connect.max_frame);
+        assert_eq!(parse(&[]).unwrap(), crate::protocol::DEFAULT_MAX_FRAME);
+        assert_eq!(parse(&["--max-frame", "64"]).unwrap(), 64);
+        assert_eq!(parse(&["--max-frame", "67108864"]).unwrap(), 64 << 20);
+        for refused in ["0", "63", "67108865", "lots"] {
+            assert!(parse(&["--max-frame", refused]).is_err(), "{refused}");
+        }
+        assert_eq!(ConnectArgs::default().max_frame, crate::protocol::DEFAULT_MAX_FRAME);
     }
 
     #[test]

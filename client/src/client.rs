@@ -174,7 +174,8 @@ impl Client {
         for (i, call) in calls.iter().enumerate() {
             let start = out.len();
             call.encode(first + i as u64, &mut out);
-            let len = out.len() - start - 4;
+            // The frame's body: what follows its 4-byte length.
+            let len = out.len().saturating_sub(start + 4);
             if len > self.max_frame {
                 out.truncate(start);
                 refused.push((i, len));

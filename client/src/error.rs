@@ -38,7 +38,9 @@ pub enum ClientError {
     /// A [`crate::RetryingClient`] gave up on a write that may have
     /// applied: a send of it went unanswered (timed out, or its connection
     /// broke or was closed) or was answered `internal`, or its re-sends
-    /// were all shed (`overloaded`) until the policy's bounds ran out.
+    /// were all shed (`overloaded`) until the policy's bounds ran out; or
+    /// the server broke the protocol after it was sent (a reply for another
+    /// request, or a result that does not decode: that write applied).
     ///
     /// Sending the same write again with this `wid`
     /// ([`crate::RetryingClient::write_with_wid`]) within the server's dedup

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 /// Default largest frame, in bytes: 1 MiB, as the protocol specifies.
 pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+/// The max frames a server may be set to (`--max-frame`): 64 bytes (room
+/// for any request but a large `set_many`) to 64 MiB.
+pub const MAX_FRAME_RANGE: std::ops::RangeInclusive<usize> = 64..=64 << 20;
 /// Most `entries` in one `set_many`.
 pub const MAX_SET_MANY: usize = 10_000;
 /// Largest `top` `limit`.

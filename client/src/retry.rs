@@ -311,13 +311,17 @@ impl RetryingClient {
         .await;
         match outcome {
             // The server answered: only a shed or failed request is sent
-            // again (a result of the wrong shape was still applied; a
-            // `too_large` from the client was never sent).
+            // again (a `too_large` from the client was never sent). A result
+            // of the wrong shape was applied: it is final, and reported with
+            // the write's wid like a write in doubt.
             Ok(Ok(mut results)) => match results.pop() {
                 Some(Ok(written)) => Ok(written),
                 Some(Err(error)) => {
-                    let (retry, in_doubt) = (error.server_may_retry(), error.error_code() == Some(ErrorCode::Internal));
-                    Err(Failed { error, sent, retry, in_doubt })
+                    let in_doubt = match &error {
+                        ClientError::Server { .. } => error.error_code() == Some(ErrorCode::Internal),
+                        _ => true,
+                    };
+                    Err(Failed { retry: error.server_may_retry(), error, sent, in_doubt })
                 }
                 None => {
                     Err(Failed { error: ClientError::Protocol("no reply".into()), sent, retry: false, in_doubt: true })
@@ -611,6 +615,27 @@ mod tests {
         assert!(matches!(error, ClientError::MaybeApplied { sends: s, .. } if s as usize == sends));
         assert_eq!(rankd.retried() as usize, sends - 1);
         assert!(took < deadline + Duration::from_secs(1), "took {took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_result_of_the_wrong_shape_is_not_sent_again_but_names_the_wid() {
+        let seen = Seen::default();
+        let log = seen.clone();
+        let addr = serve(move |n, mut peer| {
+            let seen = log.clone();
+            async move {
+                while let Some(request) = note(&seen, n, &mut peer).await {
+                    peer.reply(id(&request), 5.into()).await; // applied: the new score
+                }
+            }
+        })
+        .await;
+        let mut rankd = retrying(addr, quick(3));
+        let error = rankd.write::<bool>(set_call("b", "p", 5, Mode::Incr)).await.unwrap_err();
+        let ClientError::MaybeApplied { sends: 1, last, wid } = &error else { panic!("{error:?}") };
+        assert!(matches!(&**last, ClientError::Protocol(_)), "{last:?}");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!((seen.len(), &seen[0].1), (1, wid), "sent once, with the wid reported");
     }
 
     #[tokio::test]
