@@ -119,7 +119,10 @@ export interface ConnectOptions {
   /**
    * The largest request frame body sent, bytes (default 1 048 576, the
    * server's default `max_frame`); a larger request rejects with a
-   * {@link RankdError} `too_large` and is not sent.
+   * {@link RankdError} `too_large` and is not sent. A request that may be
+   * sent again (a write with a `wid`, a read) is checked once, before its
+   * first send, with room for the longest request id a re-send may carry
+   * (up to 8 bytes more).
    */
   maxFrame?: number;
   /**

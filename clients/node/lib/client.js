@@ -10,15 +10,16 @@ import { EventEmitter } from "node:events";
 import { Connection, DEFAULT_TIMEOUT_MS } from "./connection.js";
 import { emitSafely } from "./emit.js";
 import { RankdConnectionError, RankdError } from "./errors.js";
-import { DEFAULT_MAX_FRAME, FrameEncoder } from "./frames.js";
+import { DEFAULT_MAX_FRAME, FrameEncoder, MAX_ID_BYTES, uintBytes } from "./frames.js";
 import { fromWire, toWire } from "./integers.js";
-import { WID_OPS, lostError, newEntry, resendRead, retriedAnswer, serverError } from "./requests.js";
+import { WID_OPS, lostError, mayResend, newEntry, resendRead, retriedAnswer, serverError } from "./requests.js";
 import {
   DEFAULT_RETRY_DEADLINE_MS,
   DEFAULT_WATCH_RETRIES,
   DEFAULT_WRITE_RETRIES,
   MAX_RETRY_DEADLINE_MS,
   backoff,
+  retryDelay,
 } from "./retry.js";
 import { Subscriptions } from "./subscriptions.js";
 import { Watch, kAttempts, kConn, kEnd, kForget } from "./watch.js";
@@ -97,7 +98,7 @@ export class RankdClient extends EventEmitter {
   #nextId = 1;
   /** Requests waiting for a connection, in send order (those to send again first). */
   #queue = [];
-  /** Writes waiting to be sent again on their connection (after `overloaded` or `internal`): `{entry, conn, timer}`. */
+  /** Writes waiting to be sent again (after `overloaded` or `internal`): `{entry, timer}`. */
   #delayed = new Set();
   /** Whether a reconnection is under way (calls queue meanwhile). */
   #reconnecting = false;
@@ -376,16 +377,22 @@ export class RankdClient extends EventEmitter {
     return this.#reconnect && this.#dial !== undefined && !this.#destroyed;
   }
 
+  /** The current connection if it is usable. */
+  #healthy() {
+    const conn = this.#conn;
+    return conn && !conn.failure ? conn : undefined;
+  }
+
   /** Sends `entry` on the current connection, or queues it for a new one. */
   #submit(entry) {
-    const conn = this.#conn;
-    if (conn && !conn.failure && !this.#reconnecting) return this.#send(conn, entry);
+    const conn = this.#healthy();
+    if (conn && !this.#reconnecting) return this.#send(conn, entry);
     if (this.#canReconnect()) {
       this.#queue.push(entry);
       this.#startReconnecting();
       return;
     }
-    entry.fail(this.#failure ?? conn?.failure ?? new RankdConnectionError("not connected"));
+    entry.fail(lostError(this.#failure ?? this.#conn?.failure ?? new RankdConnectionError("not connected"), entry));
   }
 
   /** Sends `entry` on `conn` only (an `unwatch` names an id of that connection). */
@@ -409,10 +416,15 @@ export class RankdClient extends EventEmitter {
       return;
     }
     const size = frame.length - 4;
-    if (size > this.#maxFrame) {
-      // The server would answer too_large and close the connection, failing
-      // everything in flight on it.
-      const msg = `the ${entry.op} request is ${size} bytes, over the client's maxFrame of ${this.#maxFrame}: not sent`;
+    // The server would answer too_large and close the connection, failing
+    // everything in flight on it. Checked once, before the first send: a
+    // request that may be sent again is checked with room for the longest
+    // id a re-send may carry, so no re-send (after a send that may have
+    // applied) is refused.
+    const room = mayResend(entry) ? MAX_ID_BYTES - uintBytes(entry.request.id) : 0;
+    if (entry.sends === 0 && size + room > this.#maxFrame) {
+      const over = size > this.#maxFrame ? "" : ` (${size + room} with room for the longer request id of a re-send)`;
+      const msg = `the ${entry.op} request is ${size} bytes${over}, over the client's maxFrame of ${this.#maxFrame}: not sent`;
       entry.fail(serverError(new RankdError("too_large", msg), entry));
       return;
     }
@@ -423,18 +435,19 @@ export class RankdClient extends EventEmitter {
 
   /**
    * Uses up a re-send of `entry`, a write with a `wid` whose last send met
-   * `error`, and returns the wait before it: a random time between half
-   * and all of {@link retryDelay}. `undefined` (no re-send) when the
-   * re-sends are used up, or when it could not start within the retry
-   * deadline.
+   * `error`; false (no re-send) when the re-sends are used up, or when it
+   * could not start within the retry deadline even after the shortest wait.
+   * The wait itself is drawn by who sends it again: the timer of
+   * {@link #onError}, or the reconnection.
    */
   #spendRetry(entry, error) {
     entry.lastError = error;
-    if (!entry.guarded || entry.retries >= this.#writeRetries) return undefined;
-    const wait = backoff(entry.retries + 1);
-    if (entry.sends > 0 && Date.now() + wait > entry.firstSent + this.#retryDeadlineMs) return undefined;
+    if (!entry.guarded || entry.retries >= this.#writeRetries) return false;
+    const soonest = Date.now() + retryDelay(entry.retries + 1) / 2;
+    if (entry.sends > 0 && soonest > entry.firstSent + this.#retryDeadlineMs) return false;
     entry.retries++;
-    return wait;
+    entry.waited = false;
+    return true;
   }
 
   /** Whether `entry`, a re-send, may no longer start (its retry deadline has passed); if so, fails it. */
@@ -454,20 +467,18 @@ export class RankdClient extends EventEmitter {
   #onError(conn, entry, error) {
     if (!retriedAnswer(entry, error)) return entry.fail(serverError(error, entry));
     if (error.code === "internal") entry.inDoubt = true;
-    const wait = this.#spendRetry(entry, error);
-    if (wait === undefined) return this.#giveUp(entry);
-    const delayed = { entry, conn };
+    if (!this.#spendRetry(entry, error)) return this.#giveUp(entry);
+    const wait = backoff(entry.retries);
+    if (this.#expired(entry, Date.now() + wait)) return;
+    const delayed = { entry };
     delayed.timer = setTimeout(() => {
       this.#delayed.delete(delayed);
       if (this.#expired(entry)) return this.#checkIdle();
-      if (!conn.failure) return this.#send(conn, entry);
-      // Its connection broke meanwhile: a new one, if the client can.
-      if (!this.#canReconnect()) {
-        entry.fail(lostError(conn.failure, entry));
-        return this.#checkIdle();
-      }
-      this.#queue.push(entry);
-      this.#startReconnecting();
+      // On the same connection; if it broke meanwhile, on the one that
+      // replaced it, or a new one (which need not wait again).
+      entry.waited = true;
+      this.#submit(entry);
+      this.#checkIdle();
     }, wait);
     this.#delayed.add(delayed);
   }
@@ -500,7 +511,7 @@ export class RankdClient extends EventEmitter {
     const again = [];
     for (const entry of pending) {
       entry.inDoubt = true;
-      const resend = reconnect && !conn.broken && (entry.guarded ? this.#spendRetry(entry, error) !== undefined : resendRead(entry));
+      const resend = reconnect && !conn.broken && (entry.guarded ? this.#spendRetry(entry, error) : resendRead(entry));
       if (resend) {
         again.push(entry);
       } else {
@@ -529,13 +540,15 @@ export class RankdClient extends EventEmitter {
   }
 
   /**
-   * Opens a new connection (waiting first as the retries so far require),
+   * Opens a new connection (waiting first as the retries so far require,
+   * but not again for a write that already waited its backoff),
    * authenticates it with the last token the server accepted (waiting for
    * the answer), then asks again for the watches that lost theirs and sends
    * what is queued, pipelined. A failed attempt uses up a retry of each
    * write with a `wid` and of each watch waiting, and fails the other calls
    * queued. A refused token fails what waits for the connection with the
-   * server's `unauthorized`.
+   * server's `unauthorized`. It never replaces a usable connection: what
+   * waits is sent there instead.
    */
   async #reconnectLoop() {
     for (;;) {
@@ -544,8 +557,14 @@ export class RankdClient extends EventEmitter {
         this.#checkIdle();
         return;
       }
+      const current = this.#healthy();
+      if (current) return this.#sendWaiting(current);
       const waiting = this.#subscriptions.waiting();
-      const attempt = Math.max(0, ...this.#queue.map((entry) => entry.retries), ...waiting.map((watch) => watch[kAttempts]));
+      const attempt = Math.max(
+        0,
+        ...this.#queue.map((entry) => (entry.waited ? 0 : entry.retries)),
+        ...waiting.map((watch) => watch[kAttempts]),
+      );
       const delay = backoff(attempt);
       // Writes whose re-send could not start within their deadline go no further.
       const wakeAt = Date.now() + delay;
@@ -570,7 +589,7 @@ export class RankdClient extends EventEmitter {
         this.#attemptFailed(new RankdConnectionError(`reconnecting failed: ${cause.message}`, { cause }));
         continue;
       }
-      if (this.#destroyed) {
+      if (this.#destroyed || this.#healthy()) {
         socket.destroy();
         continue;
       }
@@ -595,19 +614,24 @@ export class RankdClient extends EventEmitter {
         }
       }
       this.reconnects++;
-      for (const watch of this.#subscriptions.waiting()) {
-        watch.resubscribes++;
-        this.#send(conn, this.#subscriptions.subscription(watch));
-      }
-      const queued = this.#queue;
-      this.#queue = [];
-      const now = Date.now();
-      for (const entry of queued) if (!this.#expired(entry, now)) this.#send(conn, entry);
-      this.#reconnecting = false;
-      emitSafely(this, "reconnect");
-      this.#checkIdle();
+      this.#sendWaiting(conn, true);
       return;
     }
+  }
+
+  /** Ends a reconnection: asks again on `conn` for the waiting watches and sends what is queued; `reconnected`: `conn` is new. */
+  #sendWaiting(conn, reconnected = false) {
+    for (const watch of this.#subscriptions.waiting()) {
+      watch.resubscribes++;
+      this.#send(conn, this.#subscriptions.subscription(watch));
+    }
+    const queued = this.#queue;
+    this.#queue = [];
+    const now = Date.now();
+    for (const entry of queued) if (!this.#expired(entry, now)) this.#send(conn, entry);
+    this.#reconnecting = false;
+    if (reconnected) emitSafely(this, "reconnect");
+    this.#checkIdle();
   }
 
   /**
@@ -618,7 +642,7 @@ export class RankdClient extends EventEmitter {
   #attemptFailed(error) {
     const keep = [];
     for (const entry of this.#queue) {
-      if (entry.guarded && this.#spendRetry(entry, error) !== undefined) {
+      if (entry.guarded && this.#spendRetry(entry, error)) {
         keep.push(entry);
       } else {
         entry.fail(lostError(error, entry));

@@ -16,6 +16,21 @@ export const MAX_FRAME = 64 * 1024 * 1024;
  */
 export const DEFAULT_MAX_FRAME = 1024 * 1024;
 
+/**
+ * The most bytes a request id takes in msgpack (a uint64). A request sent
+ * again gets a new, larger id, which may take more bytes than the first.
+ */
+export const MAX_ID_BYTES = 9;
+
+/** How many bytes msgpack takes for `n`, a non-negative integer (as the encoder writes it). */
+export function uintBytes(n) {
+  if (n < 0x80) return 1;
+  if (n < 0x100) return 2;
+  if (n < 0x1_0000) return 3;
+  if (n < 0x1_0000_0000) return 5;
+  return 9;
+}
+
 /** The length before each frame's body, in bytes. */
 const HEADER = 4;
 

@@ -27,6 +27,7 @@ const RETRIED_CODES = new Set(["overloaded", "internal"]);
  * @property {string | undefined} wid
  * @property {number} sends How many times it was sent.
  * @property {number} retries How many re-sends it used up.
+ * @property {boolean} waited Whether it already waited the backoff before its next re-send (then a reconnection does not wait it again).
  * @property {number} firstSent When it was first sent (ms since the epoch; 0: not yet).
  * @property {number} sentAt When it was last sent, set by the connection.
  * @property {boolean} inDoubt Whether a send may have applied without the client knowing (a lost reply, `internal`).
@@ -46,6 +47,7 @@ export function newEntry(op, request, { guarded = false, wid, ok, fail }) {
     wid,
     sends: 0,
     retries: 0,
+    waited: false,
     firstSent: 0,
     sentAt: 0,
     inDoubt: false,
@@ -55,6 +57,11 @@ export function newEntry(op, request, { guarded = false, wid, ok, fail }) {
     ok,
     fail,
   };
+}
+
+/** Whether `entry` may be sent again (with a new request id): a write with a `wid`, or a read sent once more after a broken connection. */
+export function mayResend(entry) {
+  return entry.guarded || RESENT_READS.has(entry.op);
 }
 
 /** Whether `entry` is a read sent once more on a new connection after its connection broke; if so, marks it. */

@@ -150,6 +150,8 @@ export class FakeConnection {
   #requests = [];
   #waiters = [];
   closed = false;
+  /** Resolves when the connection has closed (either side). */
+  whenClosed;
   /** Every request read on this connection. */
   log = [];
   /** When each request of `log` arrived (`Date.now()`). */
@@ -157,6 +159,7 @@ export class FakeConnection {
 
   constructor(socket) {
     this.#socket = socket;
+    this.whenClosed = new Promise((resolve) => socket.once("close", resolve));
     socket.on("data", (data) => {
       this.#buffer = Buffer.concat([this.#buffer, data]);
       while (this.#buffer.length >= 4 && this.#buffer.length >= 4 + this.#buffer.readUInt32BE(0)) {
@@ -242,6 +245,18 @@ export class FakeServer {
   /** Connects a client to it (no TLS, no token unless given). */
   connect(options = {}) {
     return connect("127.0.0.1", this.port, { timeoutMs: 5_000, ...options });
+  }
+
+  /**
+   * Whether every connection accepted has closed, waiting up to `ms` for
+   * them (the client closed its side: the server sees it a moment later).
+   */
+  async allClosed(ms = 1_000) {
+    let timer;
+    const timeout = new Promise((resolve) => (timer = setTimeout(resolve, ms)));
+    await Promise.race([Promise.all(this.connections.map((connection) => connection.whenClosed)), timeout]);
+    clearTimeout(timer);
+    return this.connections.every((connection) => connection.closed);
   }
 
   async stop() {

@@ -13,6 +13,7 @@ import { describe, test } from "node:test";
 import { RankdClient, RankdConnectionError, RankdError, retryDelay } from "../index.js";
 import { backoff } from "../lib/retry.js";
 import { FakeServer, WID, sleep } from "./support.js";
+import { encode } from "@msgpack/msgpack";
 
 /** Runs `body(server, db)` with a scripted server and a client of it (`options`), both stopped afterwards. */
 async function scripted(script, options, body) {
@@ -39,6 +40,17 @@ const err = (code) => ({ err: { code, msg: `${code} (scripted)` } });
 
 /** The gaps between the arrivals of a connection's requests, in ms. */
 const gaps = (conn) => conn.arrivals.slice(1).map((at, i) => at - conn.arrivals[i]);
+
+/** Runs `body()` with `Math.random` replaced by `random`, put back afterwards. */
+async function withRandom(random, body) {
+  const saved = Math.random;
+  Math.random = random;
+  try {
+    return await body();
+  } finally {
+    Math.random = saved;
+  }
+}
 
 describe("overloaded and internal", () => {
   test("a write answered internal is sent again on the same connection; it resolves with the second answer", async () => {
@@ -128,6 +140,39 @@ describe("backoff", () => {
     } finally {
       Math.random = random;
     }
+  });
+});
+
+describe("one backoff draw per re-send", () => {
+  test("each re-send waits one random draw, whether after a lost connection, a failed reconnection or overloaded", async () => {
+    const script = async (conn, index) => {
+      const auth = await conn.read();
+      if (index === 1) return conn.fail(auth, "overloaded"); // a failed reconnection
+      conn.reply(auth, true);
+      if (index === 0) {
+        await conn.read(); // the set: its reply is lost with the connection
+        return conn.drop();
+      }
+      let sets = 0;
+      await answering((request) => (sets++ === 0 ? err("overloaded") : { ok: 4 }))(conn, index);
+    };
+    let draws = 0;
+    const random = Math.random;
+    await withRandom(
+      () => {
+        draws++;
+        return random();
+      },
+      () =>
+        scripted(script, { token: "t0ken" }, async (server, db) => {
+          draws = 0;
+          const written = await db.set("b", "p", 4, { info: true });
+          assert.deepEqual([written.result, written.sends], [4, 3]);
+          assert.equal(server.connections.length, 3);
+          assert.deepEqual(server.connections[2].log.map(({ op }) => op), ["auth", "set", "set"]);
+          assert.equal(draws, 3, "three re-sends (the second after the failed reconnection), three waits drawn");
+        }),
+    );
   });
 });
 
@@ -285,6 +330,104 @@ describe("maxFrame", () => {
     for (const maxFrame of [0, -1, 1.5, "1024", 2 ** 32]) {
       assert.throws(() => new RankdClient(new EventEmitter(), { maxFrame }), RangeError, String(maxFrame));
     }
+  });
+});
+
+describe("maxFrame and re-sends", () => {
+  // A re-send carries a new request id, whose msgpack may be longer (up to
+  // 9 bytes, a uint64): a request that may be sent again is checked once,
+  // with room for the longest, so no re-send is refused after a send that
+  // may have applied.
+  const fields = { board: "b", player: "p", score: 1, wid: "w-edge" };
+  const bodyWithId = (id) => encode({ id, op: "set", ...fields }).length;
+  const pings = (db) => Promise.all(Array.from({ length: 126 }, () => db.ping())); // ids 1 to 126: the set gets 127
+  const internalOnce = () => {
+    let sets = 0;
+    return answering((request) => (request.op !== "set" ? { ok: "pong" } : sets++ === 0 ? err("internal") : { ok: 1 }));
+  };
+
+  test("a write that fits with its first id but not with a re-send's is refused before it is sent", async () => {
+    await scripted(internalOnce(), { maxFrame: bodyWithId(127) }, async (server, db) => {
+      await pings(db);
+      await assert.rejects(db.set("b", "p", 1, { wid: "w-edge" }), (e) => {
+        assert.ok(e instanceof RankdError, String(e));
+        assert.equal(e.code, "too_large");
+        assert.deepEqual([e.sends, e.maybeApplied, e.wid], [0, false, "w-edge"]);
+        assert.match(e.msg, /re-send.*over the client's maxFrame of \d+: not sent/);
+        return true;
+      });
+      assert.deepEqual(server.connections[0].log.filter(({ op }) => op === "set"), [], "never sent");
+      assert.equal(await db.ping(), "pong");
+    });
+  });
+
+  test("a write that fits with room for the longest id is sent, and sent again with a longer id", async () => {
+    assert.equal(bodyWithId(2 ** 32), bodyWithId(127) + 8);
+    await scripted(internalOnce(), { maxFrame: bodyWithId(2 ** 32) }, async (server, db) => {
+      await pings(db);
+      const written = await db.set("b", "p", 1, { wid: "w-edge", info: true });
+      assert.deepEqual([written.result, written.sends], [1, 2]);
+      const ids = server.connections[0].log.filter(({ op }) => op === "set").map(({ id }) => id);
+      assert.deepEqual(ids, [127, 128]);
+    });
+  });
+});
+
+describe("a write waiting to be sent again after overloaded", () => {
+  /** Whether `wait` ms is one backoff before a first re-send, half to all of its cap (and a local reconnection). */
+  const oneBackoff = (wait) => wait >= retryDelay(1) / 2 - 2 && wait <= retryDelay(1) + 40;
+
+  test("if its connection breaks meanwhile and another call reconnected, it goes on that connection: none is left open", async () => {
+    const script = async (conn, index) => {
+      if (index === 0) {
+        conn.fail(await conn.read(), "overloaded"); // the set
+        await conn.read(); // the get: then the connection is lost
+        return conn.drop();
+      }
+      await answering((request) => ({ ok: request.op === "set" ? 1 : "p" }))(conn, index);
+    };
+    await withRandom(
+      () => 0.99,
+      () =>
+        scripted(script, {}, async (server, db) => {
+          const write = db.set("b", "p", 1, { info: true });
+          assert.equal(await db.get("b", "p"), "p", "sent once more, at once, on a new connection");
+          const written = await write;
+          assert.deepEqual([written.result, written.sends], [1, 2]);
+          await db.close();
+          assert.ok(await server.allClosed(), `every connection the client opened is closed: ${server.connections.map((c) => c.closed)}`);
+          assert.equal(server.connections.length, 2, "one new connection, for both");
+          const [first, second] = server.connections;
+          assert.deepEqual(second.log.map(({ op }) => op), ["get", "set"]);
+          const wait = second.arrivals[1] - first.arrivals[0];
+          assert.ok(oneBackoff(wait), `re-sent ${wait} ms after the first send (one backoff: ${retryDelay(1) / 2} to ${retryDelay(1)})`);
+        }),
+    );
+  });
+
+  test("if its connection breaks meanwhile, it goes on a new connection without waiting a second backoff", async () => {
+    const script = async (conn, index) => {
+      if (index === 0) {
+        conn.fail(await conn.read(), "overloaded");
+        await sleep(10);
+        return conn.drop(); // nothing in flight: no reconnection until the set is due
+      }
+      await answering(() => ({ ok: 1 }))(conn, index);
+    };
+    await withRandom(
+      () => 0.99,
+      () =>
+        scripted(script, {}, async (server, db) => {
+          const written = await db.set("b", "p", 1, { info: true });
+          assert.deepEqual([written.result, written.sends], [1, 2]);
+          const [first, second] = server.connections;
+          const wait = second.arrivals[0] - first.arrivals[0];
+          assert.ok(oneBackoff(wait), `re-sent ${wait} ms after the first send (one backoff: ${retryDelay(1) / 2} to ${retryDelay(1)})`);
+          await db.close();
+          assert.equal(server.connections.length, 2);
+          assert.ok(await server.allClosed(), `every connection the client opened is closed: ${server.connections.map((c) => c.closed)}`);
+        }),
+    );
   });
 });
 
