@@ -435,7 +435,7 @@ impl Client {
 }
 
 /// The client's own `too_large`, for a request it did not send.
-fn too_large(len: usize, max_frame: usize) -> ClientError {
+pub(crate) fn too_large(len: usize, max_frame: usize) -> ClientError {
     ClientError::Server {
         code: ErrorCode::TooLarge.name().to_string(),
         msg: format!("a request of {len} bytes is over the max frame of {max_frame} bytes: not sent"),

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::call::{set_call, Call};
-use crate::client::{Client, Written};
+use crate::client::{too_large, Client, Written};
 use crate::connect::ConnectOptions;
 use crate::error::ClientError;
 use crate::protocol::{ErrorCode, Mode, OpKind, MAX_WID};
@@ -271,6 +271,14 @@ impl RetryingClient {
         let call = call.with("wid", wid);
         if let Some(why) = call.invalid() {
             return Err(ClientError::Encode(why.to_string()));
+        }
+        // Sized once, with the longest id a send may carry: a re-send after
+        // a send that may have applied is never refused for its longer id.
+        let mut longest = Vec::new();
+        call.encode(u64::MAX, &mut longest);
+        let len = longest.len().saturating_sub(4);
+        if len > self.options.max_frame {
+            return Err(too_large(len, self.options.max_frame));
         }
         let deadline = Instant::now() + self.policy.deadline;
         let (mut sends, mut in_doubt, mut resends) = (0u32, false, 0u32);
@@ -683,6 +691,31 @@ mod tests {
         let written = rankd.set_many("b", &[("p", 7)], Mode::Set).await.unwrap();
         assert_eq!(written.value, [7]);
         assert_eq!((seen.lock().unwrap().len(), rankd.connects()), (1, 1), "on the same connection");
+    }
+
+    /// A write that fits with its first send's short id, but not with the
+    /// longest id a re-send may carry, is refused before it is sent: a
+    /// re-send after a send that may have applied must never be refused.
+    #[tokio::test]
+    async fn a_write_that_fits_only_with_a_short_id_is_refused_before_it_is_sent() {
+        let seen = Seen::default();
+        let addr = always("internal", &seen).await;
+        let call = set_call("b", "p", 1, Mode::Incr).with("wid", "w");
+        let size = |id| {
+            let mut out = Vec::new();
+            call.encode(id, &mut out);
+            out.len() - 4
+        };
+        assert_eq!(size(u64::MAX) - size(1), 8);
+        let options = ConnectOptions { max_frame: size(1), ..ConnectOptions::default() };
+        let mut rankd = RetryingClient::new(addr.clone(), options, quick(3)).unwrap();
+        let error = rankd.write_with_wid::<i64>(set_call("b", "p", 1, Mode::Incr), "w").await.unwrap_err();
+        assert_eq!(error.error_code(), Some(ErrorCode::TooLarge), "{error:?}");
+        assert!(seen.lock().unwrap().is_empty(), "nothing reached the server");
+        let options = ConnectOptions { max_frame: size(u64::MAX), ..ConnectOptions::default() };
+        let mut rankd = RetryingClient::new(addr, options, quick(1)).unwrap();
+        let error = rankd.write_with_wid::<i64>(set_call("b", "p", 1, Mode::Incr), "w").await.unwrap_err();
+        assert!(matches!(&error, ClientError::MaybeApplied { sends: 2, .. }), "sent, then sent again: {error:?}");
     }
 
     #[tokio::test]

@@ -1,9 +1,9 @@
 """Broken connections, timeouts and a misbehaving server, against a scripted
 stand-in (fake_server.py), for what a real rankd will not do on cue.
 
-The rules: a call reconnects at most once (re-authenticating with the
-client's token); a read that was in flight is sent again on the new
-connection; a write that was in flight is not, and raises
+The rules: a read that was in flight is sent again, once, on a new
+connection (re-authenticating with the client's token); a write that was in
+flight is not, and raises
 `RankdConnectionError` with `maybe_applied` -- unless it carries a `wid`
 and the client retries writes (the default), which test_retry_writes.py
 covers: these tests turn `retry_writes` off.

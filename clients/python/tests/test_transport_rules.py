@@ -15,8 +15,18 @@ import time
 from typing import Any, List
 
 import pytest
-from fake_server import FakeConnection, FakeServer, always, erring, serve, serve_then_close
-from support import open_client, write
+from fake_server import (
+    FakeConnection,
+    FakeServer,
+    always,
+    answer,
+    close_at_once,
+    erring,
+    serve,
+    serve_then_close,
+    silent,
+)
+from support import open_client, wait_for_server_close, write
 
 import rankd
 from rankd import _wire
@@ -251,3 +261,158 @@ def test_the_new_error_fields_survive_pickling() -> None:
     failure = rankd.RankdConnectionError("lost", maybe_applied=True, wid="w", sends=3)
     again_failure: Any = pickle.loads(pickle.dumps(failure))
     assert (again_failure.wid, again_failure.sends) == ("w", 3)
+
+
+# -- per request: reads once more, writes by their own rules (a pipeline) ---
+
+
+def closing_on_a_write(conn: FakeConnection) -> None:
+    """Reads requests until a write (`set`), answering none, and closes."""
+    while (request := conn.read()) is not None and request["op"] != "set":
+        pass
+    conn.close()
+
+
+def test_a_pipelined_read_goes_again_once_while_its_guarded_write_goes_on(kind: str) -> None:
+    # Three connections close on the pipeline; the fourth serves.
+    with FakeServer(*[closing_on_a_write] * 3, serve) as server:
+        with open_client(kind, **server.address) as db:
+            with pytest.raises(rankd.RankdConnectionError) as lost:
+                db.pipeline(
+                    [
+                        {"op": "get", "board": "b", "player": "p"},
+                        {"op": "set", "board": "b", "player": "p", "score": 1},
+                    ]
+                )
+            assert server.ops(0) == server.ops(1) == ["get", "set"], "the read went once more, then no more"
+            assert server.ops(2) == server.ops(3) == ["set"], "the write went on alone, and was answered"
+            failure = lost.value
+            (wid,) = {r["wid"] for r in server.sent("set")}
+            assert failure.results == [] and failure.wids == [None, wid]
+            assert failure.maybe_applied and failure.wid is None and failure.sends == 4
+            assert not isinstance(failure, rankd.RankdTimeout)
+
+
+def test_a_pipelined_read_whose_own_reply_was_late_is_not_sent_again(kind: str) -> None:
+    with FakeServer(silent, serve) as server:
+        with open_client(kind, **server.address, timeout=0.3) as db:
+            with pytest.raises(rankd.RankdTimeout) as late:
+                db.pipeline(
+                    [
+                        {"op": "get", "board": "b", "player": "p"},
+                        {"op": "set", "board": "b", "player": "p", "score": 1},
+                        {"op": "count", "board": "b"},
+                    ]
+                )
+            # (the count behind it would go again, but the call fails with the
+            # get: its result could not be told)
+            assert server.ops(0) == ["get", "set", "count"]
+            assert server.ops(1) == ["set"], "only the write went again"
+            assert late.value.wids == [None, server.sent("set")[0]["wid"], None] and late.value.maybe_applied
+
+
+def test_a_pipelined_request_behind_a_late_one_goes_again(kind: str) -> None:
+    with FakeServer(silent, serve) as server:
+        with open_client(kind, **server.address, timeout=0.3) as db:
+            requests = [{"op": "set", "board": "b", "player": "p", "score": 1}, {"op": "count", "board": "b"}]
+            assert db.pipeline(requests) == [1, 0]
+            assert server.ops(0) == ["set", "count"] and server.ops(1) == ["set", "count"]
+
+
+def test_a_read_goes_once_more_after_a_connection_the_call_opened_broke(kind: str) -> None:
+    # The server closed the idle connection (a restart); the call opens a
+    # new one, which breaks too: the read goes once more, on a third.
+    with FakeServer(close_at_once, serve_then_close(0), serve) as server:
+        with open_client(kind, **server.address) as db:
+            wait_for_server_close(db)
+            assert db.count("b") == 0
+            assert server.ops(1) == ["count"] and server.ops(2) == ["count"]
+
+
+def test_a_failed_pipeline_names_the_wid_of_each_of_its_writes(kind: str) -> None:
+    # An unguarded write in doubt ends the pipeline at once: its guarded
+    # write, in doubt too, is named by its wid.
+    with FakeServer(serve_then_close(1), serve) as server:
+        with open_client(kind, **server.address) as db:
+            requests = [
+                {"op": "ping"},
+                {"op": "set", "board": "b", "player": "p", "score": 1, "mode": "incr"},
+                {"op": "create_board", "board": "c"},
+                {"op": "count", "board": "b"},
+            ]
+            with pytest.raises(rankd.RankdConnectionError) as in_doubt:
+                db.pipeline(requests)
+            (sent,) = server.sent("set")
+            failure = in_doubt.value
+            assert failure.results == ["pong"] and failure.maybe_applied and failure.sends == 1
+            assert failure.wids == [None, sent["wid"], None, None]
+            assert failure.wid is None, "`wid` names the write of a one-write call only"
+            assert "wid" not in requests[1], "the caller's map is left alone"
+
+
+def test_a_pipeline_whose_write_retries_run_out_names_its_wids(kind: str) -> None:
+    with FakeServer(*[serve_then_close(0)] * 2) as server:
+        with open_client(kind, **server.address, write_retries=1) as db:
+            with pytest.raises(rankd.RankdConnectionError) as in_doubt:
+                db.pipeline(
+                    [
+                        {"op": "set", "board": "b", "player": "a", "score": 1},
+                        {"op": "remove", "board": "b", "player": "c", "wid": "mine"},
+                    ]
+                )
+            first = server.sent("set")[0]["wid"]
+            failure = in_doubt.value
+            assert failure.wids == [first, "mine"] and failure.sends == 2 and failure.maybe_applied
+            again: Any = pickle.loads(pickle.dumps(failure))
+            assert again.wids == [first, "mine"]
+
+
+def closing_the_door_after_overloaded(conn: FakeConnection) -> None:
+    """Answers the first request `overloaded`, then closes the connection
+    and stops listening: every reconnect is refused."""
+    request = conn.read()
+    assert request is not None
+    conn.err(request, "overloaded", "shed")
+    conn.server.listener.close()
+    conn.close()
+
+
+def test_a_shed_write_whose_reconnects_fail_uses_its_retries_and_names_its_wid(kind: str) -> None:
+    with FakeServer(closing_the_door_after_overloaded) as server:
+        with open_client(kind, **server.address, write_retries=2) as db:
+            started = time.monotonic()
+            with pytest.raises(rankd.RankdConnectionError) as failure:
+                db.set("b", "p", 1)
+            # It waited the backoffs of two retries (50-100, then 100-200 ms).
+            assert time.monotonic() - started >= 0.15
+            (sent,) = server.sent("set")
+            error = failure.value
+            assert (error.wid, error.sends, error.maybe_applied) == (sent["wid"], 1, False)
+            assert "write_retries (2) used up" in str(error)
+
+
+def test_a_request_that_fits_max_frame_only_with_a_short_id_is_refused_before_it_is_sent(kind: str) -> None:
+    def shed_once(conn: FakeConnection) -> None:
+        shed = False
+        while (request := conn.read()) is not None:
+            if request["op"] == "set" and not shed:
+                shed = True
+                conn.err(request, "overloaded", "shed")
+            else:
+                answer(conn, request)
+
+    req = {"op": "set", "board": "b", "player": "p" * 150, "score": 1, "wid": "w"}
+    # Ids 1-126 go to a pipeline of pings: the set's first id is 127 (one
+    # byte of msgpack), its re-send's 128 (two).
+    exact = len(_wire.encode(req, 127)) - _wire.HEADER.size
+    assert len(_wire.encode(req, 128)) - _wire.HEADER.size == exact + 1
+    with FakeServer(shed_once, shed_once) as server:
+        with open_client(kind, **server.address, max_frame=exact) as db:
+            db.pipeline([{"op": "ping"}] * 126)
+            with pytest.raises(rankd.RankdError) as refused:
+                db.call("set", board="b", player="p" * 150, score=1, wid="w")
+            assert refused.value.code == "too_large" and "not sent" in refused.value.msg
+            assert server.sent("set") == [], "refused before its first send, not after"
+        with open_client(kind, **server.address, max_frame=exact + 8) as db:
+            # (9 bytes for the id fit)
+            assert db.call("set", board="b", player="p" * 150, score=1, wid="w") == 1

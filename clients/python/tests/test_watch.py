@@ -301,8 +301,9 @@ def test_a_watch_that_cannot_ask_again_raises_and_tries_on_the_next_wait(kind: s
         conn.ok(request, {"watch": 1})
         conn.close()
 
-    # Asking again reconnects once per wait: the second connection closes too.
-    with FakeServer(then_close, serve_then_close(0), Watching(first=C)) as server:
+    # Asking again goes once more after a broken connection, no more: the
+    # second and third connections close too.
+    with FakeServer(then_close, serve_then_close(0), serve_then_close(0), Watching(first=C)) as server:
         with open_client(kind, **server.address) as db:
             watch = db.watch("b", top=1)
             with pytest.raises(rankd.RankdConnectionError):

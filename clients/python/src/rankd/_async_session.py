@@ -168,25 +168,25 @@ class AsyncSession:
         # Encoded first: a value msgpack cannot carry, or a request over
         # `max_frame`, raises before anything is sent.
         ids, payload = self._ids.frames(requests)
-        conn, opened = await self._live()
+        conn, _ = await self._live()
         while True:
             call.sending()
             try:
                 results = await self._exchange_frames(conn, ids, payload)
             except _Broken as broken:
-                wait = call.broke(broken, opened)
+                wait = call.broke(broken)
             else:
                 again = call.answered(results)
                 if again is None:
                     return call.outcomes, conn, call.sends
                 wait = again
             ids, payload = self._ids.frames(call.rest)
-            conn, opened = await self._reconnect(call, wait)
+            conn = await self._reconnect(call, wait)
 
-    async def _reconnect(self, call: _resend.Resends, wait: float) -> Tuple[_Connection, bool]:
+    async def _reconnect(self, call: _resend.Resends, wait: float) -> _Connection:
         """After waiting `wait` seconds, the connection to send `call`'s rest
-        again on (the same one if it is still open), and whether this call
-        opened it; trying again while `call` allows. A new connection is
+        again on (the same one if it is still open); trying again while
+        `call` allows. A new connection is
         made by the call's retry deadline."""
         while True:
             await asyncio.sleep(wait)
@@ -199,7 +199,7 @@ class AsyncSession:
             except RankdError as err:  # the token was refused
                 call.refused(err)
                 raise
-            return conn, opened
+            return conn
 
     async def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
         """The outcomes of `requests` (see `_run_on`), without `Dup` marks."""

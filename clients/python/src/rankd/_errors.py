@@ -32,6 +32,10 @@ class RankdError(Exception):
     have applied all the same: an `internal` error, or an `overloaded` one
     after an earlier send was lost. A write failed by `overloaded` alone
     never applied; sending it again with the same `wid` is safe either way.
+
+    `wids` is set when the error ends a whole call (a token refused on
+    reconnecting) that held writes with a `wid`: as on
+    `RankdConnectionError`, one entry per request of the call.
     """
 
     code: str
@@ -39,6 +43,7 @@ class RankdError(Exception):
     wid: Optional[str]
     sends: int
     maybe_applied: bool
+    wids: List[Optional[str]]
 
     def __init__(self, code: str, msg: str) -> None:
         super().__init__(f"{code}: {msg}")
@@ -47,9 +52,10 @@ class RankdError(Exception):
         self.wid = None
         self.sends = 0
         self.maybe_applied = code == "internal"
+        self.wids = []
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        state = {"wid": self.wid, "sends": self.sends, "maybe_applied": self.maybe_applied}
+        state = {"wid": self.wid, "sends": self.sends, "maybe_applied": self.maybe_applied, "wids": self.wids}
         return (type(self), (self.code, self.msg), state)
 
 
@@ -72,7 +78,18 @@ class RankdConnectionError(ConnectionError):
     way (the server's `RankdError` is `__cause__`).
 
     `results` holds the results of the requests of a `pipeline` that were
-    answered before the failure, in order (results or `RankdError`s).
+    answered before the failure, in order (results or `RankdError`s): those
+    before the first request left without an answer.
+
+    `wids` has one entry per request of the failed call (a `pipeline`'s, in
+    order): the `wid` of each `set`, `set_many` and `remove` that carried
+    one (its own, or the one the client gave it, in a copy, with
+    `retry_writes`), None for the other requests. A write past `results`
+    may have applied (`maybe_applied` then says so); each request left
+    without an answer was sent `sends` times. Sending such a write again
+    with its `wid` applies it at most once, so a pipeline may be sent again
+    whole with `wids` put back in its writes. (Empty for a failure outside
+    a call, such as a watch's wait.)
 
     The client reconnects (once) on its next call; the cause, when there is
     one (an `OSError`, an `ssl.SSLError`), is `__cause__`.
@@ -82,6 +99,7 @@ class RankdConnectionError(ConnectionError):
     results: List[Any]
     wid: Optional[str]
     sends: int
+    wids: List[Optional[str]]
 
     def __init__(
         self,
@@ -91,18 +109,21 @@ class RankdConnectionError(ConnectionError):
         results: Optional[List[Any]] = None,
         wid: Optional[str] = None,
         sends: int = 0,
+        wids: Optional[List[Optional[str]]] = None,
     ) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
         self.results = [] if results is None else results
         self.wid = wid
         self.sends = sends
+        self.wids = [] if wids is None else wids
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return (_rebuild, (type(self), str(self), self.maybe_applied, self.results, self.wid, self.sends))
+        args = (type(self), str(self), self.maybe_applied, self.results, self.wid, self.sends, self.wids)
+        return (_rebuild, args)
 
 
 class RankdTimeout(RankdConnectionError, TimeoutError):
@@ -164,9 +185,10 @@ def _rebuild(
     results: List[Any],
     wid: Optional[str] = None,
     sends: int = 0,
+    wids: Optional[List[Optional[str]]] = None,
 ) -> RankdConnectionError:
     exc: RankdConnectionError = cls(
-        message, maybe_applied=maybe_applied, results=results, wid=wid, sends=sends
+        message, maybe_applied=maybe_applied, results=results, wid=wid, sends=sends, wids=wids
     )
     return exc
 
@@ -190,14 +212,15 @@ def _failure(
     results: Optional[List[Any]] = None,
     sends: int = 1,
     wid: Optional[str] = None,
+    wids: Optional[List[Optional[str]]] = None,
     stopped: str = "",
 ) -> RankdConnectionError:
     """The public exception for `broken`, a failure at `where` of an exchange
     that held a write if `writes`; `in_doubt` if an earlier attempt of the
     same call may have applied a write. `results`: the outcomes answered
     before (default `broken.results`); `sends`: how many times the call was
-    sent; `wid`: that of the call's one write; `stopped`: why it was not
-    sent again, if it might have been."""
+    sent; `wid`: that of the call's one write; `wids`: those of its
+    requests; `stopped`: why it was not sent again, if it might have been."""
     maybe_applied = in_doubt or (writes and broken.sent)
     note = ""
     if maybe_applied:
@@ -213,4 +236,5 @@ def _failure(
         results=broken.results if results is None else results,
         wid=wid if maybe_applied else None,
         sends=sends,
+        wids=wids,
     )

@@ -3,15 +3,19 @@ again, after how long, and what the caller is told when they may not. Each
 client runs its own I/O loop (blocking, or awaited) around the decisions
 made here (clients/conformance/transport.md states the rules).
 
-A read goes again once, on a new connection, after its connection broke
-(not after its own reply was late). A write goes again only when it carries
+The decisions are made for each request of a call (a `pipeline` holds
+many). A read, or a write that never left, goes again once, on a new
+connection, after its connection broke, but not after its own reply was
+late. Once a read may not go again, the call fails with that read's
+connection error, after the call's guarded writes (below) have run their
+course. A write goes again only when it carries
 a `wid` (the server applies a (board, wid) at most once) and the client
 retries writes: after its reply was late or its connection broke (on a new
 connection), or after the server answered it `overloaded` or `internal` (on
 the same one); up to `write_retries` times, each after a random backoff
 (`_wire.retry_wait`), and none starting more than `retry_deadline` seconds
 after its first send. Any other write that may have reached the server makes
-the call fail with `maybe_applied`.
+the call fail with `maybe_applied`, and with the `wid` of each of its writes.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ def settle(
             maybe_applied=True,
             wid=outcome.wid,
             sends=outcome.sends,
+            wids=[outcome.wid],
         ) from outcome
     return result(outcome)
 
@@ -96,7 +101,12 @@ class Resends:
     came back: `answered` when every reply came, `broke` when the
     connection failed, `connect_failed` when no connection could be made to
     send it again on. Each either ends the call (returns None, or raises)
-    or returns how long to wait before sending the rest again."""
+    or returns how long to wait before sending the rest again.
+
+    A request leaves the rest once settled (answered for good), or once a
+    read is lost (it may not go again): then only the call's guarded
+    writes go on, and the call raises the read's failure when they are
+    done."""
 
     def __init__(self, requests: Sequence[Mapping[str, Any]], policy: Policy, where: str) -> None:
         self._requests = list(requests)
@@ -112,6 +122,12 @@ class Resends:
         #: The writes an earlier send may have applied: lost in flight, or
         #: answered `internal`.
         self._doubt = [False] * count
+        #: The requests other than guarded writes sent again after a lost
+        #: connection (they go again once).
+        self._resent = [False] * count
+        #: The failure of the first read lost for good, which ends the call
+        #: once its guarded writes are done.
+        self._lost: Optional[_Broken] = None
         #: The re-sends of guarded writes decided (at most `write_retries`).
         self.retries = 0
         #: Why writes were not sent again, once they were not.
@@ -125,6 +141,11 @@ class Resends:
         #: with a failure, so that it may send the write again itself.
         lone = self._requests[0] if count == 1 else None
         self._wid = lone.get("wid") if lone is not None and _wire.is_guarded(lone) else None
+        #: The `wid` of each request that carries one (None for the others),
+        #: told to the caller with a failure.
+        self.wids: List[Optional[str]] = [
+            req.get("wid") if _wire.is_guarded(req) else None for req in self._requests
+        ]
 
     @property
     def rest(self) -> List[Mapping[str, Any]]:
@@ -170,96 +191,114 @@ class Resends:
         sending the rest, guarded writes the server answered `overloaded`
         or `internal`, again on the same connection. When re-sends are used
         up, such a write's outcome is the server's error, with the write's
-        `wid`, `sends` and `maybe_applied` set."""
+        `wid`, `sends` and `maybe_applied` set. Raises the failure of a
+        read lost earlier, once the rest is done."""
         self._todo = self._take(outcomes)
-        if not self._todo:
-            return None
-        wait = self._next_wait()
-        if wait is None:
+        if self._todo:
+            wait = self._next_wait()
+            if wait is not None:
+                return wait
             self._give_up()
-        return wait
+        if self._lost is not None:
+            raise self._error(self._lost, writes=False) from self._lost
+        return None
 
-    def broke(self, broken: _Broken, opened: bool) -> float:
+    def broke(self, broken: _Broken) -> float:
         """Takes in what the connection answered before it broke (`broken`),
-        and decides whether the rest goes again on a new connection. It does
-        if it holds writes and each carries a `wid` (with `retry_writes`),
-        also after a timeout, while re-sends are left (`_next_wait`); else
-        once, if it holds only reads or requests that never left, and the
-        connection was not new (`opened`: a call reconnects once) nor late.
-        Never after the server broke the protocol. Raises the call's
-        `RankdConnectionError` if not; else returns how long to wait first."""
+        and decides, request by request, what goes again on a new
+        connection: each write with a `wid` (with `retry_writes`), also
+        after a timeout, while re-sends are left (`_next_wait`); each read,
+        and each write that never left, once, unless its own reply was the
+        late one. Nothing after the server broke the protocol. A write that
+        may not go again (it may have applied, or went again already), or a
+        guarded write out of re-sends, raises the call's
+        `RankdConnectionError` at once; a read that may not go again is lost:
+        the call will raise its failure, and only its guarded writes go
+        again until then (nothing goes again for the other requests, whose
+        results could not be told). Returns how long to wait first."""
         again = self._take(broken.results)
         unanswered = self._todo[len(broken.results) :]
+        #: The request whose own reply was late, if one was.
+        late = unanswered[0] if broken.timed_out and unanswered else None
         for i in unanswered:
             self._outcomes[i] = None
             if broken.sent and not _wire.is_read(self._requests[i]):
                 self._doubt[i] = True
         self._todo = sorted(again + unanswered)
-        rest = self.rest
-        writes = not all(_wire.is_read(req) for req in rest)
-        guarded = (
-            self._policy.retry_writes
-            and writes
-            and all(_wire.is_read(req) or _wire.is_guarded(req) for req in rest)
-        )
-        in_doubt = any(self._doubt[i] for i in self._todo)
-        if guarded and not broken.protocol:
-            wait = self._next_wait()
-            if wait is not None:
-                return wait
-        elif not (opened or broken.timed_out or broken.protocol or in_doubt or again):
-            return 0.0
-        self._give_up()
-        raise _failure(
-            broken,
-            writes=writes,
-            where=self._where,
-            in_doubt=in_doubt,
-            results=self.results_so_far(),
-            sends=self.sends,
-            wid=self._wid,
-            stopped=self._stopped,
-        ) from broken
+        writes = not all(_wire.is_read(req) for req in self.rest)
+        guarded = [i for i in self._todo if self._guarded(i)]
+        stuck = [
+            i
+            for i in self._todo
+            if not self._guarded(i)
+            and (broken.protocol or i == late or self._resent[i] or self._doubt[i])
+        ]
+        if broken.protocol or any(not _wire.is_read(self._requests[i]) for i in stuck):
+            wait: Optional[float] = None
+        else:
+            wait = self._next_wait() if guarded else 0.0
+        if wait is None:
+            self._give_up()
+            raise self._error(broken, writes=writes) from broken
+        if stuck and self._lost is None:
+            self._lost = broken
+        if self._lost is not None:
+            self._todo = guarded  # the call fails: the rest would go for nothing
+            if not self._todo:
+                raise self._error(self._lost, writes=False) from self._lost
+        for i in self._todo:
+            self._resent[i] = True
+        return wait
 
     def connect_failed(self, exc: RankdConnectionError) -> float:
         """After the connection to send the rest again on could not be made
         (`exc`): returns how long to wait before trying again, each try
-        counting as a re-send; raises `exc` when nothing sent may have
-        applied (the caller learns only that the server is unreachable),
-        else, once the re-sends run out, an error with `maybe_applied`."""
-        if not any(self._doubt[i] for i in self._todo):
+        counting as a re-send, while guarded writes are to go again (or
+        anything sent may have applied); else raises `exc` (the caller
+        learns only that the server is unreachable). Once the re-sends run
+        out, raises an error with the writes' `wid`s, `sends`, and
+        `maybe_applied` if a send may have applied."""
+        if not any(self._guarded(i) or self._doubt[i] for i in self._todo):
+            exc.results, exc.wids, exc.sends = self.results_so_far(), self.wids, self.sends
+            exc.maybe_applied = self._maybe_applied()
             raise exc
         wait = self._next_wait()
         if wait is not None:
             return wait
         self._give_up()
+        maybe_applied = self._maybe_applied()
         cls = type(exc) if isinstance(exc, RankdTimeout) else RankdConnectionError
-        note = f"a write was sent {self.sends} times and may or may not have applied (at most once)"
+        if maybe_applied:
+            note = f"a write was sent {self.sends} times and may or may not have applied (at most once)"
+        else:
+            note = f"a write was sent {self.sends} times and did not apply"
         raise cls(
             f"{exc}; {note} ({self._stopped})",
-            maybe_applied=True,
+            maybe_applied=maybe_applied,
             results=self.results_so_far(),
             wid=self._wid,
             sends=self.sends,
+            wids=self.wids,
         ) from exc
 
     def refused(self, err: RankdError) -> None:
         """Completes `err`, the server's refusal of the token on the new
         connection the rest was to go on (it ends the call), with the
-        call's write, when it has one `wid`."""
-        if self._wid is not None:
-            err.wid, err.sends = self._wid, self.sends
-            err.maybe_applied = any(self._doubt[i] for i in self._todo)
+        call's writes, when they carry a `wid`."""
+        if any(wid is not None for wid in self.wids):
+            err.wid, err.sends, err.wids = self._wid, self.sends, self.wids
+            err.maybe_applied = self._maybe_applied()
 
     def protocol_broken(self, exc: ProtocolError) -> None:
         """Completes `exc`, raised by a server breaking the protocol (it
         carries the results of its own attempt), for the caller."""
         again = self._take(exc.results)
         self._todo = sorted(again + self._todo[len(exc.results) :])
-        exc.maybe_applied = not all(_wire.is_read(req) for req in self.rest)
-        exc.wid = self._wid if exc.maybe_applied else None
-        exc.sends = self.sends
+        writes = not all(_wire.is_read(req) for req in self.rest)
         self._give_up()
+        exc.maybe_applied = writes or self._maybe_applied()
+        exc.wid = self._wid if exc.maybe_applied else None
+        exc.sends, exc.wids = self.sends, self.wids
         exc.results = self.results_so_far()
 
     def results_so_far(self) -> List[Any]:
@@ -273,6 +312,34 @@ class Resends:
         return done
 
     # -- internals ----------------------------------------------------------
+
+    def _maybe_applied(self) -> bool:
+        """Whether a write the caller is not told the result of (past
+        `results_so_far()`) applied or may have."""
+        for i in range(len(self.results_so_far()), len(self._requests)):
+            if _wire.is_read(self._requests[i]):
+                continue
+            outcome = self._outcomes[i]
+            if self._doubt[i] or (
+                self._settled[i] and not (isinstance(outcome, RankdError) and not outcome.maybe_applied)
+            ):
+                return True
+        return False
+
+    def _error(self, broken: _Broken, *, writes: bool) -> RankdConnectionError:
+        """The call's failure after `broken` (a rest holding writes if
+        `writes`): with its results so far, `wid`s and sends."""
+        return _failure(
+            broken,
+            writes=writes,
+            where=self._where,
+            in_doubt=self._maybe_applied(),
+            results=self.results_so_far(),
+            sends=self.sends,
+            wid=self._wid,
+            wids=self.wids,
+            stopped=self._stopped,
+        )
 
     def _guarded(self, i: int) -> bool:
         """Whether request `i` is a write this client sends again."""

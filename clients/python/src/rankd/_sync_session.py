@@ -148,14 +148,14 @@ class SyncSession:
             # Encoded first: a value msgpack cannot carry, or a request over
             # `max_frame`, raises before anything is sent.
             ids, payload = self._ids.frames(requests)
-            conn, opened = self._live()
+            conn, _ = self._live()
             while True:
                 call.sending()
                 try:
                     results = conn.exchange(payload, ids, self._settings.timeout)
                 except _Broken as broken:
                     self._drop()
-                    wait = call.broke(broken, opened)
+                    wait = call.broke(broken)
                 except ProtocolError as exc:  # (an OSError too: caught first)
                     self._drop()
                     call.protocol_broken(exc)
@@ -173,11 +173,11 @@ class SyncSession:
                         return call.outcomes, conn, call.sends
                     wait = again
                 ids, payload = self._ids.frames(call.rest)
-                conn, opened = self._reconnect(call, wait)
+                conn = self._reconnect(call, wait)
 
-    def _reconnect(self, call: _resend.Resends, wait: float) -> Tuple[_Connection, bool]:
+    def _reconnect(self, call: _resend.Resends, wait: float) -> _Connection:
         """After waiting `wait` seconds, the connection to send `call`'s rest
-        again on (the same one if it is still open), and whether it is new;
+        again on (the same one if it is still open);
         trying again while `call` allows. A new connection is made by the
         call's retry deadline."""
         while True:
@@ -191,7 +191,7 @@ class SyncSession:
             except RankdError as err:  # the token was refused
                 call.refused(err)
                 raise
-            return conn, opened
+            return conn
 
     def _run(self, requests: Sequence[Mapping[str, Any]]) -> List[Any]:
         """The outcomes of `requests` (see `_run_on`), without `Dup` marks."""

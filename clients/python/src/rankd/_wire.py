@@ -135,6 +135,11 @@ def encode(req: Mapping[str, Any], request_id: int) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+#: The most bytes a request id takes in msgpack (a uint64: 0xcf and 8
+#: bytes). A request is sent again with a new id, perhaps a longer one.
+MAX_ID_SIZE = 9
+
+
 class Numbering:
     """A client's request ids, 1, 2, 3, ...: a reply names the request it
     answers by its id. Requests longer than `max_frame` are refused here."""
@@ -146,18 +151,21 @@ class Numbering:
     def frames(self, requests: Sequence[Mapping[str, Any]]) -> Tuple[List[int], bytes]:
         """The ids given to `requests` and their frames, to send as one
         write. Ids are used up only once every request has encoded. Raises
-        `RankdError("too_large")` if a request's body is over `max_frame`
-        (the server would close the connection on it): nothing is sent."""
+        `RankdError("too_large")` if a request's body would be over
+        `max_frame` with the longest id (`MAX_ID_SIZE` bytes; the server
+        would close the connection on it): nothing is sent. Counting the
+        longest id, a request that passes its first send passes its
+        re-sends, whatever their ids."""
         ids = list(range(self._next, self._next + len(requests)))
         frames = [encode(req, rid) for req, rid in zip(requests, ids)]
-        for index, frame in enumerate(frames):
-            size = len(frame) - HEADER.size
+        for index, (frame, rid) in enumerate(zip(frames, ids)):
+            size = len(frame) - HEADER.size + MAX_ID_SIZE - len(msgpack.packb(rid))
             if size > self.max_frame:
                 which = f"request {index} of the pipeline" if len(requests) > 1 else "the request"
                 raise RankdError(
                     "too_large",
-                    f"{which} (`{requests[index].get('op')}`, {size} bytes) is over the client's "
-                    f"max_frame of {self.max_frame} bytes: not sent",
+                    f"{which} (`{requests[index].get('op')}`, {size} bytes counting {MAX_ID_SIZE} for "
+                    f"its id) is over the client's max_frame of {self.max_frame} bytes: not sent",
                 )
         self._next += len(requests)
         return ids, b"".join(frames)

@@ -164,7 +164,9 @@ class AsyncClient(AsyncSession):
         replies; returns their outcomes in order, each the result or the
         `RankdError` the server answered (returned, not raised). The requests
         are sent as they are, except that with `retry_writes` each `set`,
-        `set_many` and `remove` without a `wid` gets one (in a copy)."""
+        `set_many` and `remove` without a `wid` gets one (in a copy). A
+        failure raises `RankdConnectionError`, with `results` and `wids` as
+        for `Client.pipeline`."""
         return await self._run(list(requests))
 
     # -- operations ---------------------------------------------------------

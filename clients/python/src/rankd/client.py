@@ -195,7 +195,9 @@ class Client(SyncSession):
         the server answered (returned, not raised, so one failed request
         does not hide the others' results). The requests are sent as they
         are, except that with `retry_writes` each `set`, `set_many` and
-        `remove` without a `wid` gets one (in a copy)."""
+        `remove` without a `wid` gets one (in a copy). A transport failure
+        raises `RankdConnectionError`, whose `results` and `wids` (each
+        request's `wid`, or None) tell what was answered and which writes."""
         return self._run(list(requests))
 
     # -- operations ---------------------------------------------------------
