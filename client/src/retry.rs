@@ -390,18 +390,54 @@ mod tests {
         Some(request)
     }
 
-    /// A server answering every request of every connection `code`.
-    async fn always(code: &'static str, seen: &Seen) -> String {
+    /// What a scripted server does with a request.
+    enum Answer {
+        /// Answers it `ok`.
+        Ok(Value),
+        /// Answers it `ok`, flagged `dup` (a re-send found applied).
+        Dup(Value),
+        /// Answers it with the error `code`.
+        Fail(&'static str),
+        /// Answers `ok` under another request's id.
+        WrongId(Value),
+        /// Never answers; holds the connection open 5 s.
+        Hang,
+        /// Closes the connection.
+        Close,
+    }
+
+    /// A server that notes each request in `seen` and answers it as
+    /// `script` says, given its connection's number and its own number on
+    /// that connection (both from 0).
+    async fn scripted<S>(seen: &Seen, script: S) -> String
+    where
+        S: Fn(usize, usize, &Value) -> Answer + Clone + Send + Sync + 'static,
+    {
         let log = seen.clone();
         serve(move |n, mut peer| {
-            let seen = log.clone();
+            let (seen, script) = (log.clone(), script.clone());
             async move {
+                let mut k = 0;
                 while let Some(request) = note(&seen, n, &mut peer).await {
-                    peer.fail(id(&request), code).await;
+                    let id = id(&request);
+                    match script(n, k, &request) {
+                        Answer::Ok(ok) => peer.reply(id, ok).await,
+                        Answer::Dup(ok) => peer.send(map(&[("id", id.into()), ("ok", ok), ("dup", true.into())])).await,
+                        Answer::Fail(code) => peer.fail(id, code).await,
+                        Answer::WrongId(ok) => peer.reply(id + 7, ok).await,
+                        Answer::Hang => return tokio::time::sleep(Duration::from_secs(5)).await,
+                        Answer::Close => return,
+                    }
+                    k += 1;
                 }
             }
         })
         .await
+    }
+
+    /// A server answering every request of every connection `code`.
+    async fn always(code: &'static str, seen: &Seen) -> String {
+        scripted(seen, move |_, _, _| Answer::Fail(code)).await
     }
 
     #[test]
@@ -440,20 +476,8 @@ mod tests {
     #[tokio::test]
     async fn a_timed_out_write_is_sent_again_with_its_wid_and_counts_once() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                let Some(request) = note(&seen, n, &mut peer).await else { return };
-                if n == 0 {
-                    // Applied, but the answer never comes.
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    return;
-                }
-                peer.send(map(&[("id", id(&request).into()), ("ok", 15.into()), ("dup", true.into())])).await;
-            }
-        })
-        .await;
+        // The first send applied, but its answer never comes.
+        let addr = scripted(&seen, |n, _, _| if n == 0 { Answer::Hang } else { Answer::Dup(15.into()) }).await;
         let mut rankd = retrying(addr, quick(3));
         let written = rankd.set("b", "p", 5, Mode::Incr).await.unwrap();
         assert_eq!(written, Written { value: 15, dup: true });
@@ -468,21 +492,10 @@ mod tests {
     #[tokio::test]
     async fn a_broken_connection_is_retried_and_each_write_has_its_own_wid() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                while let Some(request) = note(&seen, n, &mut peer).await {
-                    if n == 0 {
-                        return; // closes mid-request
-                    }
-                    let ok = match field(&request, "op").as_str() {
-                        Some("remove") => Value::from(true),
-                        _ => Value::Array(vec![1.into(), 2.into()]),
-                    };
-                    peer.reply(id(&request), ok).await;
-                }
-            }
+        let addr = scripted(&seen, |n, _, request| match (n, field(request, "op").as_str()) {
+            (0, _) => Answer::Close, // mid-request
+            (_, Some("remove")) => Answer::Ok(true.into()),
+            _ => Answer::Ok(Value::Array(vec![1.into(), 2.into()])),
         })
         .await;
         let mut rankd = retrying(addr, quick(1));
@@ -500,15 +513,8 @@ mod tests {
     #[tokio::test]
     async fn a_server_that_closes_after_reading_a_write_is_a_broken_connection() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                // Reads the write, then closes without a word.
-                let _ = note(&seen, n, &mut peer).await;
-            }
-        })
-        .await;
+        // Reads the write, then closes without a word.
+        let addr = scripted(&seen, |_, _, _| Answer::Close).await;
         // The plain client reports a lost connection, not a protocol error.
         let mut client = Client::connect(&addr).await.unwrap();
         let error = client.set("b", "p", 1, Mode::Incr).await.unwrap_err();
@@ -530,20 +536,12 @@ mod tests {
     #[tokio::test]
     async fn internal_then_an_answer_returns_the_answer_with_its_dup_flag() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                // The first send applied, but the server failed before
-                // answering; the re-send finds it applied.
-                let first = note(&seen, n, &mut peer).await.unwrap();
-                peer.fail(id(&first), "internal").await;
-                let again = note(&seen, n, &mut peer).await.unwrap();
-                peer.send(map(&[("id", id(&again).into()), ("ok", 15.into()), ("dup", true.into())])).await;
-                while let Some(request) = note(&seen, n, &mut peer).await {
-                    peer.reply(id(&request), 20.into()).await;
-                }
-            }
+        // The first send applied, but the server failed before answering;
+        // the re-send finds it applied.
+        let addr = scripted(&seen, |_, k, _| match k {
+            0 => Answer::Fail("internal"),
+            1 => Answer::Dup(15.into()),
+            _ => Answer::Ok(20.into()),
         })
         .await;
         let mut rankd = retrying(addr, quick(3));
@@ -559,20 +557,10 @@ mod tests {
     #[tokio::test]
     async fn shed_writes_are_retried_refused_ones_are_not() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                let mut k = 0;
-                while let Some(request) = note(&seen, n, &mut peer).await {
-                    k += 1;
-                    match k {
-                        1 => peer.fail(id(&request), "overloaded").await,
-                        2 => peer.reply(id(&request), 3.into()).await,
-                        _ => peer.fail(id(&request), "bad_request").await,
-                    }
-                }
-            }
+        let addr = scripted(&seen, |_, k, _| match k {
+            0 => Answer::Fail("overloaded"),
+            1 => Answer::Ok(3.into()),
+            _ => Answer::Fail("bad_request"),
         })
         .await;
         let mut rankd = RetryingClient::connect_with(&addr, &ConnectOptions::default(), quick(2)).await.unwrap();
@@ -628,16 +616,7 @@ mod tests {
     #[tokio::test]
     async fn a_result_of_the_wrong_shape_is_not_sent_again_but_names_the_wid() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                while let Some(request) = note(&seen, n, &mut peer).await {
-                    peer.reply(id(&request), 5.into()).await; // applied: the new score
-                }
-            }
-        })
-        .await;
+        let addr = scripted(&seen, |_, _, _| Answer::Ok(5.into())).await; // applied: the new score
         let mut rankd = retrying(addr, quick(3));
         let error = rankd.write::<bool>(set_call("b", "p", 5, Mode::Incr)).await.unwrap_err();
         let ClientError::MaybeApplied { sends: 1, last, wid } = &error else { panic!("{error:?}") };
@@ -649,16 +628,7 @@ mod tests {
     #[tokio::test]
     async fn a_protocol_violation_is_not_sent_again_but_names_the_wid() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                while let Some(request) = note(&seen, n, &mut peer).await {
-                    peer.reply(id(&request) + 7, 1.into()).await; // another request's id
-                }
-            }
-        })
-        .await;
+        let addr = scripted(&seen, |_, _, _| Answer::WrongId(1.into())).await;
         let mut rankd = retrying(addr, quick(3));
         let error = rankd.set("b", "p", 1, Mode::Incr).await.unwrap_err();
         let ClientError::MaybeApplied { sends: 1, last, .. } = &error else { panic!("{error:?}") };
@@ -669,16 +639,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_over_max_frame_is_refused_unsent_and_the_connection_stays_usable() {
         let seen = Seen::default();
-        let log = seen.clone();
-        let addr = serve(move |n, mut peer| {
-            let seen = log.clone();
-            async move {
-                while let Some(request) = note(&seen, n, &mut peer).await {
-                    peer.reply(id(&request), Value::Array(vec![7.into()])).await;
-                }
-            }
-        })
-        .await;
+        let addr = scripted(&seen, |_, _, _| Answer::Ok(Value::Array(vec![7.into()]))).await;
         let mut rankd = retrying(addr, quick(3));
         // 2 MiB of entries: twice the default max frame.
         let names: Vec<String> = (0..2048).map(|i| format!("{i:04}{}", "x".repeat(1020))).collect();
@@ -720,24 +681,14 @@ mod tests {
 
     #[tokio::test]
     async fn gives_up_after_its_retries() {
-        let attempts = Arc::new(Mutex::new(0));
-        let count = attempts.clone();
-        let addr = serve(move |_, mut peer| {
-            let count = count.clone();
-            async move {
-                if peer.request().await.is_some() {
-                    *count.lock().unwrap() += 1;
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                }
-            }
-        })
-        .await;
+        let seen = Seen::default();
+        let addr = scripted(&seen, |_, _, _| Answer::Hang).await;
         let policy = RetryPolicy { timeout: Duration::from_millis(100), ..quick(2) };
         let mut rankd = retrying(addr, policy);
         let error = rankd.set("b", "p", 1, Mode::Incr).await.unwrap_err();
         let ClientError::MaybeApplied { sends: 3, last, .. } = &error else { panic!("{error:?}") };
         assert!(matches!(&**last, ClientError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut), "{error}");
-        assert_eq!(*attempts.lock().unwrap(), 3);
+        assert_eq!(seen.lock().unwrap().len(), 3);
         let bad = rankd.write_with_wid::<i64>(set_call("b", "p", 1, Mode::Set), &"x".repeat(MAX_WID + 1)).await;
         assert!(matches!(bad, Err(ClientError::Encode(_))));
     }
