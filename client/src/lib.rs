@@ -73,6 +73,8 @@
 //! let mut rankd = RetryingClient::new("127.0.0.1:7070", ConnectOptions::default(), policy)?;
 //! let coins = rankd.set("arena", "alice", 50, Mode::Incr).await?;
 //! println!("alice has {} coins (a retry found the write applied: {})", coins.value, coins.dup);
+//! // A read, sent once more if its connection breaks before the reply.
+//! println!("{:?}", rankd.read(async |c| c.rank("arena", "alice").await).await?);
 //! # Ok(()) }
 //! ```
 //!

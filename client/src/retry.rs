@@ -125,7 +125,10 @@ fn jittered(pause: Duration) -> Duration {
 /// at most once. A write that was never sent (no connection could be
 /// opened) fails with the connection's error alone.
 ///
-/// Only writes are retried: reads go through [`RetryingClient::client`].
+/// A read goes through [`RetryingClient::read`], which sends it once more
+/// on a new connection if its connection broke before the reply came (not
+/// after its own timeout, nor after an error answer); other calls go
+/// through [`RetryingClient::client`], sent once.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), rankd_client::ClientError> {
@@ -189,7 +192,7 @@ impl RetryingClient {
         &self.policy
     }
 
-    /// Attempts sent again so far (over all writes).
+    /// Attempts sent again so far (over all writes and reads).
     pub fn retried(&self) -> u64 {
         self.retried
     }
@@ -205,7 +208,8 @@ impl RetryingClient {
     }
 
     /// The connection, opened (within the policy's timeout) if there is
-    /// none: for reads and other calls, which are not retried.
+    /// none: for calls sent once (reads go through
+    /// [`RetryingClient::read`]).
     pub async fn client(&mut self) -> Result<&mut Client, ClientError> {
         // A read abandoned part way (a caller's timeout) left its replies
         // on the wire: that connection can answer nothing more.
@@ -219,6 +223,39 @@ impl RetryingClient {
             self.client = Some(client);
         }
         Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// A read, any of [`Client`]'s, within the policy's `timeout`, sent once
+    /// more on a new connection if its connection broke or was closed
+    /// before the reply came: `rankd.read(async |c| c.rank("arena",
+    /// "alice").await).await?`. Not sent again after its own timeout (the
+    /// server may be overloaded: the caller decides), nor after an error
+    /// answer (`overloaded` and `internal` come back as they are). `read`
+    /// may be called twice: it should only read.
+    pub async fn read<T>(
+        &mut self,
+        read: impl AsyncFn(&mut Client) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let mut resent = false;
+        loop {
+            let outcome = tokio::time::timeout(self.policy.timeout, async { read(self.client().await?).await }).await;
+            let error = match outcome {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(error @ ClientError::Server { .. })) => return Err(error),
+                Ok(Err(error)) => error,
+                Err(_) => {
+                    self.client = None;
+                    return Err(timed_out());
+                }
+            };
+            // The connection is of no more use: lost, or out of step.
+            self.client = None;
+            if resent || !matches!(error, ClientError::Io(_)) {
+                return Err(error);
+            }
+            resent = true;
+            self.retried += 1;
+        }
     }
 
     /// `set` with a new `wid`: the score stored after the write.
@@ -677,6 +714,45 @@ mod tests {
         let mut rankd = RetryingClient::new(addr, options, quick(1)).unwrap();
         let error = rankd.write_with_wid::<i64>(set_call("b", "p", 1, Mode::Incr), "w").await.unwrap_err();
         assert!(matches!(&error, ClientError::MaybeApplied { sends: 2, .. }), "sent, then sent again: {error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_read_goes_once_more_after_its_connection_broke() {
+        let seen = Seen::default();
+        // The first connection closes on the read; the second answers.
+        let addr = scripted(&seen, |n, _, _| if n == 0 { Answer::Close } else { Answer::Ok(3.into()) }).await;
+        let mut rankd = retrying(addr, quick(3));
+        assert_eq!(rankd.read(async |c| c.count("b").await).await.unwrap(), 3);
+        assert_eq!((seen.lock().unwrap().len(), rankd.retried(), rankd.connects()), (2, 1, 2));
+        assert_eq!(rankd.read(async |c| c.count("b").await).await.unwrap(), 3, "on the same connection");
+        assert_eq!(rankd.connects(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_read_goes_once_more_only() {
+        let seen = Seen::default();
+        let addr = scripted(&seen, |_, _, _| Answer::Close).await;
+        let mut rankd = retrying(addr, quick(3));
+        let error = rankd.read(async |c| c.count("b").await).await.unwrap_err();
+        assert!(matches!(&error, ClientError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof), "{error:?}");
+        assert_eq!((seen.lock().unwrap().len(), rankd.retried()), (2, 1));
+    }
+
+    #[tokio::test]
+    async fn a_read_is_not_sent_again_after_its_own_timeout_or_an_error_answer() {
+        let seen = Seen::default();
+        let addr = scripted(&seen, |_, _, _| Answer::Hang).await;
+        let mut rankd = retrying(addr, RetryPolicy { timeout: Duration::from_millis(100), ..quick(3) });
+        let error = rankd.read(async |c| c.count("b").await).await.unwrap_err();
+        assert!(matches!(&error, ClientError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut), "{error:?}");
+        assert_eq!((seen.lock().unwrap().len(), rankd.retried()), (1, 0));
+        for code in ["overloaded", "internal"] {
+            let seen = Seen::default();
+            let mut rankd = retrying(always(code, &seen).await, quick(3));
+            let error = rankd.read(async |c| c.count("b").await).await.unwrap_err();
+            assert_eq!(error.code(), Some(code));
+            assert_eq!((seen.lock().unwrap().len(), rankd.retried(), rankd.connects()), (1, 0, 1), "kept: {code}");
+        }
     }
 
     #[tokio::test]
