@@ -15,8 +15,8 @@ use common::Server;
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use rankd_client::{
-    set_call, Call, Client, ConnectOptions, Entry, ErrorCode, Mode, OpKind, Push, RankInfo, WatchEvent, WatchSpec,
-    Watcher, Window,
+    set_call, Call, Client, ConnectOptions, Entry, ErrorCode, Mode, OpKind, Push, RankInfo, ResumingWatcher,
+    WatchEvent, WatchSpec, Watcher, Window,
 };
 
 async fn watcher(server: &Server) -> Watcher {
@@ -498,4 +498,31 @@ async fn a_watch_sees_the_write_pipelined_before_it_in_its_first_push() {
         assert!(client.call::<bool>(unwatch).await.expect("unwatch"), "the watch was open");
         filler.read_raw::<rmpv::Value>().await.expect("the fill's reply").expect("its connection");
     }
+}
+
+/// A `ResumingWatcher` outlives a kill -9 of the server: once it is back on
+/// its address, the watch is asked for again, under the id its caller
+/// holds, and pushes what the restart kept, then the writes after it.
+#[tokio::test]
+async fn a_resuming_watcher_follows_its_board_through_a_kill_9() {
+    let listen = format!("127.0.0.1:{}", common::free_port());
+    let mut server = Server::start_with(2, &["--listen", &listen]);
+    server.client().await.set("resume", "alice", 5, Mode::Set).await.unwrap();
+    let mut watcher = ResumingWatcher::connect_with(&listen, &ConnectOptions::default(), 20).await.unwrap();
+    let top = watcher.watch(&WatchSpec::top("resume", 3)).await.unwrap();
+    let next = async |watcher: &mut ResumingWatcher| {
+        let push = tokio::time::timeout(Duration::from_secs(30), watcher.next_event()).await;
+        push.expect("a push within 30 s").expect("no error").expect("the stream goes on")
+    };
+    let alice = Entry { player: "alice".into(), score: 5, rank: 1 };
+    assert_eq!(next(&mut watcher).await.event, WatchEvent::Top(vec![alice.clone()]));
+    server.kill9();
+    server.restart();
+    let resumed = next(&mut watcher).await;
+    assert_eq!((resumed.watch, resumed.event), (top, WatchEvent::Top(vec![alice.clone()])), "the acknowledged write");
+    assert_eq!(watcher.reconnects(), 1);
+    server.client().await.set("resume", "bob", 9, Mode::Set).await.unwrap();
+    let bob = Entry { player: "bob".into(), score: 9, rank: 1 };
+    let after = next(&mut watcher).await;
+    assert_eq!((after.watch, after.event), (top, WatchEvent::Top(vec![bob, Entry { rank: 2, ..alice }])));
 }

@@ -98,6 +98,8 @@
 //!   `serde` type (`serde::de::IgnoredAny` to skip them), setting pushes
 //!   aside ([`RawPush`]);
 //! - [`Watcher`], [`WatchSpec`], [`Push`], [`WatchEvent`]: watches;
+//!   [`ResumingWatcher`]: watches asked for again on a new connection when
+//!   one is lost;
 //! - [`RetryingClient`], [`RetryPolicy`], [`Written`], [`WidSource`]:
 //!   idempotent writes, retried as every rankd client does
 //!   (`clients/conformance/transport.md`);
@@ -130,6 +132,7 @@ pub mod frame;
 pub mod protocol;
 mod push;
 mod reply;
+mod resume;
 mod retry;
 #[cfg(test)]
 mod testing;
@@ -145,6 +148,7 @@ pub use fields::{set_fields_call, BoardSpec, FieldScores, FieldSpec, FieldsError
 pub use protocol::{ErrorCode, Mode, OpKind, Order, Ties, Window};
 pub use push::RawPush;
 pub use reply::{ApproxRankInfo, ApproxRankOfScore, BoardInfo, Entry, RankInfo};
+pub use resume::{ResumingWatcher, DEFAULT_WATCH_RETRIES};
 pub use retry::{RetryPolicy, RetryingClient};
 pub use watch::{Push, WatchEvent, WatchId, WatchSpec, WatchTarget, Watcher};
 pub use wid::WidSource;

@@ -86,7 +86,7 @@ impl RetryPolicy {
 
     /// The pause before re-send `n` (from 1), before the random half:
     /// `backoff` × 2ⁿ⁻¹, at most `max_backoff`.
-    fn pause(&self, n: u32) -> Duration {
+    pub(crate) fn pause(&self, n: u32) -> Duration {
         let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
         self.backoff.saturating_mul(factor).min(self.max_backoff)
     }
@@ -95,7 +95,7 @@ impl RetryPolicy {
 /// A random time between half and all of `pause`. The randomness is
 /// std's per-process hash keys (each `RandomState` differs): enough to keep
 /// clients apart, and no dependency.
-fn jittered(pause: Duration) -> Duration {
+pub(crate) fn jittered(pause: Duration) -> Duration {
     let half = pause / 2;
     let spread = u64::try_from((pause - half).as_nanos()).unwrap_or(u64::MAX);
     let random = RandomState::new().build_hasher().finish();

@@ -160,7 +160,8 @@ struct Started {
 /// closes a connection whose pushes go unread for its idle timeout. Pushes
 /// that arrive while [`Watcher::watch`] or [`Watcher::unwatch`] wait for
 /// their reply are kept, the newest of each watch. Watches end with their
-/// connection: after the stream ends, connect again and watch again.
+/// connection: after the stream ends, connect again and watch again, or
+/// use a [`crate::ResumingWatcher`], which does.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), rankd_client::ClientError> {
