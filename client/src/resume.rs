@@ -118,7 +118,8 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
 
     /// The next push, its `watch` the caller's id; reconnects when the
     /// connection is lost. `None` once the connection has closed with no
-    /// watch open. Not cancel-safe while it reconnects.
+    /// watch open. Cancel-safe: a reconnection cut short starts over at the
+    /// next call.
     pub async fn next_event(&mut self) -> Result<Option<Push<S>>, ClientError> {
         loop {
             match self.watcher.next_event().await {
@@ -154,23 +155,25 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
         let mut last = None;
         for attempt in 1..=self.retries {
             tokio::time::sleep(jittered(policy.pause(attempt))).await;
-            let watcher = match Watcher::connect_with(&self.addr, &self.options).await {
+            let mut watcher = match Watcher::connect_with(&self.addr, &self.options).await {
                 Ok(watcher) => watcher.with_scores::<S>(),
                 Err(error) => {
                     last = Some(error);
                     continue;
                 }
             };
-            self.watcher = watcher;
             let specs: Vec<(u64, WatchSpec)> = self.specs.iter().map(|(&id, spec)| (id, spec.clone())).collect();
             let asked: Vec<WatchSpec> = specs.iter().map(|(_, spec)| spec.clone()).collect();
-            let started = match self.watcher.watch_many(&asked).await {
+            let started = match watcher.watch_many(&asked).await {
                 Ok(started) => started,
                 Err(error) => {
                     last = Some(error);
                     continue;
                 }
             };
+            // Only now, and from here without waiting: a reconnection cut
+            // short leaves the old, closed connection, and starts over.
+            self.watcher = watcher;
             self.reconnects += 1;
             self.ids.clear();
             let mut refused = None;
@@ -277,6 +280,32 @@ mod tests {
         let error = watcher.next_event().await.unwrap_err();
         assert!(matches!(error, ClientError::Io(_)), "{error:?}");
         assert_eq!((*connections.lock().unwrap(), watcher.reconnects()), (3, 0), "the first and 2 tries");
+    }
+
+    #[tokio::test]
+    async fn a_reconnection_cut_short_starts_over_at_the_next_call() {
+        let addr = serve(|n, mut peer| async move {
+            // 0 serves a watch and closes; 1 never answers (held 5 s); 2 serves.
+            let Some(request) = peer.request().await else { return };
+            if n == 1 {
+                return tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+            peer.reply(id(&request), map(&[("watch", 7.into())])).await;
+            peer.push(7, Value::Array(vec![entry("a", n as i64, 1)])).await;
+            if n == 2 {
+                let _ = peer.request().await;
+            }
+        })
+        .await;
+        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 5).await.unwrap();
+        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
+        assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        let cut = tokio::time::timeout(std::time::Duration::from_millis(500), watcher.next_event()).await;
+        assert!(cut.is_err(), "cut short while connection 1 holds the watch request");
+        let within = std::time::Duration::from_secs(2);
+        let push = tokio::time::timeout(within, watcher.next_event()).await.expect("no wait for connection 1");
+        let push = push.unwrap().unwrap();
+        assert_eq!((push.watch, push.event, watcher.reconnects()), (top, top_of(2), 1));
     }
 
     #[tokio::test]
