@@ -21,6 +21,19 @@ pub struct Call {
 }
 
 impl Call {
+    /// The length of the frame's body (after its 4-byte length) when its
+    /// `id` takes the most bytes one can (a msgpack u64: 9): the most any
+    /// send of this call needs, whatever its id.
+    pub(crate) fn longest_body_len(&self) -> usize {
+        let map_header = match self.entries + 1 {
+            n if n < 16 => 1,
+            n if n <= u32::from(u16::MAX) => 3,
+            _ => 5,
+        };
+        // The "id" key: a fixstr header byte and its two bytes.
+        map_header + 1 + "id".len() + 9 + self.body.len()
+    }
+
     /// A request for `op`.
     pub fn new(op: OpKind) -> Self {
         Self::named(op.name())
@@ -90,6 +103,23 @@ pub fn set_call(board: &str, player: &str, score: i64, mode: Mode) -> Call {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_body_len_is_that_of_the_frame_with_a_u64_id() {
+        let encoded_len = |call: &Call, id: u64| {
+            let mut out = Vec::new();
+            call.encode(id, &mut out);
+            out.len() - 4
+        };
+        let mut wide = Call::new(OpKind::Ping);
+        for i in 0..20 {
+            wide = wide.with(&format!("f{i}"), i);
+        }
+        for call in [set_call("b", "p", -3, Mode::Incr), Call::new(OpKind::Ping), wide] {
+            assert_eq!(call.longest_body_len(), encoded_len(&call, u64::MAX), "{} entries", call.entries);
+            assert_eq!(call.longest_body_len(), encoded_len(&call, 1) + 8);
+        }
+    }
 
     #[test]
     fn encodes_one_map_with_id_op_and_fields() {

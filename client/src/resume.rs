@@ -162,8 +162,7 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
                     continue;
                 }
             };
-            let specs: Vec<(u64, WatchSpec)> = self.specs.iter().map(|(&id, spec)| (id, spec.clone())).collect();
-            let asked: Vec<WatchSpec> = specs.iter().map(|(_, spec)| spec.clone()).collect();
+            let asked: Vec<WatchSpec> = self.specs.values().cloned().collect();
             let started = match watcher.watch_many(&asked).await {
                 Ok(started) => started,
                 Err(error) => {
@@ -177,7 +176,8 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
             self.reconnects += 1;
             self.ids.clear();
             let mut refused = None;
-            for ((id, _), result) in specs.into_iter().zip(started) {
+            let ids: Vec<u64> = self.specs.keys().copied().collect();
+            for (id, result) in ids.into_iter().zip(started) {
                 match result {
                     Ok(WatchId(on_connection)) => {
                         self.ids.insert(on_connection, id);

@@ -311,9 +311,7 @@ impl RetryingClient {
         }
         // Sized once, with the longest id a send may carry: a re-send after
         // a send that may have applied is never refused for its longer id.
-        let mut longest = Vec::new();
-        call.encode(u64::MAX, &mut longest);
-        let len = longest.len().saturating_sub(4);
+        let len = call.longest_body_len();
         if len > self.options.max_frame {
             return Err(too_large(len, self.options.max_frame));
         }

@@ -53,15 +53,12 @@ impl WatchedBoards {
     /// An acknowledged write changed `board`: its watches are due a look.
     /// O(1), whatever the number of watches. True when this change queued
     /// the board (the first since the last look): only then need the
-    /// evaluator be woken. A queued board's cache line is only read: the
-    /// writes after the first leave it shared.
+    /// evaluator be woken.
     pub fn changed(&self, board: &str) -> bool {
         let boards = self.boards.read();
         let Some(changes) = boards.get(board) else { return false };
         changes.count.fetch_add(1, Ordering::SeqCst);
-        // A queued board seen here was queued before the evaluator took it
-        // off (both SeqCst), so that look reads this count.
-        if changes.queued.load(Ordering::SeqCst) || changes.queued.swap(true, Ordering::SeqCst) {
+        if changes.queued.swap(true, Ordering::SeqCst) {
             return false;
         }
         self.changed.lock().push(changes.clone());
