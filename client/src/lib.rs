@@ -99,7 +99,7 @@
 //!   aside ([`RawPush`]);
 //! - [`Watcher`], [`WatchSpec`], [`Push`], [`WatchEvent`]: watches;
 //!   [`ResumingWatcher`]: watches asked for again on a new connection when
-//!   one is lost;
+//!   one is lost (both are `Stream`s of pushes);
 //! - [`RetryingClient`], [`RetryPolicy`], [`Written`], [`WidSource`]:
 //!   idempotent writes, retried as every rankd client does
 //!   (`clients/conformance/transport.md`);

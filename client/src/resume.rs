@@ -6,7 +6,13 @@
 //! push there is the current state, so no change made meanwhile is missed.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
+use futures_core::Stream;
 use serde::de::DeserializeOwned;
 
 use crate::connect::ConnectOptions;
@@ -21,9 +27,12 @@ pub const DEFAULT_WATCH_RETRIES: u32 = 10;
 /// A [`Watcher`] that reconnects: after a lost connection it connects
 /// again (waiting the retry backoff first: a random time between half and
 /// all of 100 ms × 2ⁿ⁻¹, at most 2 s), `auth`s with its token, and asks
-/// again for every open watch. It gives up after `retries` reconnections in
-/// a row have failed: [`ResumingWatcher::next_event`] then returns the last
-/// error.
+/// again for every open watch, each try bounded by the attempt timeout (5 s
+/// by default, as a [`RetryPolicy`]'s). It gives up after `retries`
+/// reconnections in a row have failed: [`ResumingWatcher::next_event`] then
+/// returns the last error.
+///
+/// It is a [`Stream`] of pushes too, as a [`Watcher`] is.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), rankd_client::ClientError> {
@@ -44,8 +53,16 @@ pub struct ResumingWatcher<S = i64> {
     options: ConnectOptions,
     /// Reconnections in a row tried before giving up.
     retries: u32,
+    /// How long one reconnection, connecting and asking included, may take.
+    attempt_timeout: Duration,
     /// The watches of the current connection.
     watcher: Watcher<S>,
+    /// The reconnection under way, if any: kept across calls, so a
+    /// `next_event` cut short leaves it to go on at the next one.
+    reconnecting: Option<Reconnecting>,
+    /// The error of a watch the last new connection refused, for the next
+    /// `next_event` (the watch has ended).
+    refused: Option<ClientError>,
     /// Every open watch, by the id its caller holds.
     specs: BTreeMap<u64, WatchSpec>,
     /// The caller's id of each open watch, by its id on the current
@@ -57,6 +74,17 @@ pub struct ResumingWatcher<S = i64> {
     reconnects: u64,
 }
 
+/// A reconnection: the caller's ids of the watches it asks for again, in
+/// order, and the tries that end with a new connection and each watch's
+/// answer there.
+struct Reconnecting {
+    asked: Vec<u64>,
+    tries: Pin<Box<dyn Future<Output = Result<Reconnected, ClientError>> + Send>>,
+}
+
+/// A new connection and the answer to each watch asked for again there.
+type Reconnected = (Watcher, Vec<Result<WatchId, ClientError>>);
+
 impl ResumingWatcher {
     /// Connects to `addr` now, so a wrong address or token shows at once;
     /// later connections are tried up to `retries` times in a row.
@@ -66,7 +94,10 @@ impl ResumingWatcher {
             addr: addr.to_string(),
             options: options.clone(),
             retries,
+            attempt_timeout: RetryPolicy::default().timeout,
             watcher,
+            reconnecting: None,
+            refused: None,
             specs: BTreeMap::new(),
             ids: HashMap::new(),
             next_id: 1,
@@ -79,14 +110,48 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
     /// This watcher with its pushes' scores read as `T` (see
     /// [`Watcher::with_scores`]).
     pub fn with_scores<T: DeserializeOwned>(self) -> ResumingWatcher<T> {
-        let Self { addr, options, retries, watcher, specs, ids, next_id, reconnects } = self;
+        let Self {
+            addr,
+            options,
+            retries,
+            attempt_timeout,
+            watcher,
+            reconnecting,
+            refused,
+            specs,
+            ids,
+            next_id,
+            reconnects,
+        } = self;
         let watcher = watcher.with_scores::<T>();
-        ResumingWatcher { addr, options, retries, watcher, specs, ids, next_id, reconnects }
+        ResumingWatcher {
+            addr,
+            options,
+            retries,
+            attempt_timeout,
+            watcher,
+            reconnecting,
+            refused,
+            specs,
+            ids,
+            next_id,
+            reconnects,
+        }
     }
 
-    /// Starts a watch on the current connection; it is asked for again on
-    /// every new one. Its first push, the current state, follows at once.
+    /// This watcher with each reconnection try, connecting and asking for
+    /// the watches included, abandoned after `timeout` (a server that
+    /// accepts but never answers is then tried again).
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Starts a watch on the current connection, once a reconnection under
+    /// way has finished; it is asked for again on every new one. Its first
+    /// push, the current state, follows at once.
     pub async fn watch(&mut self, spec: &WatchSpec) -> Result<WatchId, ClientError> {
+        self.finish_reconnecting().await?;
         let WatchId(on_connection) = self.watcher.watch(spec).await?;
         let id = self.next_id;
         self.next_id += 1;
@@ -95,10 +160,13 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
         Ok(WatchId(id))
     }
 
-    /// Ends a watch: `true` if it was active on the current connection. It
-    /// is not asked for again, whatever the answer.
+    /// Ends a watch: `true` if it was active on the current connection
+    /// (once a reconnection under way has finished). It is not asked for
+    /// again, whatever the answer.
     pub async fn unwatch(&mut self, watch: WatchId) -> Result<bool, ClientError> {
+        let reconnected = self.finish_reconnecting().await;
         self.specs.remove(&watch.0);
+        reconnected?;
         let Some(on_connection) = self.ids.iter().find_map(|(&on, &id)| (id == watch.0).then_some(on)) else {
             return Ok(false);
         };
@@ -118,19 +186,30 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
 
     /// The next push, its `watch` the caller's id; reconnects when the
     /// connection is lost. `None` once the connection has closed with no
-    /// watch open. Cancel-safe: a reconnection cut short starts over at the
+    /// watch open. Cancel-safe: a reconnection cut short goes on at the
     /// next call.
     pub async fn next_event(&mut self) -> Result<Option<Push<S>>, ClientError> {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    /// The poll form of [`ResumingWatcher::next_event`].
+    pub fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Push<S>>, ClientError>> {
         loop {
-            match self.watcher.next_event().await {
+            if self.reconnecting.is_some() {
+                ready!(self.poll_reconnecting(cx))?;
+            }
+            if let Some(error) = self.refused.take() {
+                return Poll::Ready(Err(error));
+            }
+            match ready!(self.watcher.poll_event(cx)) {
                 Ok(Some(push)) => {
                     if let Some(push) = self.for_caller(push) {
-                        return Ok(Some(push));
+                        return Poll::Ready(Ok(Some(push)));
                     }
                 }
-                Ok(None) if self.specs.is_empty() => return Ok(None),
-                Ok(None) | Err(ClientError::Io(_)) => self.resume().await?,
-                Err(error) => return Err(error),
+                Ok(None) if self.specs.is_empty() => return Poll::Ready(Ok(None)),
+                Ok(None) | Err(ClientError::Io(_)) => self.start_reconnecting(),
+                Err(error) => return Poll::Ready(Err(error)),
             }
         }
     }
@@ -147,50 +226,83 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
         Some(push)
     }
 
-    /// A new connection with every open watch asked for again, tried up
-    /// to `retries` times; a watch the new connection refuses ends, and
-    /// its error is returned once the others are asked for.
-    async fn resume(&mut self) -> Result<(), ClientError> {
-        let policy = RetryPolicy::default();
-        let mut last = None;
-        for attempt in 1..=self.retries {
-            tokio::time::sleep(jittered(policy.pause(attempt))).await;
-            let mut watcher = match Watcher::connect_with(&self.addr, &self.options).await {
-                Ok(watcher) => watcher.with_scores::<S>(),
-                Err(error) => {
-                    last = Some(error);
-                    continue;
+    /// Waits for a reconnection under way, if any.
+    async fn finish_reconnecting(&mut self) -> Result<(), ClientError> {
+        std::future::poll_fn(|cx| match self.reconnecting {
+            Some(_) => self.poll_reconnecting(cx),
+            None => Poll::Ready(Ok(())),
+        })
+        .await
+    }
+
+    /// Starts a reconnection that asks again for every open watch.
+    fn start_reconnecting(&mut self) {
+        let asked: Vec<u64> = self.specs.keys().copied().collect();
+        let specs: Vec<WatchSpec> = self.specs.values().cloned().collect();
+        let tries = reconnect(self.addr.clone(), self.options.clone(), specs, self.retries, self.attempt_timeout);
+        self.reconnecting = Some(Reconnecting { asked, tries: Box::pin(tries) });
+    }
+
+    /// Drives the reconnection under way: its error if it failed. Once it
+    /// is over, the new connection replaces the old one; a watch it refused
+    /// ends, and its error waits for the next `next_event` (the others are
+    /// on).
+    fn poll_reconnecting(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ClientError>> {
+        let Some(reconnecting) = &mut self.reconnecting else { return Poll::Ready(Ok(())) };
+        let result = ready!(reconnecting.tries.as_mut().poll(cx));
+        let asked = std::mem::take(&mut reconnecting.asked);
+        self.reconnecting = None;
+        let (watcher, started) = result?;
+        self.watcher = watcher.with_scores::<S>();
+        self.reconnects += 1;
+        self.ids.clear();
+        for (id, result) in asked.into_iter().zip(started) {
+            match result {
+                Ok(WatchId(on_connection)) => {
+                    self.ids.insert(on_connection, id);
                 }
-            };
-            let asked: Vec<WatchSpec> = self.specs.values().cloned().collect();
-            let started = match watcher.watch_many(&asked).await {
-                Ok(started) => started,
                 Err(error) => {
-                    last = Some(error);
-                    continue;
-                }
-            };
-            // Only now, and from here without waiting: a reconnection cut
-            // short leaves the old, closed connection, and starts over.
-            self.watcher = watcher;
-            self.reconnects += 1;
-            self.ids.clear();
-            let mut refused = None;
-            let ids: Vec<u64> = self.specs.keys().copied().collect();
-            for (id, result) in ids.into_iter().zip(started) {
-                match result {
-                    Ok(WatchId(on_connection)) => {
-                        self.ids.insert(on_connection, id);
-                    }
-                    Err(error) => {
-                        self.specs.remove(&id);
-                        refused = Some(error);
-                    }
+                    self.specs.remove(&id);
+                    self.refused = Some(error);
                 }
             }
-            return refused.map_or(Ok(()), Err);
         }
-        Err(last.unwrap_or_else(|| ClientError::Config("a ResumingWatcher with 0 retries cannot reconnect".into())))
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A new connection to `addr` with `specs` asked for again, tried up to
+/// `retries` times after the backoff, each try bounded by `timeout`.
+async fn reconnect(
+    addr: String,
+    options: ConnectOptions,
+    specs: Vec<WatchSpec>,
+    retries: u32,
+    timeout: Duration,
+) -> Result<Reconnected, ClientError> {
+    let policy = RetryPolicy::default();
+    let mut last = None;
+    for attempt in 1..=retries {
+        tokio::time::sleep(jittered(policy.pause(attempt))).await;
+        let attempt = async {
+            let mut watcher = Watcher::connect_with(&addr, &options).await?;
+            let started = watcher.watch_many(&specs).await?;
+            Ok((watcher, started))
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok(reconnected)) => return Ok(reconnected),
+            Ok(Err(error)) => last = Some(error),
+            Err(_) => last = Some(ClientError::Io(io::Error::new(io::ErrorKind::TimedOut, "reconnection timed out"))),
+        }
+    }
+    Err(last.unwrap_or_else(|| ClientError::Config("a ResumingWatcher with 0 retries cannot reconnect".into())))
+}
+
+impl<S: DeserializeOwned> Stream for ResumingWatcher<S> {
+    type Item = Result<Push<S>, ClientError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_event(cx).map(Result::transpose)
     }
 }
 
@@ -198,6 +310,7 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
+    use futures_util::StreamExt;
     use rmpv::Value;
 
     use super::*;
@@ -282,30 +395,119 @@ mod tests {
         assert_eq!((*connections.lock().unwrap(), watcher.reconnects()), (3, 0), "the first and 2 tries");
     }
 
-    #[tokio::test]
-    async fn a_reconnection_cut_short_starts_over_at_the_next_call() {
-        let addr = serve(|n, mut peer| async move {
-            // 0 serves a watch and closes; 1 never answers (held 5 s); 2 serves.
-            let Some(request) = peer.request().await else { return };
-            if n == 1 {
-                return tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    /// Connection 0 serves a watch and closes; connection `slow` answers
+    /// its first watch request only after `hold`; the others, and its later
+    /// ones, are answered at once. Each connection numbers its watches from
+    /// 7 and pushes the top of its own number. Counts connections.
+    async fn with_a_slow_connection(slow: usize, hold: Duration, connections: Arc<Mutex<usize>>) -> String {
+        serve(move |n, mut peer| {
+            *connections.lock().unwrap() += 1;
+            async move {
+                let mut next = 7;
+                while let Some(request) = peer.request().await {
+                    if n == slow && next == 7 {
+                        tokio::time::sleep(hold).await;
+                    }
+                    peer.reply(id(&request), map(&[("watch", next.into())])).await;
+                    peer.push(next, Value::Array(vec![entry("a", n as i64, 1)])).await;
+                    next += 1;
+                    if n == 0 {
+                        return;
+                    }
+                }
             }
-            peer.reply(id(&request), map(&[("watch", 7.into())])).await;
-            peer.push(7, Value::Array(vec![entry("a", n as i64, 1)])).await;
-            if n == 2 {
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_reconnection_cut_short_goes_on_at_the_next_call() {
+        let connections = Arc::new(Mutex::new(0));
+        let addr = with_a_slow_connection(1, Duration::from_millis(800), connections.clone()).await;
+        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 5).await.unwrap();
+        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
+        assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        let cut = tokio::time::timeout(Duration::from_millis(300), watcher.next_event()).await;
+        assert!(cut.is_err(), "cut short while connection 1 holds the watch request");
+        let push = watcher.next_event().await.unwrap().unwrap();
+        assert_eq!((push.watch, push.event, watcher.reconnects()), (top, top_of(1), 1));
+        assert_eq!(*connections.lock().unwrap(), 2, "the cut reconnection went on: no third connection");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_never_answers_is_given_up_after_the_attempt_timeout() {
+        let connections = Arc::new(Mutex::new(0));
+        let addr = with_a_slow_connection(1, Duration::from_secs(30), connections.clone()).await;
+        let options = ConnectOptions::default();
+        let watcher = ResumingWatcher::connect_with(&addr, &options, 5).await.unwrap();
+        let mut watcher = watcher.with_attempt_timeout(Duration::from_millis(300));
+        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
+        assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        let within = Duration::from_secs(10);
+        let push = tokio::time::timeout(within, watcher.next_event()).await.expect("no wait for connection 1");
+        let push = push.unwrap().unwrap();
+        assert_eq!((push.watch, push.event, watcher.reconnects()), (top, top_of(2), 1));
+        assert_eq!(*connections.lock().unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_watch_asked_for_during_a_reconnection_waits_for_the_new_connection() {
+        let connections = Arc::new(Mutex::new(0));
+        let addr = with_a_slow_connection(1, Duration::from_millis(500), connections.clone()).await;
+        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 5).await.unwrap();
+        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
+        assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        let cut = tokio::time::timeout(Duration::from_millis(200), watcher.next_event()).await;
+        assert!(cut.is_err(), "cut short while connection 1 holds the watch request");
+        let error = watcher.watch(&WatchSpec::top("c", 1)).await.map(|_| ());
+        assert!(error.is_ok(), "asked on the new connection, not the closed one: {error:?}");
+        assert_eq!((watcher.reconnects(), *connections.lock().unwrap()), (1, 2));
+        let first = watcher.next_event().await.unwrap().unwrap();
+        assert_eq!((first.watch, first.event), (top, top_of(1)));
+    }
+
+    #[tokio::test]
+    async fn it_is_a_stream_of_pushes_across_reconnections() {
+        let addr = closing_first(Arc::new(Mutex::new(Vec::new()))).await;
+        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 3).await.unwrap();
+        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
+        let pushes: Vec<_> =
+            (&mut watcher).take(2).map(|push| push.map(|push| (push.watch, push.event))).collect().await;
+        let pushes: Result<Vec<_>, _> = pushes.into_iter().collect();
+        assert_eq!(pushes.unwrap(), [(top, top_of(0)), (top, top_of(1))]);
+        assert_eq!(watcher.reconnects(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_watch_the_new_connection_refuses_ends_with_its_error_and_the_others_go_on() {
+        let addr = serve(|n, mut peer| async move {
+            // 0 serves two watches, then closes; 1 refuses the first one
+            // asked for again and serves the second.
+            for k in 0..2 {
+                let Some(request) = peer.request().await else { return };
+                if n == 1 && k == 0 {
+                    peer.fail(id(&request), "not_found").await;
+                    continue;
+                }
+                peer.reply(id(&request), map(&[("watch", (k + 1).into())])).await;
+                peer.push(k + 1, Value::Array(vec![entry("a", n as i64, 1)])).await;
+            }
+            if n == 1 {
                 let _ = peer.request().await;
             }
         })
         .await;
-        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 5).await.unwrap();
-        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
-        assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
-        let cut = tokio::time::timeout(std::time::Duration::from_millis(500), watcher.next_event()).await;
-        assert!(cut.is_err(), "cut short while connection 1 holds the watch request");
-        let within = std::time::Duration::from_secs(2);
-        let push = tokio::time::timeout(within, watcher.next_event()).await.expect("no wait for connection 1");
-        let push = push.unwrap().unwrap();
-        assert_eq!((push.watch, push.event, watcher.reconnects()), (top, top_of(2), 1));
+        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 3).await.unwrap();
+        let gone = watcher.watch(&WatchSpec::top("dropped", 1)).await.unwrap();
+        let kept = watcher.watch(&WatchSpec::top("kept", 1)).await.unwrap();
+        for _ in 0..2 {
+            assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        }
+        let error = watcher.next_event().await.unwrap_err();
+        assert_eq!(error.code(), Some("not_found"), "{error:?}");
+        let push = watcher.next_event().await.unwrap().unwrap();
+        assert_eq!((push.watch, push.event), (kept, top_of(1)));
+        assert_eq!(watcher.watches().collect::<Vec<_>>(), [kept], "{gone} ended");
     }
 
     #[tokio::test]
