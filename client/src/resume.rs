@@ -47,6 +47,14 @@ pub const DEFAULT_WATCH_RETRIES: u32 = 10;
 /// # Ok(()) }
 /// ```
 pub struct ResumingWatcher<S = i64> {
+    /// The watches of the current connection.
+    watcher: Watcher<S>,
+    /// The rest, which does not depend on how scores decode.
+    state: ResumeState,
+}
+
+/// What a [`ResumingWatcher`] keeps besides its current connection.
+struct ResumeState {
     /// Where to connect again.
     addr: String,
     /// How (TLS, the token).
@@ -55,8 +63,6 @@ pub struct ResumingWatcher<S = i64> {
     retries: u32,
     /// How long one reconnection, connecting and asking included, may take.
     attempt_timeout: Duration,
-    /// The watches of the current connection.
-    watcher: Watcher<S>,
     /// The reconnection under way, if any: kept across calls, so a
     /// `next_event` cut short leaves it to go on at the next one.
     reconnecting: Option<Reconnecting>,
@@ -91,17 +97,19 @@ impl ResumingWatcher {
     pub async fn connect_with(addr: &str, options: &ConnectOptions, retries: u32) -> Result<Self, ClientError> {
         let watcher = Watcher::connect_with(addr, options).await?;
         Ok(Self {
-            addr: addr.to_string(),
-            options: options.clone(),
-            retries,
-            attempt_timeout: RetryPolicy::default().timeout,
             watcher,
-            reconnecting: None,
-            refused: None,
-            specs: BTreeMap::new(),
-            ids: HashMap::new(),
-            next_id: 1,
-            reconnects: 0,
+            state: ResumeState {
+                addr: addr.to_string(),
+                options: options.clone(),
+                retries,
+                attempt_timeout: RetryPolicy::default().timeout,
+                reconnecting: None,
+                refused: None,
+                specs: BTreeMap::new(),
+                ids: HashMap::new(),
+                next_id: 1,
+                reconnects: 0,
+            },
         })
     }
 }
@@ -110,40 +118,14 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
     /// This watcher with its pushes' scores read as `T` (see
     /// [`Watcher::with_scores`]).
     pub fn with_scores<T: DeserializeOwned>(self) -> ResumingWatcher<T> {
-        let Self {
-            addr,
-            options,
-            retries,
-            attempt_timeout,
-            watcher,
-            reconnecting,
-            refused,
-            specs,
-            ids,
-            next_id,
-            reconnects,
-        } = self;
-        let watcher = watcher.with_scores::<T>();
-        ResumingWatcher {
-            addr,
-            options,
-            retries,
-            attempt_timeout,
-            watcher,
-            reconnecting,
-            refused,
-            specs,
-            ids,
-            next_id,
-            reconnects,
-        }
+        ResumingWatcher { watcher: self.watcher.with_scores::<T>(), state: self.state }
     }
 
     /// This watcher with each reconnection try, connecting and asking for
     /// the watches included, abandoned after `timeout` (a server that
     /// accepts but never answers is then tried again).
     pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
-        self.attempt_timeout = timeout;
+        self.state.attempt_timeout = timeout;
         self
     }
 
@@ -153,10 +135,10 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
     pub async fn watch(&mut self, spec: &WatchSpec) -> Result<WatchId, ClientError> {
         self.finish_reconnecting().await?;
         let WatchId(on_connection) = self.watcher.watch(spec).await?;
-        let id = self.next_id;
-        self.next_id += 1;
-        self.specs.insert(id, spec.clone());
-        self.ids.insert(on_connection, id);
+        let id = self.state.next_id;
+        self.state.next_id += 1;
+        self.state.specs.insert(id, spec.clone());
+        self.state.ids.insert(on_connection, id);
         Ok(WatchId(id))
     }
 
@@ -165,23 +147,23 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
     /// again, whatever the answer.
     pub async fn unwatch(&mut self, watch: WatchId) -> Result<bool, ClientError> {
         let reconnected = self.finish_reconnecting().await;
-        self.specs.remove(&watch.0);
+        self.state.specs.remove(&watch.0);
         reconnected?;
-        let Some(on_connection) = self.ids.iter().find_map(|(&on, &id)| (id == watch.0).then_some(on)) else {
+        let Some(on_connection) = self.state.ids.iter().find_map(|(&on, &id)| (id == watch.0).then_some(on)) else {
             return Ok(false);
         };
-        self.ids.remove(&on_connection);
+        self.state.ids.remove(&on_connection);
         self.watcher.unwatch(WatchId(on_connection)).await
     }
 
     /// The open watches, by their callers' ids.
     pub fn watches(&self) -> impl Iterator<Item = WatchId> + '_ {
-        self.specs.keys().map(|&id| WatchId(id))
+        self.state.specs.keys().map(|&id| WatchId(id))
     }
 
     /// Connections replaced so far.
     pub fn reconnects(&self) -> u64 {
-        self.reconnects
+        self.state.reconnects
     }
 
     /// The next push, its `watch` the caller's id; reconnects when the
@@ -195,27 +177,41 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
     /// The poll form of [`ResumingWatcher::next_event`].
     pub fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Push<S>>, ClientError>> {
         loop {
-            if self.reconnecting.is_some() {
-                ready!(self.poll_reconnecting(cx))?;
-            }
-            if let Some(error) = self.refused.take() {
+            ready!(self.poll_reconnecting(cx))?;
+            if let Some(error) = self.state.refused.take() {
                 return Poll::Ready(Err(error));
             }
             match ready!(self.watcher.poll_event(cx)) {
                 Ok(Some(push)) => {
-                    if let Some(push) = self.for_caller(push) {
+                    if let Some(push) = self.state.for_caller(push) {
                         return Poll::Ready(Ok(Some(push)));
                     }
                 }
-                Ok(None) if self.specs.is_empty() => return Poll::Ready(Ok(None)),
-                Ok(None) | Err(ClientError::Io(_)) => self.start_reconnecting(),
+                Ok(None) if self.state.specs.is_empty() => return Poll::Ready(Ok(None)),
+                Ok(None) | Err(ClientError::Io(_)) => self.state.start_reconnecting(),
                 Err(error) => return Poll::Ready(Err(error)),
             }
         }
     }
 
+    /// Waits for a reconnection under way, if any.
+    async fn finish_reconnecting(&mut self) -> Result<(), ClientError> {
+        std::future::poll_fn(|cx| self.poll_reconnecting(cx)).await
+    }
+
+    /// Drives the reconnection under way, if any: its error if it failed;
+    /// once it is over, its connection replaces the old one.
+    fn poll_reconnecting(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ClientError>> {
+        if let Some(watcher) = ready!(self.state.poll_reconnecting(cx))? {
+            self.watcher = watcher.with_scores::<S>();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl ResumeState {
     /// `push` under its caller's id; `None` for a watch ended meanwhile.
-    fn for_caller(&mut self, mut push: Push<S>) -> Option<Push<S>> {
+    fn for_caller<S>(&mut self, mut push: Push<S>) -> Option<Push<S>> {
         let on_connection = push.watch.0;
         let id = *self.ids.get(&on_connection)?;
         if matches!(push.event, WatchEvent::Ended) {
@@ -226,15 +222,6 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
         Some(push)
     }
 
-    /// Waits for a reconnection under way, if any.
-    async fn finish_reconnecting(&mut self) -> Result<(), ClientError> {
-        std::future::poll_fn(|cx| match self.reconnecting {
-            Some(_) => self.poll_reconnecting(cx),
-            None => Poll::Ready(Ok(())),
-        })
-        .await
-    }
-
     /// Starts a reconnection that asks again for every open watch.
     fn start_reconnecting(&mut self) {
         let asked: Vec<u64> = self.specs.keys().copied().collect();
@@ -243,17 +230,16 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
         self.reconnecting = Some(Reconnecting { asked, tries: Box::pin(tries) });
     }
 
-    /// Drives the reconnection under way: its error if it failed. Once it
-    /// is over, the new connection replaces the old one; a watch it refused
-    /// ends, and its error waits for the next `next_event` (the others are
-    /// on).
-    fn poll_reconnecting(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ClientError>> {
-        let Some(reconnecting) = &mut self.reconnecting else { return Poll::Ready(Ok(())) };
+    /// Drives the reconnection under way: `None` if there is none, its
+    /// error if it failed, else the new connection. A watch the new
+    /// connection refused ends, and its error waits for the next
+    /// `next_event` (the others are on).
+    fn poll_reconnecting(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Watcher>, ClientError>> {
+        let Some(reconnecting) = &mut self.reconnecting else { return Poll::Ready(Ok(None)) };
         let result = ready!(reconnecting.tries.as_mut().poll(cx));
         let asked = std::mem::take(&mut reconnecting.asked);
         self.reconnecting = None;
         let (watcher, started) = result?;
-        self.watcher = watcher.with_scores::<S>();
         self.reconnects += 1;
         self.ids.clear();
         for (id, result) in asked.into_iter().zip(started) {
@@ -267,7 +253,7 @@ impl<S: DeserializeOwned> ResumingWatcher<S> {
                 }
             }
         }
-        Poll::Ready(Ok(()))
+        Poll::Ready(Ok(Some(watcher)))
     }
 }
 
