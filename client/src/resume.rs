@@ -80,13 +80,11 @@ struct ResumeState {
     reconnects: u64,
 }
 
-/// A reconnection: the caller's ids of the watches it asks for again, in
-/// order, and the tries that end with a new connection and each watch's
-/// answer there.
-struct Reconnecting {
-    asked: Vec<u64>,
-    tries: Pin<Box<dyn Future<Output = Result<Reconnected, ClientError>> + Send>>,
-}
+/// A reconnection's tries, which end with a new connection and the answer
+/// there to each open watch, asked for in the order of their callers' ids.
+/// No watch opens or ends while one is under way: `watch` and `unwatch`
+/// finish it first, and the closed connection pushes nothing.
+type Reconnecting = Pin<Box<dyn Future<Output = Result<Reconnected, ClientError>> + Send>>;
 
 /// A new connection and the answer to each watch asked for again there.
 type Reconnected = (Watcher, Vec<Result<WatchId, ClientError>>);
@@ -224,10 +222,9 @@ impl ResumeState {
 
     /// Starts a reconnection that asks again for every open watch.
     fn start_reconnecting(&mut self) {
-        let asked: Vec<u64> = self.specs.keys().copied().collect();
         let specs: Vec<WatchSpec> = self.specs.values().cloned().collect();
         let tries = reconnect(self.addr.clone(), self.options.clone(), specs, self.retries, self.attempt_timeout);
-        self.reconnecting = Some(Reconnecting { asked, tries: Box::pin(tries) });
+        self.reconnecting = Some(Box::pin(tries));
     }
 
     /// Drives the reconnection under way: `None` if there is none, its
@@ -236,12 +233,12 @@ impl ResumeState {
     /// `next_event` (the others are on).
     fn poll_reconnecting(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Watcher>, ClientError>> {
         let Some(reconnecting) = &mut self.reconnecting else { return Poll::Ready(Ok(None)) };
-        let result = ready!(reconnecting.tries.as_mut().poll(cx));
-        let asked = std::mem::take(&mut reconnecting.asked);
+        let result = ready!(reconnecting.as_mut().poll(cx));
         self.reconnecting = None;
         let (watcher, started) = result?;
         self.reconnects += 1;
         self.ids.clear();
+        let asked: Vec<u64> = self.specs.keys().copied().collect();
         for (id, result) in asked.into_iter().zip(started) {
             match result {
                 Ok(WatchId(on_connection)) => {
