@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -17,7 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::connect::ConnectOptions;
 use crate::error::ClientError;
-use crate::retry::{jittered, RetryPolicy};
+use crate::retry::{jittered, timed_out, RetryPolicy};
 use crate::watch::{Push, WatchEvent, WatchId, WatchSpec, Watcher};
 
 /// Reconnections in a row a [`ResumingWatcher`] tries, by default, before
@@ -275,7 +274,7 @@ async fn reconnect(
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(reconnected)) => return Ok(reconnected),
             Ok(Err(error)) => last = Some(error),
-            Err(_) => last = Some(ClientError::Io(io::Error::new(io::ErrorKind::TimedOut, "reconnection timed out"))),
+            Err(_) => last = Some(timed_out()),
         }
     }
     Err(last.unwrap_or_else(|| ClientError::Config("a ResumingWatcher with 0 retries cannot reconnect".into())))
@@ -403,13 +402,27 @@ mod tests {
         .await
     }
 
-    #[tokio::test]
-    async fn a_reconnection_cut_short_goes_on_at_the_next_call() {
+    /// A watcher of one top, with `attempt_timeout`, on
+    /// [`with_a_slow_connection`] whose connection 1 holds its first answer
+    /// for `hold`, past connection 0's push; and the connections counted.
+    async fn past_the_first_connection(
+        hold: Duration,
+        attempt_timeout: Duration,
+    ) -> (ResumingWatcher, WatchId, Arc<Mutex<usize>>) {
         let connections = Arc::new(Mutex::new(0));
-        let addr = with_a_slow_connection(1, Duration::from_millis(800), connections.clone()).await;
-        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 5).await.unwrap();
+        let addr = with_a_slow_connection(1, hold, connections.clone()).await;
+        let watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 5).await.unwrap();
+        let mut watcher = watcher.with_attempt_timeout(attempt_timeout);
         let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
         assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        (watcher, top, connections)
+    }
+
+    #[tokio::test]
+    async fn a_reconnection_cut_short_goes_on_at_the_next_call() {
+        let default_timeout = RetryPolicy::default().timeout;
+        let (mut watcher, top, connections) =
+            past_the_first_connection(Duration::from_millis(800), default_timeout).await;
         let cut = tokio::time::timeout(Duration::from_millis(300), watcher.next_event()).await;
         assert!(cut.is_err(), "cut short while connection 1 holds the watch request");
         let push = watcher.next_event().await.unwrap().unwrap();
@@ -419,13 +432,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_that_never_answers_is_given_up_after_the_attempt_timeout() {
-        let connections = Arc::new(Mutex::new(0));
-        let addr = with_a_slow_connection(1, Duration::from_secs(30), connections.clone()).await;
-        let options = ConnectOptions::default();
-        let watcher = ResumingWatcher::connect_with(&addr, &options, 5).await.unwrap();
-        let mut watcher = watcher.with_attempt_timeout(Duration::from_millis(300));
-        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
-        assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        let (mut watcher, top, connections) =
+            past_the_first_connection(Duration::from_secs(30), Duration::from_millis(300)).await;
         let within = Duration::from_secs(10);
         let push = tokio::time::timeout(within, watcher.next_event()).await.expect("no wait for connection 1");
         let push = push.unwrap().unwrap();
@@ -435,11 +443,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_asked_for_during_a_reconnection_waits_for_the_new_connection() {
-        let connections = Arc::new(Mutex::new(0));
-        let addr = with_a_slow_connection(1, Duration::from_millis(500), connections.clone()).await;
-        let mut watcher = ResumingWatcher::connect_with(&addr, &ConnectOptions::default(), 5).await.unwrap();
-        let top = watcher.watch(&WatchSpec::top("b", 1)).await.unwrap();
-        assert_eq!(watcher.next_event().await.unwrap().unwrap().event, top_of(0));
+        let default_timeout = RetryPolicy::default().timeout;
+        let (mut watcher, top, connections) =
+            past_the_first_connection(Duration::from_millis(500), default_timeout).await;
         let cut = tokio::time::timeout(Duration::from_millis(200), watcher.next_event()).await;
         assert!(cut.is_err(), "cut short while connection 1 holds the watch request");
         let error = watcher.watch(&WatchSpec::top("c", 1)).await.map(|_| ());

@@ -387,8 +387,10 @@ impl RetryingClient {
     }
 }
 
-fn timed_out() -> ClientError {
-    ClientError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer within the retry policy's timeout"))
+/// A try that got no answer within its timeout (a retry policy's, or a
+/// resuming watcher's attempt timeout).
+pub(crate) fn timed_out() -> ClientError {
+    ClientError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer within the timeout"))
 }
 
 #[cfg(test)]
