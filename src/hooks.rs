@@ -48,15 +48,6 @@ pub struct TestHooks {
     /// many players and wide error bounds to check.
     #[arg(long = "debug-approx-buckets")]
     pub approx_buckets: Option<usize>,
-    /// The I/O threads sample their load and decide how many serve every
-    /// this many milliseconds instead of 250, so a test sees connections
-    /// move within a second.
-    #[arg(long = "debug-io-balance-period-ms")]
-    pub io_balance_period_ms: Option<u64>,
-    /// One more I/O thread serves when one is busier than this share of a
-    /// core instead of 0.75 (0 brings them all back at the first busy period).
-    #[arg(long = "debug-io-grow-above")]
-    pub io_grow_above: Option<f64>,
 }
 
 impl TestHooks {

@@ -50,11 +50,6 @@ pub struct ServeSettings {
     /// answering its own [default: number of cores].
     #[arg(long, default_value_t = ServeSettings::default().io_threads, hide_default_value = true)]
     pub io_threads: usize,
-    /// Keep every I/O thread serving connections whatever the load (by
-    /// default as few serve as the load needs, connections moving between
-    /// them while quiet).
-    #[arg(long)]
-    pub fixed_io_threads: bool,
     /// Count-tree branching factor: 2, 4, 8, 16, 32, 64, 128 or 256.
     #[arg(long, default_value_t = ServeSettings::default().branching)]
     pub branching: u32,
@@ -158,7 +153,6 @@ impl Default for ServeSettings {
             data_dir: PathBuf::from("rankd-data"),
             shards: cores(),
             io_threads: cores(),
-            fixed_io_threads: false,
             branching: rankd_shards::tree::DEFAULT_BRANCHING,
             max_batch: 4096,
             max_frame: DEFAULT_MAX_FRAME,

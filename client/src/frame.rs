@@ -96,19 +96,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// Whether every byte read so far has been handed out as frames: the
-    /// stream may then be taken back ([`FrameReader::into_inner`]) and read
-    /// by another reader without losing anything.
-    pub fn is_drained(&self) -> bool {
-        self.buf.is_empty()
-    }
-
-    /// The stream, and with it anything buffered not yet handed out (see
-    /// [`FrameReader::is_drained`]).
-    pub fn into_inner(self) -> R {
-        self.inner
-    }
-
     /// Whether a complete frame is already buffered (no read needed).
     pub fn has_buffered_frame(&self) -> bool {
         self.buf.len() >= 4 && {

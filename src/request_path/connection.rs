@@ -38,11 +38,6 @@
 //!
 //! Transport: plain TCP or TLS; the connection only sees a reader and a
 //! writer.
-//!
-//! Moving: a plain connection may be asked to move to another I/O thread
-//! ([`Moves`]). It goes only when quiet (nothing read and unanswered, no
-//! byte buffered, no watch, not closing), so its order cannot change: its
-//! next request is read on the thread it moved to.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -96,32 +91,6 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Where watches are opened.
     pub watches: Arc<WatchHub>,
-}
-
-/// How a connection moves between I/O threads (see the module docs).
-pub struct Moves {
-    /// Where a quiet connection should go now, if anywhere (an I/O
-    /// thread's index); asked after each write of replies.
-    pub destination: Box<dyn Fn() -> Option<usize>>,
-    /// What the connection carried from the thread it moved from; `None`
-    /// for a connection just accepted.
-    pub carried: Option<Carried>,
-}
-
-/// What a moving connection takes with it: its standing, and when it
-/// would be closed as idle.
-pub struct Carried {
-    access: Access,
-    idle_deadline: tokio::time::Instant,
-}
-
-/// How [`serve`] ended.
-pub enum Served<R, W> {
-    /// The connection is closed, or its client left.
-    Ended,
-    /// It is quiet and should go on on I/O thread `to`, with its stream's
-    /// halves and what it carries.
-    Moved { to: usize, halves: (R, W), carried: Carried },
 }
 
 /// A dispatched batch once answered: its encoded replies, how many
@@ -464,11 +433,10 @@ impl Connection {
     /// The connection ends with requests unanswered (its client left, or
     /// stopped reading): they are counted as abandoned, not lost from the
     /// metrics, and so are the bytes read since the last reply.
-    fn abandon<R, W>(&self, received: u64) -> Served<R, W> {
+    fn abandon(&self, received: u64) {
         let unanswered = self.inflight_requests + self.pending.len();
         self.metrics.requests_abandoned.inc_by(unanswered as u64);
         self.metrics.received_bytes.inc_by(received);
-        Served::Ended
     }
 
     /// Appends the pushes that may be written now to `out`.
@@ -476,12 +444,6 @@ impl Connection {
         if let Some(session) = &mut self.watching {
             out.extend_from_slice(&session.take_pushes().bytes);
         }
-    }
-
-    /// Whether nothing of the connection is inside the server: no request
-    /// read and unanswered, no watch (a moving connection takes none along).
-    fn is_quiet(&self) -> bool {
-        self.inflight_requests == 0 && self.pending.is_empty() && self.answered.is_empty() && self.watching.is_none()
     }
 
     /// Whether the connection has watches open: it waits for pushes then,
@@ -494,34 +456,21 @@ impl Connection {
 /// Serves one connection (the two halves of its stream, plain or TLS)
 /// until the client closes it, a fatal frame error, a lock-out, or shutdown
 /// (which stops reading but still answers what was read).
-/// With `moves`, it may instead end quiet, to go on on another thread.
 pub async fn serve<R, W>(
-    halves: (R, W),
+    (read_half, write_half): (R, W),
     router: Arc<Router>,
     limits: Limits,
     shared: Shared,
     mut shutdown: watch::Receiver<bool>,
-    moves: Option<Moves>,
-) -> Served<R, W>
-where
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let metrics = shared.metrics.clone();
-    let (destination, carried) = match moves {
-        Some(Moves { destination, carried }) => (Some(destination), carried),
-        None => (None, None),
-    };
-    // A moved connection was counted where it was accepted.
-    if carried.is_none() {
-        metrics.connections_accepted.inc();
-        metrics.connections_open.inc();
-    }
-    let served = serve_inner(halves, router, limits, shared, &mut shutdown, destination, carried).await;
-    if matches!(served, Served::Ended) {
-        metrics.connections_open.dec();
-    }
-    served
+    metrics.connections_accepted.inc();
+    metrics.connections_open.inc();
+    serve_inner(read_half, write_half, router, limits, shared, &mut shutdown).await;
+    metrics.connections_open.dec();
 }
 
 /// Writes every answered batch's replies (see
@@ -563,18 +512,13 @@ pub async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, metrics: Arc<Metrics>)
 }
 
 async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    (read_half, mut write_half): (R, W),
+    read_half: R,
+    mut write_half: W,
     router: Arc<Router>,
     limits: Limits,
     Shared { tokens, metrics, watches }: Shared,
     shutdown: &mut watch::Receiver<bool>,
-    destination: Option<Box<dyn Fn() -> Option<usize>>>,
-    carried: Option<Carried>,
-) -> Served<R, W> {
-    let (access, mut idle_deadline) = match carried {
-        Some(Carried { access, idle_deadline }) => (access, idle_deadline),
-        None => (Access::new(tokens), tokio::time::Instant::now() + limits.idle_timeout),
-    };
+) {
     let mut frames = FrameReader::new(read_half, limits.max_frame);
     let mut conn = Connection {
         router,
@@ -585,7 +529,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         held_rows: 0,
         multi_outstanding: 0,
         pending: Vec::new(),
-        access,
+        access: Access::new(tokens),
         locked_out: false,
         heard: false,
         hub: watches,
@@ -597,6 +541,7 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     // made anew each turn, they were a timer registration and a waiter
     // queued and dropped per request. The timer is armed for the deadline
     // at the time; when it fires, a deadline moved on by reads re-arms it.
+    let mut idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
     let mut idle = std::pin::pin!(tokio::time::sleep_until(idle_deadline));
     let mut signal = shutdown.clone();
     let mut shutdown_signal = std::pin::pin!(async move { signal.changed().await });
@@ -606,14 +551,6 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     loop {
         if closing && conn.inflight.is_empty() && conn.pending.is_empty() {
             break;
-        }
-        // Quiet, with somewhere to go: its next request is read there.
-        if !closing && backup.is_none() && conn.is_quiet() && frames.is_drained() {
-            if let Some(to) = destination.as_ref().and_then(|destination| destination()) {
-                metrics.received_bytes.inc_by(received);
-                let carried = Carried { access: conn.access, idle_deadline };
-                return Served::Moved { to, halves: (frames.into_inner(), write_half), carried };
-            }
         }
         let can_read = !closing && conn.pending.is_empty() && conn.has_room(&limits);
         let pushes = conn.watching.as_ref().map(WatchSession::pushes);
@@ -718,5 +655,4 @@ async fn serve_inner<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     // full, and TLS's close_notify would wait for it forever, holding the
     // connection's slot.
     let _ = tokio::time::timeout(limits.idle_timeout.min(CLOSE_TIMEOUT), write_half.shutdown()).await;
-    Served::Ended
 }

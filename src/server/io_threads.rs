@@ -1,14 +1,12 @@
 //! The I/O threads: each runs its own router and the client connections
 //! handed to it, so reading, decoding, routing and writing replies are
-//! spread over cores instead of all waiting for one thread. How many of
-//! them serve, and which serves each connection: `io_balance`.
+//! spread over cores instead of all waiting for one thread.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::{Actor, Addr, Arbiter};
 
-use super::io_balance::{self, IoBalance};
 use crate::operations::metrics::Metrics;
 use crate::request_path::router::{Router, RouterActor, RouterParts};
 use crate::request_path::shard::link::Origin;
@@ -21,60 +19,32 @@ struct IoThread {
     router: Option<(Arc<Router>, Addr<RouterActor>)>,
 }
 
-/// How the threads in use follow the load (see `io_balance`).
-#[derive(Debug, Clone, Copy)]
-pub struct Balancing {
-    /// Whether they do; else every thread serves.
-    pub adaptive: bool,
-    /// How often each thread samples its load.
-    pub period: Duration,
-    /// The busy share of a core past which one more thread serves.
-    pub grow_above: f64,
-}
-
-impl Balancing {
-    /// Following the load, or not, at the usual period and threshold.
-    pub fn new(adaptive: bool) -> Self {
-        Self { adaptive, period: io_balance::PERIOD, grow_above: io_balance::GROW_ABOVE }
-    }
-}
-
-/// Every I/O thread, and which serve connections.
+/// Every I/O thread, and which one takes the next connection.
 pub struct IoThreads {
     threads: Vec<IoThread>,
-    balance: Arc<IoBalance>,
+    /// Connections are dealt out in turn: they are long-lived, so turns
+    /// spread them as well as the threads' load would.
+    next: AtomicUsize,
 }
 
 impl IoThreads {
     /// Starts `count` threads, each with the relay its committed answers
     /// arrive on (returned, in thread order, for the shards' pipelines).
-    pub fn start(count: usize, balancing: Balancing, metrics: &Arc<Metrics>) -> (Self, Vec<ReplyRelay>) {
-        let balance = Arc::new(IoBalance::new(
-            count,
-            balancing.adaptive,
-            metrics.io_threads_active.clone(),
-            metrics.connections_moved.clone(),
-        ));
+    pub fn start(count: usize, metrics: &Arc<Metrics>) -> (Self, Vec<ReplyRelay>) {
         let mut threads = Vec::with_capacity(count);
         let mut relays = Vec::with_capacity(count);
         for index in 0..count {
             let arbiter = Arbiter::new();
             let (relay, deliver) = ReplyRelay::new();
-            let (metrics, balance) = (metrics.clone(), balance.clone());
+            let metrics = metrics.clone();
             arbiter.spawn_fn(move || {
                 metrics.threads.register(&format!("io-{index}"));
                 actix_rt::spawn(deliver);
-                actix_rt::spawn(io_balance::busy_sampler(balance, index, balancing.period, balancing.grow_above));
             });
             threads.push(IoThread { arbiter, router: None });
             relays.push(relay);
         }
-        (Self { threads, balance }, relays)
-    }
-
-    /// Where connections are placed and moved.
-    pub fn balance(&self) -> &Arc<IoBalance> {
-        &self.balance
+        (Self { threads, next: AtomicUsize::new(0) }, relays)
     }
 
     /// Starts each thread's router over the shards, reached from that
@@ -90,10 +60,11 @@ impl IoThreads {
         }
     }
 
-    /// Runs `serve` with thread `index`'s router on that thread; `false`
+    /// Runs `serve` with the next thread's router on that thread; `false`
     /// if the thread has stopped.
-    pub fn spawn_on(&self, index: usize, serve: impl FnOnce(Arc<Router>) + Send + 'static) -> bool {
-        let Some(thread) = self.threads.get(index) else { return false };
+    pub fn spawn(&self, serve: impl FnOnce(Arc<Router>) + Send + 'static) -> bool {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len();
+        let thread = &self.threads[turn];
         match &thread.router {
             Some((router, _)) => {
                 let router = router.clone();

@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
-use tokio_rustls::TlsAcceptor;
+use tokio::sync::{mpsc, watch};
 
 use crate::operations::metrics::Metrics;
-use crate::request_path::connection::{self, Carried, Limits, Moves, Served, Shared};
+use crate::request_path::connection::{self, Limits, Shared};
 use crate::request_path::shard::command::{answer, reply};
 use crate::request_path::shard::{Command, ShardLink};
 use crate::security::tls::handshake;
@@ -41,7 +40,7 @@ pub struct Serving {
 /// Accepts connections and deals them out to the I/O threads until SIGTERM
 /// or Ctrl-C; then stops accepting and waits (bounded) for every connection
 /// to answer what it read.
-pub async fn accept_until_signal(listener: TcpListener, io: &Arc<IoThreads>, serving: Serving, metrics: Arc<Metrics>) {
+pub async fn accept_until_signal(listener: TcpListener, io: &IoThreads, serving: Serving, metrics: Arc<Metrics>) {
     let Serving { limits, tokens, tls, slots, watches } = serving;
     let mut hangups = hangup_signals();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -72,23 +71,37 @@ pub async fn accept_until_signal(listener: TcpListener, io: &Arc<IoThreads>, ser
                             continue;
                         }
                     };
-                    let tenancy = Tenancy {
-                        limits,
-                        tokens: tokens.clone(),
-                        metrics: metrics.clone(),
-                        watches: watches.clone(),
-                        shutdown: shutdown_rx.clone(),
-                        _alive: alive_tx.clone(),
-                        _slot: slot,
-                    };
-                    let thread = io.balance().place();
-                    let started = match tls.as_ref() {
-                        None => serve_plain(io.clone(), thread, stream, tenancy, None),
-                        Some(tls) => serve_tls(io, thread, stream, tenancy, tls.acceptor()),
-                    };
-                    if !started {
-                        io.balance().left(thread);
-                    }
+                    let (shutdown, alive) = (shutdown_rx.clone(), alive_tx.clone());
+                    let shared = Shared { tokens: tokens.clone(), metrics: metrics.clone(), watches: watches.clone() };
+                    let metrics = metrics.clone();
+                    let acceptor = tls.as_ref().map(|tls| tls.acceptor());
+                    // Built on the I/O thread: a connection's future is not Send.
+                    io.spawn(move |router| {
+                        actix_rt::spawn(async move {
+                            let stream = match tokio::net::TcpStream::from_std(stream) {
+                                Ok(stream) => stream,
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "cannot take a connection over; closing it");
+                                    return;
+                                }
+                            };
+                            let _ = stream.set_nodelay(true);
+                            match acceptor {
+                                None => {
+                                    connection::serve(stream.into_split(), router, limits, shared, shutdown).await
+                                }
+                                Some(acceptor) => match handshake(acceptor, stream).await {
+                                    Some(stream) => {
+                                        let halves = tokio::io::split(stream);
+                                        connection::serve(halves, router, limits, shared, shutdown).await
+                                    }
+                                    // Plaintext on a TLS port, an untrusted client certificate, a stall.
+                                    None => metrics.security.client_handshake_failures.inc(),
+                                },
+                            }
+                            drop((alive, slot));
+                        });
+                    });
                 }
                 Err(e) => {
                     // Out of fds and the like: back off instead of spinning.
@@ -117,117 +130,6 @@ pub async fn accept_until_signal(listener: TcpListener, io: &Arc<IoThreads>, ser
     if tokio::time::timeout(DRAIN_TIMEOUT, alive_rx.recv()).await.is_err() {
         tracing::warn!("connections still busy after {DRAIN_TIMEOUT:?}; closing them");
     }
-}
-
-/// What a connection holds for its whole life, on whichever I/O thread
-/// serves it: dropped when it ends.
-struct Tenancy {
-    limits: Limits,
-    tokens: Arc<Tokens>,
-    metrics: Arc<Metrics>,
-    watches: Arc<WatchHub>,
-    shutdown: watch::Receiver<bool>,
-    /// Held, not read: shutdown waits until every connection's clone is
-    /// dropped.
-    _alive: mpsc::Sender<()>,
-    /// Held, not read: its place under `--max-connections`.
-    _slot: OwnedSemaphorePermit,
-}
-
-impl Tenancy {
-    fn shared(&self) -> Shared {
-        Shared { tokens: self.tokens.clone(), metrics: self.metrics.clone(), watches: self.watches.clone() }
-    }
-}
-
-/// Serves a plain TCP connection on I/O thread `thread` (counted there
-/// already), and goes on wherever the connection moves; `false` if the
-/// thread has stopped.
-fn serve_plain(
-    io: Arc<IoThreads>,
-    thread: usize,
-    stream: std::net::TcpStream,
-    tenancy: Tenancy,
-    carried: Option<Carried>,
-) -> bool {
-    let on_thread = io.clone();
-    // Built on the I/O thread: a connection's future is not Send.
-    on_thread.spawn_on(thread, move |router| {
-        actix_rt::spawn(async move {
-            let stream = match tokio::net::TcpStream::from_std(stream) {
-                Ok(stream) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot take a connection over; closing it");
-                    io.balance().left(thread);
-                    return;
-                }
-            };
-            if carried.is_none() {
-                let _ = stream.set_nodelay(true);
-            }
-            let balance = io.balance().clone();
-            let moves = Moves { destination: Box::new(move || balance.destination(thread)), carried };
-            let (limits, shared, shutdown) = (tenancy.limits, tenancy.shared(), tenancy.shutdown.clone());
-            match connection::serve(stream.into_split(), router, limits, shared, shutdown, Some(moves)).await {
-                Served::Ended => io.balance().left(thread),
-                Served::Moved { to, halves: (read, write), carried } => {
-                    let moved = read
-                        .reunite(write)
-                        .map_err(|e| e.to_string())
-                        .and_then(|s| s.into_std().map_err(|e| e.to_string()));
-                    match moved {
-                        Ok(stream) => {
-                            let metrics = tenancy.metrics.clone();
-                            if !serve_plain(io.clone(), to, stream, tenancy, Some(carried)) {
-                                metrics.connections_open.dec();
-                                io.balance().left(to);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot move a connection; closing it");
-                            tenancy.metrics.connections_open.dec();
-                            io.balance().left(to);
-                        }
-                    }
-                }
-            }
-        });
-    })
-}
-
-/// Serves a TLS connection on I/O thread `thread` (counted there already)
-/// after its handshake: it stays there, its session state tied to the
-/// thread's stream.
-fn serve_tls(
-    io: &Arc<IoThreads>,
-    thread: usize,
-    stream: std::net::TcpStream,
-    tenancy: Tenancy,
-    acceptor: TlsAcceptor,
-) -> bool {
-    let balance = io.balance().clone();
-    io.spawn_on(thread, move |router| {
-        actix_rt::spawn(async move {
-            let stream = match tokio::net::TcpStream::from_std(stream) {
-                Ok(stream) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot take a connection over; closing it");
-                    balance.left(thread);
-                    return;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            match handshake(acceptor, stream).await {
-                Some(stream) => {
-                    let (limits, shared, shutdown) = (tenancy.limits, tenancy.shared(), tenancy.shutdown.clone());
-                    connection::serve(tokio::io::split(stream), router, limits, shared, shutdown, None).await;
-                }
-                // Plaintext on a TLS port, an untrusted client certificate, a stall.
-                None => tenancy.metrics.security.client_handshake_failures.inc(),
-            }
-            balance.left(thread);
-        });
-    })
 }
 
 /// Waits until every shard has committed everything queued before now and

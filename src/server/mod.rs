@@ -8,7 +8,6 @@
 //! every shard to commit and prepare a fast restart before the process
 //! exits 0. [`layout`]: what a data dir holds.
 
-pub mod io_balance;
 pub mod io_threads;
 pub mod layout;
 pub mod listener;
@@ -29,7 +28,7 @@ use crate::request_path::router::{Boards, Router, RouterParts};
 use crate::security::TlsReloader;
 use crate::settings::ServeSettings;
 use crate::watches::{evaluator, WatchHub};
-use io_threads::{Balancing, IoThreads};
+use io_threads::IoThreads;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -87,16 +86,7 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
     // I/O threads.
     metrics.threads.register("main");
     system.block_on(async move {
-        #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
-        let mut balancing = Balancing::new(!config.fixed_io_threads);
-        #[cfg(feature = "test-hooks")]
-        {
-            if let Some(ms) = config.hooks.io_balance_period_ms {
-                balancing.period = std::time::Duration::from_millis(ms.max(1));
-            }
-            balancing.grow_above = config.hooks.io_grow_above.unwrap_or(balancing.grow_above);
-        }
-        let (mut io, relays) = IoThreads::start(config.io_threads, balancing, &metrics);
+        let (mut io, relays) = IoThreads::start(config.io_threads, &metrics);
         let (links, arbiters) = startup::start_shards(shards, &config, &dense, &metrics, clock, relays);
         let boards = Arc::new(parking_lot::Mutex::new(Boards::new(state).publish_count(metrics.boards.clone())));
         #[cfg(feature = "test-hooks")]
@@ -120,8 +110,6 @@ pub fn run(config: ServeSettings) -> Result<(), StartError> {
             approx,
         };
         io.start_routers(&links, &parts, configure);
-        // Shared with the connections, which move themselves between threads.
-        let io = Arc::new(io);
         // Watches are looked at on a thread of their own, never a shard's
         // or a connection's.
         let watch_thread = actix::Arbiter::new();

@@ -65,10 +65,6 @@ pub struct Metrics {
     pub connections_accepted: IntCounter,
     /// Connections refused at the connection limit.
     pub connections_refused: IntCounter,
-    /// I/O threads serving connections now (see `server::io_balance`).
-    pub io_threads_active: IntGauge,
-    /// Quiet connections moved to another I/O thread.
-    pub connections_moved: IntCounter,
     /// Ranks answered in place from the shards' engines, without queueing
     /// for a shard (see `router::IN_PLACE_MAX_BATCH`).
     pub ranks_in_place: IntCounter,
@@ -141,17 +137,6 @@ impl Metrics {
             "rankd_connections_refused_total",
             "Client connections refused at --max-connections (answered `overloaded`).",
         )?;
-        let io_threads_active = IntGauge::new(
-            "rankd_io_threads_active",
-            "I/O threads serving client connections now, of --io-threads: as few as the load needs (one more when \
-             one is busier than 0.9 of a core, one fewer when the rest could carry the load at 0.75 of a core \
-             each).",
-        )?;
-        let connections_moved = IntCounter::new(
-            "rankd_connections_moved_total",
-            "Client connections moved to another I/O thread while quiet (nothing in flight): off a thread no \
-             longer in use, or to even out the threads in use.",
-        )?;
         let ranks_in_place = IntCounter::new(
             "rankd_ranks_in_place_total",
             "Ranks answered in place from the shards' engines on the I/O threads, without queueing behind \
@@ -202,8 +187,6 @@ impl Metrics {
             Box::new(connections_open.clone()),
             Box::new(connections_accepted.clone()),
             Box::new(connections_refused.clone()),
-            Box::new(io_threads_active.clone()),
-            Box::new(connections_moved.clone()),
             Box::new(ranks_in_place.clone()),
             Box::new(writes_in_place.clone()),
             Box::new(boards.clone()),
@@ -239,8 +222,6 @@ impl Metrics {
             connections_open,
             connections_accepted,
             connections_refused,
-            io_threads_active,
-            connections_moved,
             ranks_in_place,
             writes_in_place,
             boards,
