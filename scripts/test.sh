@@ -6,7 +6,8 @@
 # package, whose server and promtool check the dashboard and alert rules;
 # fuse3, for the power-cut filesystem of tests/power_cut.rs; redis-server,
 # for the load generator's Redis comparison; python3-yaml and systemd, for
-# tests/deployment/), then every unit, property and integration test.
+# tests/deployment/), then every unit, property and integration test (with
+# cargo-nextest when the machine has it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,4 +117,14 @@ fi
 echo "installing the Node client's dependencies (npm ci) for tests/node_client.rs"
 npm ci --prefix clients/node --no-audit --no-fund --loglevel=error >/dev/null
 
-cargo test --workspace "$@"
+# Every unit, property and integration test; arguments go to the runner.
+# cargo-nextest, where the machine has it, runs the tests of every binary
+# side by side, where `cargo test` waits for each binary's slowest test
+# before it starts the next (4.5 against 6 minutes on 2 cores); it runs
+# no doc tests, so `cargo test --doc` follows it.
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+  cargo test --workspace --doc
+else
+  cargo test --workspace "$@"
+fi
