@@ -120,8 +120,8 @@ npm ci --prefix clients/node --no-audit --no-fund --loglevel=error >/dev/null
 # Every unit, property and integration test; arguments go to the runner.
 # cargo-nextest, where the machine has it, runs the tests of every binary
 # side by side, where `cargo test` waits for each binary's slowest test
-# before it starts the next (4.5 against 6 minutes on 2 cores); it runs
-# no doc tests, so `cargo test --doc` follows it.
+# before it starts the next; it runs no doc tests, so `cargo test --doc`
+# follows it.
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
   cargo test --workspace --doc
