@@ -324,6 +324,48 @@ fn stalls_script_reports_a_run() {
     }
 }
 
+/// `scripts/server-cost.sh` (a server's CPU an op, thread by thread) runs
+/// end to end on a tiny board: a line a workload, with the CPU an op and,
+/// for the writes, their fsyncs.
+#[test]
+fn server_cost_script_reports_each_workload() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/server-cost.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["8", "1", "set", "rank"])
+        .env("RANKD", rankd())
+        .env("RANKD_BENCH", env!("CARGO_BIN_EXE_rankd-bench"))
+        .env("RANKD_LOG", "warn")
+        .env("PLAYERS", "2000")
+        .env("WARM", "0")
+        .env("DURATION", "1")
+        .output()
+        .expect("run scripts/server-cost.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "server-cost.sh failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    // build workload ops/s p99 cores us/op | io shard commit runs fjall rest | fsync/s w/sync | vcsw pcsw
+    let columns = |line: &str| -> Vec<f64> {
+        line.split_whitespace().skip(2).filter(|field| *field != "|").map(|field| field.parse().unwrap()).collect()
+    };
+    for (line, workload) in lines[1..].iter().zip(["set", "rank"]) {
+        assert_eq!(line.split_whitespace().nth(1), Some(workload), "{stdout}");
+        let figures = columns(line);
+        assert_eq!(figures.len(), 14, "{stdout}");
+        let (ops, us_an_op, io, fsyncs) = (figures[0], figures[3], figures[4], figures[10]);
+        assert!(ops > 0.0 && us_an_op > 0.0 && io > 0.0, "{stdout}");
+        if workload == "set" {
+            assert!(fsyncs > 0.0 && figures[11] >= 1.0, "writes with no fsync: {stdout}");
+        }
+    }
+}
+
 #[test]
 fn watch_latency_and_wids_against_rankd() {
     let server = Server::start(2);
