@@ -98,8 +98,8 @@ def samples(path):
             out[name] = float(value)
     return out
 
+before, after = samples(work + "/before"), samples(work + "/after")
 def delta(prefix):
-    before, after = samples(work + "/before"), samples(work + "/after")
     return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix))
 
 def counts(path):

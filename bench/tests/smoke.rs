@@ -289,28 +289,37 @@ fn bench_against_redis() {
     }
 }
 
-/// `scripts/stalls.sh` (tail latency beside the server's slow steps) runs
-/// end to end on a tiny board and prints its five lines with a real run.
-#[test]
-fn stalls_script_reports_a_run() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/stalls.sh");
+/// Runs `scripts/<name>` with `args` against a tiny, brief load (no warm-up,
+/// one measured second, plus `env`) on this build's binaries; returns what
+/// it printed once it succeeded.
+fn run_script(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts").join(name);
     let out = Command::new("bash")
         .arg(&script)
-        .args(["2", "2000"])
+        .args(args)
         .env("RANKD", rankd())
         .env("RANKD_BENCH", env!("CARGO_BIN_EXE_rankd-bench"))
         .env("RANKD_LOG", "warn")
         .env("WARM", "0")
         .env("DURATION", "1")
+        .envs(env.iter().copied())
         .output()
-        .expect("run scripts/stalls.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .unwrap_or_else(|e| panic!("run scripts/{name}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "stalls.sh failed ({}):\n{stdout}\n{}",
+        "{name} failed ({}):\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+/// `scripts/stalls.sh` (tail latency beside the server's slow steps) runs
+/// end to end on a tiny board and prints its five lines with a real run.
+#[test]
+fn stalls_script_reports_a_run() {
+    let stdout = run_script("stalls.sh", &["2", "2000"], &[]);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 5, "{stdout}");
     let ops: f64 = lines[0]
@@ -329,25 +338,7 @@ fn stalls_script_reports_a_run() {
 /// for the writes, their fsyncs.
 #[test]
 fn server_cost_script_reports_each_workload() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/server-cost.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .args(["8", "1", "set", "rank"])
-        .env("RANKD", rankd())
-        .env("RANKD_BENCH", env!("CARGO_BIN_EXE_rankd-bench"))
-        .env("RANKD_LOG", "warn")
-        .env("PLAYERS", "2000")
-        .env("WARM", "0")
-        .env("DURATION", "1")
-        .output()
-        .expect("run scripts/server-cost.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "server-cost.sh failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_script("server-cost.sh", &["8", "1", "set", "rank"], &[("PLAYERS", "2000")]);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{stdout}");
     // build workload ops/s p99 cores us/op | io shard commit runs fjall rest | fsync/s w/sync | vcsw pcsw
