@@ -6,7 +6,8 @@
 # for an A/B; otherwise a release build of this checkout), `rankd_bench`
 # (the load generator, RANKD_BENCH=path or this checkout's) and `work` (a
 # fresh temp dir, for the caller's EXIT trap to remove).
-# Defines comparison_load (the comparison scripts' arguments) and cpu_ticks.
+# Defines comparison_load (the comparison scripts' arguments), cpu_ticks and
+# scrape_metrics.
 
 [ -n "${RANKD:-}" ] || cargo build --release --quiet -p rankd
 [ -n "${RANKD_BENCH:-}" ] || cargo build --release --quiet -p rankd-bench
@@ -59,3 +60,10 @@ comparison_load() {
 # cpu_ticks PID: the CPU the process has used so far (utime+stime), in
 # clock ticks (getconf CLK_TCK a second).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# scrape_metrics PORT: prints the Prometheus page of the rankd whose
+# metrics listen on 127.0.0.1:PORT.
+scrape_metrics() {
+    python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+        "http://127.0.0.1:$1/metrics"
+}

@@ -49,7 +49,6 @@ if [ "${PERF:-0}" = 1 ]; then
     echo "profiles in $profiles"
 fi
 
-scrape() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://127.0.0.1:$metrics/metrics"; }
 # The server's CPU ticks so far, then its context switches, voluntary and
 # preempted, over its threads.
 counts() {
@@ -72,7 +71,7 @@ for round in $(seq "${ROUNDS:-1}"); do
         "$rankd_bench" --target "$target" --players "${PLAYERS:-1000000}" --prefill --ops 1 -q >/dev/null 2>&1
         for w in "${workloads[@]}"; do
             [ "${WARM:-5}" -gt 0 ] && "$rankd_bench" "${load[@]}" -w "$w" --duration "${WARM:-5}" >/dev/null
-            scrape >"$work/before"
+            scrape_metrics "$metrics" >"$work/before"
             counts >"$work/before-counts"
             perf_pid=
             if [ -n "$profiles" ]; then
@@ -83,7 +82,7 @@ for round in $(seq "${ROUNDS:-1}"); do
             "$rankd_bench" "${load[@]}" -w "$w" --duration "${DURATION:-8}" \
                 --server-metrics "127.0.0.1:$metrics" --json "$work/report.json" >/dev/null
             [ -z "$perf_pid" ] || wait "$perf_pid" || true
-            scrape >"$work/after"
+            scrape_metrics "$metrics" >"$work/after"
             counts >"$work/after-counts"
             python3 - "$work" "$build" "$w" "$(getconf CLK_TCK)" <<'PY'
 import json, re, sys

@@ -37,11 +37,10 @@ wait_listening "$work/log" "$pid"
 target="rankd://127.0.0.1:$port"
 "$rankd_bench" --target "$target" --players "$players" --prefill --ops 1 -q >/dev/null 2>&1
 [ "$warm" -gt 0 ] && "$rankd_bench" --target "$target" --players "$players" --duration "$warm" -w set -q >/dev/null
-scrape() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://127.0.0.1:$metrics/metrics"; }
-scrape >"$work/before"
+scrape_metrics "$metrics" >"$work/before"
 "$rankd_bench" --target "$target" --players "$players" --duration "$duration" \
     -c "${CONNS:-8}" -d "${DEPTH:-64}" -w set -q --json "$work/report.json" >/dev/null
-scrape >"$work/after"
+scrape_metrics "$metrics" >"$work/after"
 
 python3 - "$work" <<'PY'
 import json, sys
