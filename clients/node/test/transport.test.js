@@ -213,7 +213,9 @@ describe("retry deadline", () => {
       const error = await db.set("b", "p", 1, { wid: "w-dl" }).catch((e) => e);
       assert.ok(error instanceof RankdConnectionError, String(error));
       assert.deepEqual([error.maybeApplied, error.wid], [true, "w-dl"]);
-      const arrivals = server.connections.map((conn) => conn.arrivals[0]);
+      // A reconnection that dialled in time may find the deadline passed once
+      // connected: it sends nothing, so only connections that got the write count.
+      const arrivals = server.connections.map((conn) => conn.arrivals[0]).filter((at) => at !== undefined);
       assert.ok(error.sends >= 2 && error.sends < 21, `sends: ${error.sends}`);
       assert.equal(arrivals.length, error.sends);
       assert.ok(arrivals.at(-1) - arrivals[0] <= 250 + 100, `the last re-send ${arrivals.at(-1) - arrivals[0]} ms after the first send`);
