@@ -79,7 +79,7 @@ impl SlowDisk {
     pub(super) fn before_commit(self) -> Duration {
         #[cfg(feature = "test-hooks")]
         if self.committer_panics {
-            panic!("test hook: the committer panics");
+            die("test hook: the committer panics");
         }
         #[cfg(feature = "test-hooks")]
         if !self.commit.is_zero() {
@@ -93,11 +93,20 @@ impl SlowDisk {
     pub(super) fn before_runs(self) {
         #[cfg(feature = "test-hooks")]
         if self.runs_panics {
-            panic!("test hook: the runs thread panics");
+            die("test hook: the runs thread panics");
         }
         #[cfg(feature = "test-hooks")]
         if !self.runs.is_zero() {
             std::thread::sleep(self.runs);
         }
     }
+}
+
+/// Unwinds the thread as a panic would, without the panic hook: the hook's
+/// backtrace, symbolized on the runs thread's background priority, took
+/// minutes on a machine whose cores were busy, and the tests of a thread's
+/// death wait for the thread to end.
+#[cfg(feature = "test-hooks")]
+fn die(why: &'static str) -> ! {
+    std::panic::resume_unwind(Box::new(why))
 }
