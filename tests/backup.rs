@@ -88,7 +88,11 @@ async fn a_backup_under_load_holds_everything_acknowledged_before_it_and_no_writ
     for task in tasks {
         task.await.expect("writer");
     }
-    assert_eq!(server.counter("rankd_requests_total", &["op=\"backup\"", "outcome=\"ok\""]), 1.0);
+    // Counted once the server has let the backup go, after its last frame.
+    common::wait_until(Duration::from_secs(10), "the backup counted ok", async || {
+        server.counter("rankd_requests_total", &["op=\"backup\"", "outcome=\"ok\""]) == 1.0
+    })
+    .await;
 
     common::rankd_check(&target, "on the backup");
 
