@@ -89,7 +89,7 @@ async fn a_backup_under_load_holds_everything_acknowledged_before_it_and_no_writ
         task.await.expect("writer");
     }
     // Counted once the server has let the backup go, after its last frame.
-    common::wait_until(Duration::from_secs(10), "the backup counted ok", async || {
+    common::wait_until(Duration::from_secs(30), "the backup counted ok", async || {
         server.counter("rankd_requests_total", &["op=\"backup\"", "outcome=\"ok\""]) == 1.0
     })
     .await;

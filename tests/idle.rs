@@ -39,7 +39,7 @@ async fn an_idle_server_checkpoints_its_burst_and_restarts_with_nothing_to_repla
     .await;
     // Counted by each shard's runs thread once it has handed the memtables
     // to fjall, so possibly after they were flushed.
-    common::wait_until(Duration::from_secs(10), "one checkpoint a shard", async || {
+    common::wait_until(Duration::from_secs(30), "one checkpoint a shard", async || {
         server.counter("rankd_shard_checkpoints_total", &[]) >= 2.0
     })
     .await;

@@ -81,7 +81,7 @@ async fn counters_rise_by_the_requests_served() {
     for role in ["main", "io-0", "shard-0", "shard-1", "commit-0", "commit-1"] {
         assert!(has_series(&after, role), "no CPU series for {role}");
     }
-    common::wait_until(Duration::from_secs(10), "the runs threads' CPU series", async || {
+    common::wait_until(Duration::from_secs(30), "the runs threads' CPU series", async || {
         let (_, text) = http_get(&server.metrics_addr, "/metrics");
         has_series(&text, "runs-0") && has_series(&text, "runs-1")
     })
@@ -251,7 +251,7 @@ async fn a_backup_is_timed_and_its_bytes_counted_by_backup_metrics() {
     assert!(copied > 200 * 10, "the players were copied: {copied} bytes");
     // Timed and counted once the server has let the backup go, a moment
     // after its last frame (the count just after the timing).
-    let text = common::wait_for(Duration::from_secs(10), "the backup timed and counted", async || {
+    let text = common::wait_for(Duration::from_secs(30), "the backup timed and counted", async || {
         let (_, text) = http_get(&server.metrics_addr, "/metrics");
         let timed = sample(&text, "rankd_backup_duration_seconds_count", &[]);
         let counted = sample(&text, "rankd_requests_total", &[r#"op="backup""#, r#"outcome="ok""#]);
@@ -321,7 +321,7 @@ async fn checkpoints_start_leaf_repacking_and_ranks_stay_exact() {
     // Each shard's storage gauges are published once a second: its
     // memtables hold the log of those writes (far below the 8 MiB at which
     // one is sealed), and its compaction time has a series.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let (_, text) = http_get(&server.metrics_addr, "/metrics");
         let memtables = |shard: &str| sample(&text, "rankd_shard_memtable_bytes", &[shard]);
@@ -384,7 +384,7 @@ async fn a_starved_runs_thread_holds_writes_back_instead_of_piling_up_runs() {
 async fn sigterm_behind_a_write(server: &common::Server) -> tokio::task::JoinHandle<Result<i64, ClientError>> {
     let mut client = server.client().await;
     let write = tokio::spawn(async move { client.set("b", "p", 1, Mode::Set).await });
-    common::wait_until(Duration::from_secs(5), "the write to reach its shard", async || {
+    common::wait_until(Duration::from_secs(30), "the write to reach its shard", async || {
         server.metric("rankd_shard_mailbox_depth", &[]) > 0.0
     })
     .await;
@@ -419,7 +419,7 @@ async fn readyz_turns_503_as_soon_as_sigterm_arrives() {
 async fn a_second_sigterm_ends_a_stalled_shutdown_at_once() {
     let mut server = common::Server::start_with(1, &["--debug-commit-delay-ms", "20000"]);
     let stalled = sigterm_behind_a_write(&server).await;
-    common::wait_until(Duration::from_secs(5), "the shutdown to begin", async || {
+    common::wait_until(Duration::from_secs(30), "the shutdown to begin", async || {
         http_get(&server.metrics_addr, "/readyz").0.contains("503")
     })
     .await;

@@ -401,7 +401,7 @@ async fn a_dropped_board_stays_dropped_across_power_cuts_in_its_deletion() {
         fill(&mut client, "big", (0..BIG).map(|i| (format!("old{round}-{i}"), 1))).await;
         assert!(client.drop_board("big").await.expect("drop_board"));
         fill(&mut client, "big", (0..10).map(|i| (format!("new{round}-{i}"), i))).await;
-        common::wait_until(Duration::from_secs(5), "the dropped board's keys being deleted", async || {
+        common::wait_until(Duration::from_secs(30), "the dropped board's keys being deleted", async || {
             deleting(&server) > 0.0
         })
         .await;

@@ -9,7 +9,7 @@ use rankd_client::Client;
 use rmpv::Value;
 
 /// Bound on every single read, so a hang fails the test instead of stalling it.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The protocol's default `max_frame`.
 pub const MAX_FRAME: usize = 1 << 20;
 
