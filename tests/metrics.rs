@@ -350,9 +350,12 @@ async fn a_starved_runs_thread_holds_writes_back_instead_of_piling_up_runs() {
     let server = common::Server::start_with(1, &["--debug-run-every", &run_every, "--debug-runs-delay-ms", "100"]);
     let mut client = server.client().await;
     let writing = tokio::spawn(async move {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        // Three seconds, and on a loaded machine as long as the held-back
+        // writes take to reach the count asserted below (within reason).
+        let started = std::time::Instant::now();
+        let writing_for = |secs| started.elapsed() < std::time::Duration::from_secs(secs);
         let mut written = 0;
-        while std::time::Instant::now() < deadline {
+        while writing_for(3) || (written < 10 * RUN_EVERY && writing_for(120)) {
             let calls: Vec<_> = (written..written + 2 * RUN_EVERY)
                 .map(|i| rankd_client::set_call("starved", &format!("p{i}"), i as i64, Mode::Set))
                 .collect();
