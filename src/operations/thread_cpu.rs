@@ -122,6 +122,15 @@ mod tests {
         assert_eq!(parse_stat("4242 (short) S 1 2"), None);
     }
 
+    /// The calling thread's CPU time so far.
+    fn thread_cpu_time() -> Duration {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `now` is a valid timespec for the call to fill.
+        let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+        assert_eq!(read, 0, "CLOCK_THREAD_CPUTIME_ID");
+        Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    }
+
     /// A registered thread's work shows under its role, and the counter
     /// only grows.
     #[test]
@@ -132,9 +141,11 @@ mod tests {
             let cpu = cpu.clone();
             std::thread::spawn(move || {
                 cpu.register("spinner");
+                // 300 ms of this thread's own CPU time, however long a
+                // loaded machine takes to give it (within reason).
                 let started = Instant::now();
                 let mut x = 1u64;
-                while started.elapsed() < Duration::from_millis(300) {
+                while thread_cpu_time() < Duration::from_millis(300) && started.elapsed() < Duration::from_secs(30) {
                     x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
                 }
                 cpu.refresh();
