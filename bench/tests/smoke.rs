@@ -420,7 +420,7 @@ fn watch_latency_and_wids_against_rankd() {
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let page = loop {
         let page = metrics_page(&server.metrics_addr);
         if records(&page) >= 3000.0 || Instant::now() > deadline {
