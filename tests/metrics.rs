@@ -57,11 +57,16 @@ async fn counters_rise_by_the_requests_served() {
     let tree_reads = sample(&after, "rankd_shard_record_tree_reads_total", &[]);
     assert_eq!(misses + tree_reads, 250.0);
     assert!(tree_reads >= 60.0, "a one-leaf tree tells a short name's absence: {tree_reads}");
-    assert_eq!(sample(&after, "rankd_shard_record_cache_hits_total", &[]), 1.0);
     assert_eq!(sample(&after, "rankd_requests_total", &[r#"outcome="unknown_op""#]), 1.0);
     // The rank was answered in place or fanned out to the shards, once.
     let fanned_out = sample(&after, "rankd_fanout_duration_seconds_count", &[r#"op="rank""#]);
-    assert_eq!(fanned_out + sample(&after, "rankd_ranks_in_place_total", &[]), 1.0);
+    let in_place = sample(&after, "rankd_ranks_in_place_total", &[]);
+    assert_eq!(fanned_out + in_place, 1.0);
+    // In place, the owner found the record once. Fanned out, once more if an
+    // attempt in place had found it before another shard's lock was taken.
+    let hits = sample(&after, "rankd_shard_record_cache_hits_total", &[]);
+    let expected = if in_place == 1.0 { 1.0..=1.0 } else { 1.0..=2.0 };
+    assert!(expected.contains(&hits), "{hits} record-cache hits for one rank ({in_place} in place)");
     assert!(sample(&after, "rankd_request_duration_seconds_count", &[r#"op="set""#]) >= 250.0);
     assert!(sample(&after, "rankd_shard_fsync_seconds_count", &[]) >= 1.0);
     // Every round sealed is timed; a round carries at least one of the sets.
