@@ -117,7 +117,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     }
     // The committer answers a failed batch before the shard's actor takes
     // in the failure (and counts it), so the metrics may lag the refusals.
-    common::wait_for(Duration::from_secs(10), "the failure to show in metrics", async || {
+    common::wait_for(Duration::from_secs(30), "the failure to show in metrics", async || {
         let errors = metric(&metrics_addr, "rankd_shard_commit_errors_total");
         let degraded = metric(&metrics_addr, "rankd_shard_degraded");
         if errors >= 1.0 && degraded == 1.0 {
