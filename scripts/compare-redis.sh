@@ -6,7 +6,8 @@
 #   scripts/compare-redis.sh 1 1000000 set rank
 #
 # Starts a release `rankd serve` and a `redis-server` (AOF on, appendfsync
-# always) on temp data dirs, prefills both with PLAYERS players, runs WARM
+# always; it rewrites the AOF in a forked child, whose CPU the figures
+# leave out) on temp data dirs, prefills both with PLAYERS players, runs WARM
 # seconds of unmeasured sets on each (so each system's compaction or AOF
 # rewrite lands in its own figures), then each workload for DURATION seconds
 # per system, and prints ops/s, p99, the server's CPU (cores), the machine's
@@ -14,7 +15,10 @@
 # Env: CACHE_MB (rankd --cache-mb), IO_THREADS (rankd --io-threads),
 # WARM (default 30), DURATION (default 10),
 # CONNS (8), DEPTH (64), KEEP=1 keeps the temp dir with the JSON reports,
-# RANKD=path runs another rankd binary (an A/B against an older build).
+# RANKD=path runs another rankd binary (an A/B against an older build),
+# RANKD_ARGS (more `rankd serve` arguments), REDIS_APPENDFSYNC (always).
+# What a write costs each system apart from its fsyncs:
+#   RANKD_ARGS="--durability buffered" REDIS_APPENDFSYNC=no scripts/compare-redis.sh ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,11 +39,11 @@ trap cleanup EXIT
 
 "$rankd" serve --shards "$shards" --data-dir "$work/rankd" --listen "127.0.0.1:$rankd_port" \
     --metrics-listen 127.0.0.1:0 ${CACHE_MB:+--cache-mb "$CACHE_MB"} ${IO_THREADS:+--io-threads "$IO_THREADS"} \
-    >"$work/rankd.log" 2>&1 &
+    ${RANKD_ARGS:-} >"$work/rankd.log" 2>&1 &
 rankd_pid=$!
 mkdir -p "$work/redis"
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save '' \
-    --appendonly yes --appendfsync always >"$work/redis.log" 2>&1 &
+    --appendonly yes --appendfsync "${REDIS_APPENDFSYNC:-always}" >"$work/redis.log" 2>&1 &
 redis_pid=$!
 wait_listening "$work/rankd.log" "$rankd_pid"
 wait_redis "$redis_port"

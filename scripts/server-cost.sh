@@ -16,7 +16,8 @@
 # prefilled, WARM seconds of the workload unmeasured) for each round.
 # Env: RANKD (a binary, or several separated by spaces: each round runs
 # them in turn, so an A/B is alternated as the machine's speed drifts),
-# ROUNDS (1), SHARDS (1), PLAYERS (1000000), IO_THREADS, WARM (5),
+# ROUNDS (1), SHARDS (1), PLAYERS (1000000), IO_THREADS, RANKD_ARGS (more
+# `rankd serve` arguments, e.g. "--durability buffered"), WARM (5),
 # DURATION (8), PERF=1 also records `perf record -g` of each measured
 # window (kept in a directory the script prints, one file a run:
 # build<N>-round<R>-<workload>-<conns>x<depth>.data, N as listed in RANKD).
@@ -63,7 +64,7 @@ for round in $(seq "${ROUNDS:-1}"); do
         build=${builds[$b]}
         rm -rf "$work/data"
         "$build" serve --shards "${SHARDS:-1}" --data-dir "$work/data" --listen "127.0.0.1:$port" \
-            --metrics-listen "127.0.0.1:$metrics" ${IO_THREADS:+--io-threads "$IO_THREADS"} >"$work/log" 2>&1 &
+            --metrics-listen "127.0.0.1:$metrics" ${IO_THREADS:+--io-threads "$IO_THREADS"} ${RANKD_ARGS:-} >"$work/log" 2>&1 &
         pid=$!
         wait_listening "$work/log" "$pid"
         target="rankd://127.0.0.1:$port"
