@@ -9,7 +9,7 @@
 # always; it rewrites the AOF in a forked child, whose CPU the figures
 # leave out) on temp data dirs, prefills both with PLAYERS players, runs WARM
 # seconds of unmeasured sets on each (so each system's compaction or AOF
-# rewrite lands in its own figures), then each workload for DURATION seconds
+# rewrite falls in its own runs, not the other's), then each workload for DURATION seconds
 # per system, and prints ops/s, p99, the server's CPU (cores), the machine's
 # idle cores during each run and the ratio.
 # Env: CACHE_MB (rankd --cache-mb), IO_THREADS (rankd --io-threads),
@@ -76,6 +76,7 @@ idle = j.get("machine_idle_seconds")
 print(round(j["ops_per_sec"]), j["p99_us"], "-" if idle is None else "%.2f" % (idle / j["seconds"]))' "$1"
 }
 
+echo "rankd: serve ${RANKD_ARGS:-(defaults)}; redis: appendfsync ${REDIS_APPENDFSYNC:-always}"
 printf '%-8s %12s %8s %6s %5s %12s %8s %6s %5s %7s\n' workload "rankd ops/s" "p99 us" cores idle \
     "redis ops/s" "p99 us" cores idle ratio
 for w in "${workloads[@]}"; do
