@@ -37,9 +37,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The settings this run chose for rankd, also printed with the results.
+read -r -a rankd_settings <<<"${CACHE_MB:+--cache-mb $CACHE_MB} ${IO_THREADS:+--io-threads $IO_THREADS} ${RANKD_ARGS:-}"
 "$rankd" serve --shards "$shards" --data-dir "$work/rankd" --listen "127.0.0.1:$rankd_port" \
-    --metrics-listen 127.0.0.1:0 ${CACHE_MB:+--cache-mb "$CACHE_MB"} ${IO_THREADS:+--io-threads "$IO_THREADS"} \
-    ${RANKD_ARGS:-} >"$work/rankd.log" 2>&1 &
+    --metrics-listen 127.0.0.1:0 ${rankd_settings[@]+"${rankd_settings[@]}"} >"$work/rankd.log" 2>&1 &
 rankd_pid=$!
 mkdir -p "$work/redis"
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save '' \
@@ -76,7 +77,7 @@ idle = j.get("machine_idle_seconds")
 print(round(j["ops_per_sec"]), j["p99_us"], "-" if idle is None else "%.2f" % (idle / j["seconds"]))' "$1"
 }
 
-echo "rankd: serve ${RANKD_ARGS:-(defaults)}; redis: appendfsync ${REDIS_APPENDFSYNC:-always}"
+echo "rankd: serve ${rankd_settings[*]:-(defaults)}; redis: appendfsync ${REDIS_APPENDFSYNC:-always}"
 printf '%-8s %12s %8s %6s %5s %12s %8s %6s %5s %7s\n' workload "rankd ops/s" "p99 us" cores idle \
     "redis ops/s" "p99 us" cores idle ratio
 for w in "${workloads[@]}"; do
