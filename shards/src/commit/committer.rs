@@ -143,6 +143,9 @@ pub(super) fn commit_group<A: 'static>(
     if failure.is_some() && writes_something {
         hooks.observe(CommitEvent::Failed);
     }
+    if failure.is_none() {
+        hooks.before_acknowledge();
+    }
     hooks.acknowledge(acks, failure.as_ref());
     let runs = match failure {
         None => written.into_iter().filter(WrittenBatch::has_work).collect(),

@@ -17,6 +17,12 @@ pub trait CommitHooks<A>: Send + Sync + 'static {
     /// them on in one go.
     fn acknowledge(&self, acks: Vec<A>, failure: Option<&CommitError>);
 
+    /// A group is durable and its acknowledgements are about to go out:
+    /// the owner may first stage what came for the next group, before the
+    /// answers wake the threads that would preempt this one. Never called
+    /// under a lock the owner's seals take.
+    fn before_acknowledge(&self) {}
+
     /// A figure the owner may want to measure.
     fn observe(&self, _event: CommitEvent) {}
 }

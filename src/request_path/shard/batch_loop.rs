@@ -40,7 +40,7 @@ use crate::request_path::dense_registry::{DenseRegistry, DenseShare};
 /// Commands a round looks ahead at a time, prefetching what they will
 /// touch: each write's two leaves are up to ~1.3 KB, so 16 writes' worth
 /// stays in a core's L2 until used.
-const LOOK_AHEAD: usize = 16;
+pub(super) const LOOK_AHEAD: usize = 16;
 
 /// One shard's batch loop. See the module docs.
 pub struct BatchLoop {
@@ -103,11 +103,13 @@ impl BatchLoop {
         gauges.players.set(shard.players() as i64);
         gauges.logged_changes.set(i64::try_from(shard.logged_changes()).unwrap_or(i64::MAX));
         gauges.unwritten_players.set(shard.unwritten_players() as i64);
-        let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relays };
+        let location = shard.location();
         let cell = CellParts { metrics: metrics.clone(), index, dense: dense.clone(), clock };
+        let engine = EngineCell::new(shard, cell);
+        let hooks = ShardCommitHooks { metrics: metrics.clone(), index, relays, engine: engine.downgrade() };
         Self {
-            location: shard.location(),
-            engine: EngineCell::new(shard, cell),
+            location,
+            engine,
             pipeline: Pipeline::new(Arc::new(hooks)),
             queue: Vec::new(),
             max_batch: max_batch.max(1),
@@ -165,7 +167,7 @@ impl BatchLoop {
     /// Lets seals in place submit to the threads just started, if they did.
     fn hand_out_submitter(&mut self, started: std::io::Result<()>) {
         match started {
-            Ok(()) => self.engine.lock().submitter = self.pipeline.submitter(),
+            Ok(()) => self.engine.set_submitter(self.pipeline.submitter()),
             // Batches are then committed on the loop's thread: slower, still correct.
             Err(e) => {
                 tracing::error!(shard = self.index, error = %e, "starting the committer thread failed; committing inline")
@@ -186,7 +188,7 @@ impl BatchLoop {
         // No seal in place submits meanwhile, and the committer's queue
         // loses its last sender, so it ends. Not under the engine's lock: a
         // committer still running takes it to seal.
-        self.engine.lock().submitter = None;
+        self.engine.set_submitter(None);
         let started = self.pipeline.respawn();
         self.hand_out_submitter(started);
     }
@@ -367,7 +369,7 @@ impl BatchLoop {
             self.shard_metrics().unwritten_runs.set(unwritten_runs as i64);
         }
         if let Some(failure) = failure {
-            self.engine.lock().healthy = false;
+            self.engine.set_healthy(false);
             if self.health.failed(failure.to_string(), Instant::now()) {
                 tracing::error!(
                     shard = self.index,
@@ -385,7 +387,7 @@ impl BatchLoop {
         self.run_round();
         self.seal_and_submit(true);
         // The committer runs until no one can submit to it.
-        self.engine.lock().submitter = None;
+        self.engine.set_submitter(None);
         self.pipeline.stop();
     }
 }
@@ -395,7 +397,7 @@ impl Drop for BatchLoop {
     /// engine a way to submit to the committer: this ends the cycle, so the
     /// pipeline's threads can stop.
     fn drop(&mut self) {
-        self.engine.lock().submitter = None;
+        self.engine.set_submitter(None);
     }
 }
 
@@ -657,7 +659,7 @@ mod tests {
         };
         assert_eq!(idempotent_writes(&mut f, &["w1", "w2", "w3"]), 3);
         // Reopened as after a storage failure.
-        f.core.engine.lock().healthy = false;
+        f.core.engine.set_healthy(false);
         f.core.health.failed("a test's failure".into(), Instant::now());
         let deadline = Instant::now() + super::super::health::RECOVERY_RETRY * 10;
         while f.core.health.is_degraded() {
@@ -666,6 +668,73 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(idempotent_writes(&mut f, &["w4", "w5"]), 5, "the reopened table's 2 count too");
+    }
+
+    #[test]
+    fn writes_that_come_while_a_batch_syncs_wait_for_the_committer_which_applies_them_in_order() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(500), ..Default::default() };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (first, first_answer) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: applied, sealed, handed over");
+        // The same player twice, from two I/O threads: the later must win.
+        let (second, second_answer) = f.write("b", 2, 2);
+        let (third, third_answer) = f.write("b", 3, 3);
+        assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer");
+        assert!(cell.try_write(Origin(1), third).is_ok(), "left for the committer");
+        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 3, "each waiting write counts as queued");
+        assert_eq!(score_soon(first_answer), Ok(1));
+        assert_eq!((score_soon(second_answer), score_soon(third_answer)), (Ok(2), Ok(3)));
+        assert_eq!(f.fsyncs(), 2, "the two waiting writes shared the second fsync");
+        assert_eq!(f.score_of("b"), Some(3), "applied in the order they came");
+        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0);
+    }
+
+    #[test]
+    fn a_read_queued_behind_a_waiting_write_sees_it_and_one_in_place_does_not_wait_for_it() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(300), ..Default::default() };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let (cell, tree) = (f.core.engine(), f.tree);
+        let (first, _) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok());
+        let (second, mut second_answer) = f.write("b", 7, 2);
+        assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer");
+        // Another client's read in place is answered at once, without the
+        // write no one has acknowledged.
+        let rank_of_b = |shard: &Shard| shard.rank_record(tree, "b").unwrap().map(|record| record.score);
+        assert_eq!(cell.try_read(rank_of_b), Some(None));
+        // A read pipelined behind the write on its connection is queued
+        // for the actor, which applies what waits first.
+        let (get, got) = f.get("b");
+        f.enqueue(vec![get]);
+        f.core.run_round();
+        assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(7));
+        assert!(second_answer.try_recv().is_err(), "still answered only once durable");
+        assert_eq!(score_soon(second_answer), Ok(7));
+    }
+
+    #[test]
+    fn no_write_is_left_waiting_behind_a_command_for_the_actor_or_on_a_degraded_shard() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (first, first_answer) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok(), "in flight from here");
+        let settling = cell.hold_writes_in_place();
+        let (write, written) = f.write("b", 2, 2);
+        let write = cell.try_write(Origin(0), write).expect_err("held off while the actor settles the shard");
+        drop(settling);
+        cell.set_healthy(false);
+        let write = cell.try_write(Origin(0), write).expect_err("a degraded shard's refusals are the actor's");
+        cell.set_healthy(true);
+        assert!(cell.try_write(Origin(0), write).is_ok(), "left for the committer");
+        assert_eq!((score_soon(first_answer), score_soon(written)), (Ok(1), Ok(2)));
     }
 
     #[test]
@@ -680,9 +749,9 @@ mod tests {
         let write = cell.try_write(Origin(0), write).expect_err("would overtake a command sent before it");
         f.core.run_round();
         assert_eq!(got.blocking_recv().unwrap().unwrap(), None, "the read came first");
-        cell.lock().healthy = false;
+        cell.set_healthy(false);
         let write = cell.try_write(Origin(0), write).expect_err("a degraded shard's refusals are the actor's");
-        cell.lock().healthy = true;
+        cell.set_healthy(true);
         let held_by_the_actor = cell.lock();
         let write = cell.try_write(Origin(0), write).expect_err("never waits for the lock");
         drop(held_by_the_actor);

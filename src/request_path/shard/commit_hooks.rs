@@ -6,6 +6,7 @@ use std::sync::Arc;
 use rankd_shards::commit::{CommitError, CommitEvent, CommitHooks, PipelineThread};
 
 use super::command::Held;
+use super::engine_cell::WeakEngineCell;
 use super::link::Origin;
 use super::relay::{send_all, ReplyRelay};
 use crate::operations::metrics::Metrics;
@@ -19,6 +20,9 @@ pub struct ShardCommitHooks {
     /// Where answers go, one relay per I/O thread; without them, the
     /// committer sends them itself.
     pub relays: Vec<ReplyRelay>,
+    /// The shard's engine, whose waiting writes the committer applies
+    /// before it answers a group.
+    pub engine: WeakEngineCell,
 }
 
 impl CommitHooks<Vec<(Origin, Held)>> for ShardCommitHooks {
@@ -30,6 +34,10 @@ impl CommitHooks<Vec<(Origin, Held)>> for ShardCommitHooks {
                 priority::make_background("runs");
             }
         }
+    }
+
+    fn before_acknowledge(&self) {
+        self.engine.apply_waiting();
     }
 
     fn acknowledge(&self, acks: Vec<Vec<(Origin, Held)>>, failure: Option<&CommitError>) {

@@ -4,18 +4,20 @@
 //! share it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use parking_lot::{RwLock, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rankd_shards::commit::Submitter;
 use rankd_shards::Shard;
 
 use super::apply::apply;
+use super::batch_loop::LOOK_AHEAD;
 use super::command::{Command, Held};
 use super::link::Origin;
 use super::relay::send_all;
 use crate::clock::Clock;
+use crate::error::Error;
 use crate::operations::metrics::Metrics;
 use crate::request_path::dense_registry::DenseRegistry;
 
@@ -41,10 +43,12 @@ pub struct Engine {
     /// records to delete): the next seal must happen even without one.
     pub staged_unanswered: bool,
     /// Hands sealed batches to the committer; present while its thread
-    /// runs. Without it only the actor seals, and commits inline.
+    /// runs. Without it only the actor seals, and commits inline. Set
+    /// through [`EngineCell::set_submitter`].
     pub submitter: Option<Submitter<Acks>>,
     /// Whether the actor takes writes (not degraded): writes are staged in
-    /// place only then, so a refusal is always the actor's.
+    /// place only then, so a refusal is always the actor's. Set through
+    /// [`EngineCell::set_healthy`].
     pub healthy: bool,
 }
 
@@ -76,12 +80,21 @@ impl Engine {
 ///   still unapplied ([`EngineCell::unapplied`]), so it never overtakes a
 ///   request routed before it.
 ///
+/// - while a batch is with the committer, a lone write is not applied in
+///   place but left *waiting* for it: whoever next takes the lock
+///   exclusively applies what waits first, in order, and the committer
+///   takes it before it acknowledges its group.
+///
 /// Why share at all: a request queued for the actor costs two thread
 /// wake-ups (to the shard and back) and a wait behind its round; a lone
 /// rank read in place costs a few µs, and a lone write staged in place goes
 /// from the I/O thread to the committer directly. After each group the
 /// committer seals what was staged meanwhile itself, so the next fsync
-/// does not wait for the actor to wake (see docs/performance-history.md).
+/// does not wait for the actor to wake. Why wait for the committer rather
+/// than apply in place: the committer applies a group's writes in one go,
+/// their memory fetched ahead together, and two I/O threads no longer meet
+/// at the lock and send the loser to the actor (see
+/// docs/performance-history.md).
 #[derive(Clone)]
 pub struct EngineCell(Arc<Shared>);
 
@@ -97,6 +110,12 @@ impl Drop for InPlaceHold {
 
 struct Shared {
     engine: RwLock<Engine>,
+    /// Lone writes left for the committer while a batch syncs, oldest first.
+    /// Locked only inside the engine's lock or without it, never the other
+    /// way round.
+    waiting: Mutex<Waiting>,
+    /// How many writes wait, read without the lock.
+    waiting_len: AtomicUsize,
     /// Commands sent to the actor and not yet applied.
     unapplied: AtomicUsize,
     /// What a seal reports to, and what a write staged in place needs.
@@ -104,6 +123,15 @@ struct Shared {
     index: usize,
     dense: DenseRegistry,
     clock: Clock,
+}
+
+/// Writes waiting for the committer, and the committer they wait for.
+struct Waiting {
+    writes: Vec<(Origin, Command)>,
+    /// The engine's submitter and health, mirrored here so that a write
+    /// can be left without the engine's lock.
+    submitter: Option<Submitter<Acks>>,
+    healthy: bool,
 }
 
 /// What a cell needs besides its engine.
@@ -116,6 +144,26 @@ pub struct CellParts {
     pub dense: DenseRegistry,
     /// Decides which period a write lands in.
     pub clock: Clock,
+}
+
+/// A cell as the committer's hooks hold it: not keeping the engine alive.
+pub struct WeakEngineCell(Weak<Shared>);
+
+impl WeakEngineCell {
+    /// Applies the writes waiting for the committer, for the committer
+    /// before it acknowledges its group: what arrived during the fsync is
+    /// then staged before the answers wake the I/O threads, whose work
+    /// would otherwise preempt it on a small machine. A turn at a time,
+    /// so that reads in place are not held off for the whole group.
+    pub fn apply_waiting(&self) {
+        let Some(shared) = self.0.upgrade() else { return };
+        let cell = EngineCell(shared);
+        let waits = || cell.0.waiting_len.load(Ordering::Acquire) > 0;
+        while waits() && cell.0.unapplied.load(Ordering::Acquire) == 0 {
+            let mut engine = cell.0.engine.write();
+            cell.apply_waiting_turn(&mut engine);
+        }
+    }
 }
 
 /// A sealed batch no committer thread takes: its caller commits it inline.
@@ -136,6 +184,8 @@ impl EngineCell {
             Engine { shard: Some(shard), held: Vec::new(), staged_unanswered: false, submitter: None, healthy: true };
         Self(Arc::new(Shared {
             engine: RwLock::new(engine),
+            waiting: Mutex::new(Waiting { writes: Vec::new(), submitter: None, healthy: true }),
+            waiting_len: AtomicUsize::new(0),
             unapplied: AtomicUsize::new(0),
             metrics,
             index,
@@ -144,16 +194,24 @@ impl EngineCell {
         }))
     }
 
+    /// The cell, not kept alive: for the committer's hooks, which the
+    /// engine's submitter holds.
+    pub fn downgrade(&self) -> WeakEngineCell {
+        WeakEngineCell(Arc::downgrade(&self.0))
+    }
+
     /// Runs `f` on the engine, waiting for the lock; `None` while the
     /// storage is being reopened. For the actor.
     pub fn with<R>(&self, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-        self.0.engine.write().shard.as_mut().map(f)
+        self.lock().shard.as_mut().map(f)
     }
 
     /// Runs `f` on the engine if no one holds or waits for it exclusively
     /// and the engine is present; never waits. For the router: readers on
     /// other I/O threads share it, so ranks in place do not push each other
-    /// to the actor.
+    /// to the actor. Writes waiting for the committer are not applied
+    /// first: a read is in place only when its connection has nothing else
+    /// in flight, so what waits is other clients' and not acknowledged.
     pub fn try_read<R>(&self, f: impl FnOnce(&Shard) -> R) -> Option<R> {
         self.0.engine.try_read()?.shard.as_ref().map(f)
     }
@@ -161,7 +219,7 @@ impl EngineCell {
     /// Takes the engine out to reopen it; readers see `None` until
     /// [`EngineCell::put`].
     pub fn take(&self) -> Option<Shard> {
-        self.0.engine.write().shard.take()
+        self.lock().shard.take()
     }
 
     /// Puts a (re)opened engine back.
@@ -170,9 +228,80 @@ impl EngineCell {
     }
 
     /// The lock itself, for a caller that needs the engine and what is
-    /// staged at once (applying a command, sealing a batch).
+    /// staged at once (applying a command, sealing a batch). The writes
+    /// waiting for the committer are applied first: whatever the caller
+    /// does comes after them, as they came before it.
     pub fn lock(&self) -> RwLockWriteGuard<'_, Engine> {
-        self.0.engine.write()
+        let mut engine = self.0.engine.write();
+        self.apply_waiting(&mut engine);
+        engine
+    }
+
+    /// Applies the writes waiting for the committer, in the order they
+    /// came, their memory fetched ahead together. A shard that stopped
+    /// taking writes meanwhile refuses them, as its actor would.
+    fn apply_waiting(&self, engine: &mut Engine) {
+        if self.0.waiting_len.load(Ordering::Acquire) > 0 {
+            self.apply_all_waiting(engine);
+        }
+    }
+
+    /// [`EngineCell::apply_waiting`] without the quick look: for the
+    /// committer, whose look must not miss a write left as it lowered the
+    /// count of batches in flight (see [`EngineCell::leave_waiting`]). A
+    /// waiting write was left behind nothing unapplied, so it goes before
+    /// whatever the actor has queued since.
+    fn apply_all_waiting(&self, engine: &mut Engine) {
+        while self.apply_waiting_turn(engine) {}
+    }
+
+    /// Applies the oldest [`LOOK_AHEAD`] writes waiting, or fewer; returns
+    /// whether there were any.
+    fn apply_waiting_turn(&self, engine: &mut Engine) -> bool {
+        let turn: Vec<(Origin, Command)> = {
+            let mut waiting = self.0.waiting.lock();
+            let taken = waiting.writes.len().min(LOOK_AHEAD);
+            let turn = waiting.writes.drain(..taken).collect();
+            self.0.waiting_len.store(waiting.writes.len(), Ordering::Release);
+            turn
+        };
+        if turn.is_empty() {
+            return false;
+        }
+        let shard = match (engine.shard.as_mut(), engine.healthy) {
+            (Some(shard), true) => shard,
+            _ => {
+                self.0.metrics.shards[self.0.index].mailbox_depth.sub(turn.len() as i64);
+                let refusal = "writes are refused until storage recovers";
+                turn.into_iter().for_each(|(_, command)| command.refuse(Error::Internal(refusal.into())));
+                return true;
+            }
+        };
+        shard.set_time(self.0.clock.now());
+        shard.prefetch(turn.iter().filter_map(|(_, command)| command.upcoming()));
+        for (origin, command) in turn {
+            if let Some(held) = apply(shard, command, &mut |_| ()) {
+                engine.held.push((origin, held));
+            }
+        }
+        self.0.dense.apply(shard.drain_dense_changes());
+        true
+    }
+
+    /// Hands the engine the committer's submitter, or takes it away: without
+    /// one, nothing is sealed in place or left waiting.
+    pub fn set_submitter(&self, submitter: Option<Submitter<Acks>>) {
+        let mut engine = self.lock();
+        self.0.waiting.lock().submitter = submitter.clone();
+        engine.submitter = submitter;
+    }
+
+    /// Marks the shard as taking writes or not (degraded): while it does
+    /// not, writes are the actor's to refuse.
+    pub fn set_healthy(&self, healthy: bool) {
+        let mut engine = self.lock();
+        self.0.waiting.lock().healthy = healthy;
+        engine.healthy = healthy;
     }
 
     /// Commands sent to the actor and not yet applied: raised by the link
@@ -187,23 +316,33 @@ impl EngineCell {
     /// work that needs it. A steady stream of lone writes, each staged in
     /// place, would otherwise never leave the shard settled.
     pub fn hold_writes_in_place(&self) -> InPlaceHold {
+        // Under the waiting list's lock, as writes are left waiting: none
+        // is left after the hold, which the actor's next lock would miss.
+        let _waiting = self.0.waiting.lock();
         self.0.unapplied.fetch_add(1, Ordering::AcqRel);
         InPlaceHold(self.clone())
     }
 
-    /// Stages `command`, a write whose client waits for it alone, here on
-    /// the caller's thread, if nothing sent to the shard before it is still
-    /// unapplied, the lock is free, the shard healthy and its committer
-    /// running; its answer comes once durable, as if queued. Seals at once
-    /// unless a batch is with the committer (which seals what is staged
-    /// once it is done). Gives the command back otherwise, to be queued.
+    /// Stages `command`, a write whose client waits for it alone, without
+    /// the actor, if nothing sent to the shard before it is still
+    /// unapplied; its answer comes once durable, as if queued. While a
+    /// batch is with the committer the write is left waiting for it (see
+    /// [`EngineCell`]). Otherwise it is applied here, on the caller's
+    /// thread, if the lock is free, the shard healthy and its committer
+    /// running, and sealed at once. Gives the command back otherwise, to
+    /// be queued.
     pub fn try_write(&self, origin: Origin, command: Command) -> Result<(), Command> {
         // Only a score write: maintenance (a drop, a shutdown) must wait
         // for the pipeline first, which only the actor does.
         if !matches!(command, Command::Write { .. }) {
             return Err(command);
         }
+        let command = match self.leave_waiting(origin, command) {
+            Ok(()) => return Ok(()),
+            Err(command) => command,
+        };
         let Some(mut engine) = self.0.engine.try_write() else { return Err(command) };
+        self.apply_waiting(&mut engine);
         let engine = &mut *engine;
         if self.0.unapplied.load(Ordering::Acquire) > 0 || engine.runs_behind() {
             return Err(command); // the actor waits for the runs thread first
@@ -224,6 +363,24 @@ impl EngineCell {
         Ok(())
     }
 
+    /// Leaves `command` for the committer if a batch is with it and nothing
+    /// sent to the actor is unapplied. The committer looks at what waits
+    /// after every group it answers, having lowered the count of batches in
+    /// flight first; the count is read here under the waiting list's lock,
+    /// which the committer's look takes too, so a write left here is always
+    /// seen.
+    fn leave_waiting(&self, origin: Origin, command: Command) -> Result<(), Command> {
+        let mut waiting = self.0.waiting.lock();
+        let syncing = waiting.submitter.as_ref().is_some_and(|submitter| submitter.syncs_in_flight() > 0);
+        if !syncing || !waiting.healthy || self.0.unapplied.load(Ordering::Acquire) > 0 {
+            return Err(command);
+        }
+        self.0.metrics.shards[self.0.index].mailbox_depth.inc(); // lowered as the answer is sent
+        waiting.writes.push((origin, command));
+        self.0.waiting_len.store(waiting.writes.len(), Ordering::Release);
+        Ok(())
+    }
+
     /// Seals what was staged while the committer worked; for the committer,
     /// after each group, so the next fsync need not wait for the actor. Not
     /// while the actor has commands to apply: it seals at the end of its
@@ -237,10 +394,13 @@ impl EngineCell {
     /// looks at the end of its round anyway.
     pub fn seal_staged(&self) -> bool {
         let idle = || self.0.unapplied.load(Ordering::Acquire) == 0;
-        if !idle() {
+        // A look under the waiting list's lock, not the quick one: a write
+        // left as this thread lowered the count in flight must be seen.
+        if !idle() && self.0.waiting.lock().writes.is_empty() {
             return false; // without taking the lock the actor is busy with
         }
         let mut engine = self.0.engine.write();
+        self.apply_all_waiting(&mut engine);
         let behind = engine.runs_behind();
         if engine.submitter.is_some() && idle() && !behind {
             self.seal(&mut engine);

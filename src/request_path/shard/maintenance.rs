@@ -207,7 +207,7 @@ impl BatchLoop {
                 // from now on is new.
                 (self.compacting_seen, self.dedup_early_seen) = (std::time::Duration::ZERO, 0);
                 self.health.recovered(); // and `rankd_shard_degraded` with it
-                self.engine.lock().healthy = true;
+                self.engine.set_healthy(true);
             }
             Err(e) => {
                 // Reopening from the data dir needs no in-memory state, so
