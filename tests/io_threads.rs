@@ -187,6 +187,45 @@ async fn replies_answered_at_once_never_overtake_a_write_still_committing() {
     assert_eq!(common::field(&rank, "rank").and_then(Value::as_u64), Some(2), "{rank}");
 }
 
+/// A write that comes while its shard's batch syncs waits for that
+/// shard's committer. A rank pipelined behind it on its connection still
+/// counts it, though the rank's owner is the other shard and asks this one
+/// for its count itself. Another connection keeps a batch syncing on both
+/// shards (every commit sleeps), and each round's new player, above the
+/// ranked one, lands on either shard.
+#[tokio::test]
+async fn a_rank_pipelined_behind_a_write_waiting_for_its_shards_committer_counts_it() {
+    let server = common::Server::start_with(2, &["--debug-commit-delay-ms", "50"]);
+    let mut conns = clients(&server, 2).await;
+    let mut ranker = conns.pop().expect("two connections");
+    let mut busy = conns.pop().expect("two connections");
+    assert_eq!(ranker.set("b", "p", 0, Mode::Set).await.expect("set"), 0);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let keep_syncing = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            // Players below p, so they never change its rank.
+            let calls: Vec<Call> = (0..16).map(|i| set_call("b", &format!("low{i}"), -1 - i, Mode::Set)).collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                busy.pipeline::<Value>(&calls).await.expect("low writes");
+            }
+        })
+    };
+    for round in 0..40u64 {
+        let calls = [
+            set_call("b", &format!("high{round}"), 1_000 + round as i64, Mode::Set),
+            Call::new(OpKind::Rank).with("board", "b").with("player", "p"),
+        ];
+        let replies = ranker.pipeline::<Value>(&calls).await.expect("pipeline");
+        assert_eq!(replies[0].as_ref().expect("set"), &Value::from(1_000 + round as i64));
+        let rank = replies[1].as_ref().expect("rank");
+        // Every player written before, this round's too, is above p.
+        assert_eq!(common::field(rank, "rank").and_then(Value::as_u64), Some(round + 2), "round {round}: {rank}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    keep_syncing.await.expect("the busy connection");
+}
+
 /// Lone ranks are answered in place, and readers on different I/O threads
 /// share a shard's engine, each filling the record cache on a miss. After
 /// a restart (the cache empty) many connections rank every player of one

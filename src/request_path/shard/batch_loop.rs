@@ -385,9 +385,11 @@ impl BatchLoop {
     /// then stops it.
     pub fn stop(&mut self) {
         self.run_round();
-        self.seal_and_submit(true);
-        // The committer runs until no one can submit to it.
+        // Nothing is sealed in place or left waiting from here; what was
+        // is sealed now, and the committer runs until no one can submit to
+        // it.
         self.engine.set_submitter(None);
+        self.seal_and_submit(true);
         self.pipeline.stop();
     }
 }
@@ -402,7 +404,7 @@ impl Drop for BatchLoop {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use rankd_shards::{window, Board, BoardConfig, Mode, SharedBoard, TreeId};
@@ -411,14 +413,14 @@ mod tests {
     use crate::error::Error;
     use crate::request_path::shard::command::{reply, Pending, Written};
 
-    struct Fixture {
-        core: BatchLoop,
-        board: SharedBoard,
-        tree: TreeId,
+    pub struct Fixture {
+        pub core: BatchLoop,
+        pub board: SharedBoard,
+        pub tree: TreeId,
         _dir: tempfile::TempDir,
     }
 
-    fn fixture() -> Fixture {
+    pub fn fixture() -> Fixture {
         fixture_with(ShardOptions::default())
     }
 
@@ -440,7 +442,7 @@ mod tests {
     }
 
     impl Fixture {
-        fn write(&self, player: &str, score: i64, seq: u64) -> (Command, Pending<Written<i64>>) {
+        pub fn write(&self, player: &str, score: i64, seq: u64) -> (Command, Pending<Written<i64>>) {
             let (reply, pending) = reply();
             let (board, player) = (self.board.clone(), player.into());
             let amount = rankd_shards::Amount::Score(score);
@@ -456,14 +458,14 @@ mod tests {
             (Command::Write { board, player, amount, mode: Mode::Set, seq, wid, reply }, pending)
         }
 
-        fn get(&self, player: &str) -> (Command, Pending<Option<rankd_shards::Record>>) {
+        pub fn get(&self, player: &str) -> (Command, Pending<Option<rankd_shards::Record>>) {
             let (reply, pending) = reply();
             (Command::Get { tree: self.tree, player: player.into(), reply }, pending)
         }
 
         /// Commands queued: the mailbox depth and unapplied count the link
         /// would have raised.
-        fn enqueue(&mut self, commands: Vec<Command>) -> bool {
+        pub fn enqueue(&mut self, commands: Vec<Command>) -> bool {
             self.core.shard_metrics().mailbox_depth.add(commands.len() as i64);
             self.core.engine.unapplied().fetch_add(commands.len(), Ordering::AcqRel);
             self.core.enqueue(Origin(0), commands)
@@ -495,25 +497,25 @@ mod tests {
         }
 
         /// A player's score, read by a round of the actor.
-        fn score_of(&mut self, player: &str) -> Option<i64> {
+        pub fn score_of(&mut self, player: &str) -> Option<i64> {
             let (get, got) = self.get(player);
             self.enqueue(vec![get]);
             self.core.run_round();
             got.blocking_recv().unwrap().unwrap().map(|record| record.score)
         }
 
-        fn fsyncs(&self) -> u64 {
+        pub fn fsyncs(&self) -> u64 {
             self.core.shard_metrics().fsync_seconds.get_sample_count()
         }
     }
 
-    fn score(pending: Pending<Written<i64>>) -> Result<i64, Error> {
+    pub fn score(pending: Pending<Written<i64>>) -> Result<i64, Error> {
         pending.blocking_recv().unwrap_or_else(|_| Err(Error::Internal("dropped".into()))).map(|w| w.value)
     }
 
     /// The answer (a dropped one as `Internal`), if it comes within 10 s: a
     /// test of who seals fails instead of hanging when no one does.
-    fn score_soon(mut pending: Pending<Written<i64>>) -> Result<i64, Error> {
+    pub fn score_soon(mut pending: Pending<Written<i64>>) -> Result<i64, Error> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match pending.try_recv() {
@@ -573,29 +575,6 @@ mod tests {
         assert_eq!(f.core.shard_metrics().writes_applied.get(), 3);
         // Groups without runs, nothing failed: the actor was never woken.
         assert_eq!(progressed.load(Ordering::SeqCst), 0);
-    }
-
-    #[test]
-    fn lone_writes_staged_in_place_are_answered_once_durable_and_the_committer_seals_what_came_meanwhile() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let cell = f.core.engine();
-        let (first, first_answer) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: sealed and handed over at once");
-        let (second, mut second_answer) = f.write("b", 2, 2);
-        assert!(cell.try_write(Origin(0), second).is_ok(), "staged while the first batch commits");
-        assert!(second_answer.try_recv().is_err(), "held until its own batch is durable");
-        assert_eq!(score_soon(first_answer), Ok(1));
-        // No round ran on the shard's thread: the committer sealed it.
-        assert_eq!(score_soon(second_answer), Ok(2));
-        assert_eq!(f.fsyncs(), 2);
-        let (get, got) = f.get("b");
-        f.enqueue(vec![get]);
-        f.core.run_round();
-        assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(2));
-        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0, "each answer lowered the depth it raised");
     }
 
     #[test]
@@ -668,122 +647,6 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(idempotent_writes(&mut f, &["w4", "w5"]), 5, "the reopened table's 2 count too");
-    }
-
-    #[test]
-    fn writes_that_come_while_a_batch_syncs_wait_for_the_committer_which_applies_them_in_order() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(500), ..Default::default() };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let cell = f.core.engine();
-        let (first, first_answer) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: applied, sealed, handed over");
-        // The same player twice, from two I/O threads: the later must win.
-        let (second, second_answer) = f.write("b", 2, 2);
-        let (third, third_answer) = f.write("b", 3, 3);
-        assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer");
-        assert!(cell.try_write(Origin(1), third).is_ok(), "left for the committer");
-        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 3, "each waiting write counts as queued");
-        assert_eq!(score_soon(first_answer), Ok(1));
-        assert_eq!((score_soon(second_answer), score_soon(third_answer)), (Ok(2), Ok(3)));
-        assert_eq!(f.fsyncs(), 2, "the two waiting writes shared the second fsync");
-        assert_eq!(f.score_of("b"), Some(3), "applied in the order they came");
-        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0);
-    }
-
-    #[test]
-    fn a_read_queued_behind_a_waiting_write_sees_it_and_one_in_place_does_not_wait_for_it() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(300), ..Default::default() };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let (cell, tree) = (f.core.engine(), f.tree);
-        let (first, _) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), first).is_ok());
-        let (second, mut second_answer) = f.write("b", 7, 2);
-        assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer");
-        // Another client's read in place is answered at once, without the
-        // write no one has acknowledged.
-        let rank_of_b = |shard: &Shard| shard.rank_record(tree, "b").unwrap().map(|record| record.score);
-        assert_eq!(cell.try_read(rank_of_b), Some(None));
-        // A read pipelined behind the write on its connection is queued
-        // for the actor, which applies what waits first.
-        let (get, got) = f.get("b");
-        f.enqueue(vec![get]);
-        f.core.run_round();
-        assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(7));
-        assert!(second_answer.try_recv().is_err(), "still answered only once durable");
-        assert_eq!(score_soon(second_answer), Ok(7));
-    }
-
-    #[test]
-    fn no_write_is_left_waiting_behind_a_command_for_the_actor_or_on_a_degraded_shard() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let cell = f.core.engine();
-        let (first, first_answer) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), first).is_ok(), "in flight from here");
-        let settling = cell.hold_writes_in_place();
-        let (write, written) = f.write("b", 2, 2);
-        let write = cell.try_write(Origin(0), write).expect_err("held off while the actor settles the shard");
-        drop(settling);
-        cell.set_healthy(false);
-        let write = cell.try_write(Origin(0), write).expect_err("a degraded shard's refusals are the actor's");
-        cell.set_healthy(true);
-        assert!(cell.try_write(Origin(0), write).is_ok(), "left for the committer");
-        assert_eq!((score_soon(first_answer), score_soon(written)), (Ok(1), Ok(2)));
-    }
-
-    #[test]
-    fn a_write_goes_in_place_only_behind_nothing_unapplied_on_a_healthy_shard_with_a_committer() {
-        let mut f = fixture();
-        let cell = f.core.engine();
-        let (write, written) = f.write("a", 1, 1);
-        let write = cell.try_write(Origin(0), write).expect_err("no committer: the actor commits inline");
-        f.core.start_pipeline(Arc::new(|| {}));
-        let (get, got) = f.get("a");
-        f.enqueue(vec![get]);
-        let write = cell.try_write(Origin(0), write).expect_err("would overtake a command sent before it");
-        f.core.run_round();
-        assert_eq!(got.blocking_recv().unwrap().unwrap(), None, "the read came first");
-        cell.set_healthy(false);
-        let write = cell.try_write(Origin(0), write).expect_err("a degraded shard's refusals are the actor's");
-        cell.set_healthy(true);
-        let held_by_the_actor = cell.lock();
-        let write = cell.try_write(Origin(0), write).expect_err("never waits for the lock");
-        drop(held_by_the_actor);
-        let settling = cell.hold_writes_in_place();
-        let write = cell.try_write(Origin(0), write).expect_err("held off while the actor settles the shard");
-        drop(settling);
-        let (get, _) = f.get("a");
-        assert!(cell.try_write(Origin(0), get).is_err(), "reads are not staged");
-        let (reply, _) = crate::request_path::shard::command::reply();
-        let drop = Command::DropBoard { board_id: f.board.id, reply };
-        assert!(cell.try_write(Origin(0), drop).is_err(), "nor maintenance, which waits for the pipeline");
-        assert!(cell.try_write(Origin(0), write).is_ok());
-        assert_eq!(score_soon(written), Ok(1));
-    }
-
-    #[test]
-    fn reads_in_place_share_the_engine_with_each_other_but_never_wait_for_a_writer() {
-        let mut f = fixture();
-        let (write, written) = f.write("a", 4, 1);
-        f.enqueue(vec![write]);
-        f.core.run_round();
-        assert_eq!(score(written), Ok(4));
-        let (cell, tree) = (f.core.engine(), f.tree);
-        let rank_of_a = |shard: &Shard| shard.rank_record(tree, "a").unwrap().map(|record| record.score);
-        // Another I/O thread's read is under way: this one shares the lock
-        // rather than being queued for the actor.
-        let nested = cell.try_read(|_| cell.try_read(rank_of_a));
-        assert_eq!(nested, Some(Some(Some(4))));
-        let held_by_the_actor = cell.lock();
-        assert!(cell.try_read(rank_of_a).is_none(), "a read in place never waits: it is queued instead");
-        drop(held_by_the_actor);
-        assert_eq!(cell.try_read(rank_of_a), Some(Some(4)));
     }
 
     #[test]

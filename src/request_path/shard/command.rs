@@ -234,13 +234,14 @@ impl Forward {
     /// actor. A queued count keeps that actor's lock busy for the ranks in
     /// place behind it, so one rank that had to queue would make the next
     /// likelier to queue too. Never in place while a command sent to that
-    /// shard is unapplied: it may be a write the rank's connection sent
-    /// before the rank, which the count must see.
+    /// shard is unapplied, and never without the writes waiting for its
+    /// committer: either may be a write the rank's connection sent before
+    /// the rank, which the count must see.
     pub fn send(self, tree: TreeId, key: u128) {
         for (link, reply) in self.0 {
             let behind_nothing = link.engine.unapplied().load(Ordering::Acquire) == 0;
             let counted = if behind_nothing {
-                link.engine.try_read(|shard| Counts::read(shard, tree, std::slice::from_ref(&key)))
+                link.engine.try_read_applied(|shard| Counts::read(shard, tree, std::slice::from_ref(&key)))
             } else {
                 None
             };

@@ -78,12 +78,11 @@ impl Engine {
 ///   lock, so the I/O threads' ranks do not push each other to the actor;
 /// - a write is staged in place only while nothing sent to the shard is
 ///   still unapplied ([`EngineCell::unapplied`]), so it never overtakes a
-///   request routed before it.
-///
+///   request routed before it;
 /// - while a batch is with the committer, a lone write is not applied in
 ///   place but left *waiting* for it: whoever next takes the lock
 ///   exclusively applies what waits first, in order, and the committer
-///   takes it before it acknowledges its group.
+///   applies it before it acknowledges its group.
 ///
 /// Why share at all: a request queued for the actor costs two thread
 /// wake-ups (to the shard and back) and a wait behind its round; a lone
@@ -160,7 +159,9 @@ impl WeakEngineCell {
         let cell = EngineCell(shared);
         let waits = || cell.0.waiting_len.load(Ordering::Acquire) > 0;
         while waits() && cell.0.unapplied.load(Ordering::Acquire) == 0 {
-            let mut engine = cell.0.engine.write();
+            // Not behind the actor's longer holds: the answers go first
+            // then, and the look after them applies what waits.
+            let Some(mut engine) = cell.0.engine.try_write() else { return };
             cell.apply_waiting_turn(&mut engine);
         }
     }
@@ -214,6 +215,20 @@ impl EngineCell {
     /// in flight, so what waits is other clients' and not acknowledged.
     pub fn try_read<R>(&self, f: impl FnOnce(&Shard) -> R) -> Option<R> {
         self.0.engine.try_read()?.shard.as_ref().map(f)
+    }
+
+    /// [`EngineCell::try_read`] for a read that must see every write routed
+    /// before it, its own connection's too: the writes waiting for the
+    /// committer are applied first, the lock taken exclusively for that
+    /// moment. For a rank's count forwarded by its owner, which may follow
+    /// its connection's write to this shard in one batch.
+    pub fn try_read_applied<R>(&self, f: impl FnOnce(&Shard) -> R) -> Option<R> {
+        if self.0.waiting_len.load(Ordering::Acquire) == 0 {
+            return self.try_read(f);
+        }
+        let mut engine = self.0.engine.try_write()?;
+        self.apply_waiting(&mut engine);
+        RwLockWriteGuard::downgrade(engine).shard.as_ref().map(f)
     }
 
     /// Takes the engine out to reopen it; readers see `None` until
@@ -291,17 +306,22 @@ impl EngineCell {
     /// Hands the engine the committer's submitter, or takes it away: without
     /// one, nothing is sealed in place or left waiting.
     pub fn set_submitter(&self, submitter: Option<Submitter<Acks>>) {
-        let mut engine = self.lock();
+        let mut engine = self.0.engine.write();
         self.0.waiting.lock().submitter = submitter.clone();
         engine.submitter = submitter;
+        // Nothing is left waiting from here if there is no committer.
+        self.apply_all_waiting(&mut engine);
     }
 
     /// Marks the shard as taking writes or not (degraded): while it does
     /// not, writes are the actor's to refuse.
     pub fn set_healthy(&self, healthy: bool) {
-        let mut engine = self.lock();
+        let mut engine = self.0.engine.write();
         self.0.waiting.lock().healthy = healthy;
         engine.healthy = healthy;
+        // Refused if the shard stops taking writes: nothing of a failing
+        // storage's last sync is staged on it.
+        self.apply_all_waiting(&mut engine);
     }
 
     /// Commands sent to the actor and not yet applied: raised by the link
@@ -444,5 +464,162 @@ impl EngineCell {
             }
             None => Some(Box::new(Unsubmitted { batch, handle, held })),
         }
+    }
+}
+
+/// The cell's rules, on a batch loop's engine (the loop's test fixture).
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rankd_shards::Shard;
+
+    use super::Origin;
+    use crate::request_path::shard::batch_loop::tests::{fixture, score, score_soon};
+    use crate::request_path::shard::command::Command;
+
+    #[test]
+    fn lone_writes_staged_in_place_are_answered_once_durable_and_the_committer_seals_what_came_meanwhile() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (first, first_answer) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: sealed and handed over at once");
+        let (second, mut second_answer) = f.write("b", 2, 2);
+        assert!(cell.try_write(Origin(0), second).is_ok(), "staged while the first batch commits");
+        assert!(second_answer.try_recv().is_err(), "held until its own batch is durable");
+        assert_eq!(score_soon(first_answer), Ok(1));
+        // No round ran on the shard's thread: the committer sealed it.
+        assert_eq!(score_soon(second_answer), Ok(2));
+        assert_eq!(f.fsyncs(), 2);
+        let (get, got) = f.get("b");
+        f.enqueue(vec![get]);
+        f.core.run_round();
+        assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(2));
+        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0, "each answer lowered the depth it raised");
+    }
+
+    #[test]
+    fn writes_that_come_while_a_batch_syncs_wait_for_the_committer_which_applies_them_in_order() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(500), ..Default::default() };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (first, first_answer) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: applied, sealed, handed over");
+        // The same player twice, from two I/O threads: the later must win.
+        let (second, second_answer) = f.write("b", 2, 2);
+        let (third, third_answer) = f.write("b", 3, 3);
+        assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer");
+        assert!(cell.try_write(Origin(1), third).is_ok(), "left for the committer");
+        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 3, "each waiting write counts as queued");
+        assert_eq!(score_soon(first_answer), Ok(1));
+        assert_eq!((score_soon(second_answer), score_soon(third_answer)), (Ok(2), Ok(3)));
+        assert_eq!(f.fsyncs(), 2, "the two waiting writes shared the second fsync");
+        assert_eq!(f.score_of("b"), Some(3), "applied in the order they came");
+        assert_eq!(f.core.shard_metrics().mailbox_depth.get(), 0);
+    }
+
+    #[test]
+    fn reads_behind_a_waiting_write_see_it_and_reads_in_place_do_not_wait_for_it() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(300), ..Default::default() };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let (cell, tree) = (f.core.engine(), f.tree);
+        let (first, _) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok());
+        let (second, mut second_answer) = f.write("b", 7, 2);
+        assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer");
+        // Another client's read in place is answered at once, without the
+        // write no one has acknowledged.
+        let rank_of_b = |shard: &Shard| shard.rank_record(tree, "b").unwrap().map(|record| record.score);
+        assert_eq!(cell.try_read(rank_of_b), Some(None));
+        // A count forwarded for a rank pipelined behind the write on its
+        // connection must see it: it applies what waits first.
+        assert_eq!(cell.try_read_applied(rank_of_b), Some(Some(7)));
+        // A read pipelined behind a write on its connection is queued for
+        // the actor, which applies what waits first.
+        let (third, third_answer) = f.write("c", 9, 3);
+        assert!(cell.try_write(Origin(0), third).is_ok(), "left for the committer");
+        let (get, got) = f.get("c");
+        f.enqueue(vec![get]);
+        f.core.run_round();
+        assert_eq!(got.blocking_recv().unwrap().unwrap().map(|r| r.score), Some(9));
+        assert!(second_answer.try_recv().is_err(), "still answered only once durable");
+        assert_eq!((score_soon(second_answer), score_soon(third_answer)), (Ok(7), Ok(9)));
+    }
+
+    #[test]
+    fn no_write_is_left_waiting_behind_a_command_for_the_actor_or_on_a_degraded_shard() {
+        let mut f = fixture();
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
+        f.core = f.core.with_slow_disk(slow);
+        f.core.start_pipeline(Arc::new(|| {}));
+        let cell = f.core.engine();
+        let (first, first_answer) = f.write("a", 1, 1);
+        assert!(cell.try_write(Origin(0), first).is_ok(), "in flight from here");
+        let settling = cell.hold_writes_in_place();
+        let (write, written) = f.write("b", 2, 2);
+        let write = cell.try_write(Origin(0), write).expect_err("held off while the actor settles the shard");
+        drop(settling);
+        cell.set_healthy(false);
+        let write = cell.try_write(Origin(0), write).expect_err("a degraded shard's refusals are the actor's");
+        cell.set_healthy(true);
+        assert!(cell.try_write(Origin(0), write).is_ok(), "left for the committer");
+        assert_eq!((score_soon(first_answer), score_soon(written)), (Ok(1), Ok(2)));
+    }
+
+    #[test]
+    fn a_write_goes_in_place_only_behind_nothing_unapplied_on_a_healthy_shard_with_a_committer() {
+        let mut f = fixture();
+        let cell = f.core.engine();
+        let (write, written) = f.write("a", 1, 1);
+        let write = cell.try_write(Origin(0), write).expect_err("no committer: the actor commits inline");
+        f.core.start_pipeline(Arc::new(|| {}));
+        let (get, got) = f.get("a");
+        f.enqueue(vec![get]);
+        let write = cell.try_write(Origin(0), write).expect_err("would overtake a command sent before it");
+        f.core.run_round();
+        assert_eq!(got.blocking_recv().unwrap().unwrap(), None, "the read came first");
+        cell.set_healthy(false);
+        let write = cell.try_write(Origin(0), write).expect_err("a degraded shard's refusals are the actor's");
+        cell.set_healthy(true);
+        let held_by_the_actor = cell.lock();
+        let write = cell.try_write(Origin(0), write).expect_err("never waits for the lock");
+        drop(held_by_the_actor);
+        let settling = cell.hold_writes_in_place();
+        let write = cell.try_write(Origin(0), write).expect_err("held off while the actor settles the shard");
+        drop(settling);
+        let (get, _) = f.get("a");
+        assert!(cell.try_write(Origin(0), get).is_err(), "reads are not staged");
+        let (reply, _) = crate::request_path::shard::command::reply();
+        let drop = Command::DropBoard { board_id: f.board.id, reply };
+        assert!(cell.try_write(Origin(0), drop).is_err(), "nor maintenance, which waits for the pipeline");
+        assert!(cell.try_write(Origin(0), write).is_ok());
+        assert_eq!(score_soon(written), Ok(1));
+    }
+
+    #[test]
+    fn reads_in_place_share_the_engine_with_each_other_but_never_wait_for_a_writer() {
+        let mut f = fixture();
+        let (write, written) = f.write("a", 4, 1);
+        f.enqueue(vec![write]);
+        f.core.run_round();
+        assert_eq!(score(written), Ok(4));
+        let (cell, tree) = (f.core.engine(), f.tree);
+        let rank_of_a = |shard: &Shard| shard.rank_record(tree, "a").unwrap().map(|record| record.score);
+        // Another I/O thread's read is under way: this one shares the lock
+        // rather than being queued for the actor.
+        let nested = cell.try_read(|_| cell.try_read(rank_of_a));
+        assert_eq!(nested, Some(Some(Some(4))));
+        let held_by_the_actor = cell.lock();
+        assert!(cell.try_read(rank_of_a).is_none(), "a read in place never waits: it is queued instead");
+        drop(held_by_the_actor);
+        assert_eq!(cell.try_read(rank_of_a), Some(Some(4)));
     }
 }
