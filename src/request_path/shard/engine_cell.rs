@@ -475,21 +475,28 @@ mod tests {
 
     use rankd_shards::Shard;
 
-    use super::Origin;
-    use crate::request_path::shard::batch_loop::tests::{fixture, score, score_soon};
-    use crate::request_path::shard::command::Command;
+    use super::{EngineCell, Origin};
+    use crate::request_path::shard::batch_loop::tests::{fixture, score, score_soon, Fixture};
+    use crate::request_path::shard::command::{Command, Pending, Written};
 
-    #[test]
-    fn lone_writes_staged_in_place_are_answered_once_durable_and_the_committer_seals_what_came_meanwhile() {
+    /// A loop whose commits take `commit_ms`, with a committer, and a first
+    /// write ("a" at 1) staged in place and sealed: a batch is syncing.
+    fn syncing(commit_ms: u64) -> (Fixture, EngineCell, Pending<Written<i64>>) {
         let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
+        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(commit_ms), ..Default::default() };
         f.core = f.core.with_slow_disk(slow);
         f.core.start_pipeline(Arc::new(|| {}));
         let cell = f.core.engine();
         let (first, first_answer) = f.write("a", 1, 1);
         assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: sealed and handed over at once");
+        (f, cell, first_answer)
+    }
+
+    #[test]
+    fn lone_writes_staged_in_place_are_answered_once_durable_and_the_committer_seals_what_came_meanwhile() {
+        let (mut f, cell, first_answer) = syncing(200);
         let (second, mut second_answer) = f.write("b", 2, 2);
-        assert!(cell.try_write(Origin(0), second).is_ok(), "staged while the first batch commits");
+        assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer while the first batch commits");
         assert!(second_answer.try_recv().is_err(), "held until its own batch is durable");
         assert_eq!(score_soon(first_answer), Ok(1));
         // No round ran on the shard's thread: the committer sealed it.
@@ -504,13 +511,7 @@ mod tests {
 
     #[test]
     fn writes_that_come_while_a_batch_syncs_wait_for_the_committer_which_applies_them_in_order() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(500), ..Default::default() };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let cell = f.core.engine();
-        let (first, first_answer) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), first).is_ok(), "nothing in flight: applied, sealed, handed over");
+        let (mut f, cell, first_answer) = syncing(500);
         // The same player twice, from two I/O threads: the later must win.
         let (second, second_answer) = f.write("b", 2, 2);
         let (third, third_answer) = f.write("b", 3, 3);
@@ -526,13 +527,8 @@ mod tests {
 
     #[test]
     fn reads_behind_a_waiting_write_see_it_and_reads_in_place_do_not_wait_for_it() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(300), ..Default::default() };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let (cell, tree) = (f.core.engine(), f.tree);
-        let (first, _) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), first).is_ok());
+        let (mut f, cell, _) = syncing(300);
+        let tree = f.tree;
         let (second, mut second_answer) = f.write("b", 7, 2);
         assert!(cell.try_write(Origin(0), second).is_ok(), "left for the committer");
         // Another client's read in place is answered at once, without the
@@ -556,13 +552,7 @@ mod tests {
 
     #[test]
     fn no_write_is_left_waiting_behind_a_command_for_the_actor_or_on_a_degraded_shard() {
-        let mut f = fixture();
-        let slow = rankd_shards::commit::SlowDisk { commit: Duration::from_millis(200), ..Default::default() };
-        f.core = f.core.with_slow_disk(slow);
-        f.core.start_pipeline(Arc::new(|| {}));
-        let cell = f.core.engine();
-        let (first, first_answer) = f.write("a", 1, 1);
-        assert!(cell.try_write(Origin(0), first).is_ok(), "in flight from here");
+        let (f, cell, first_answer) = syncing(200);
         let settling = cell.hold_writes_in_place();
         let (write, written) = f.write("b", 2, 2);
         let write = cell.try_write(Origin(0), write).expect_err("held off while the actor settles the shard");
